@@ -1,0 +1,37 @@
+//! Tether's wire contract: everything two parties must agree on to talk, and nothing else.
+//!
+//! # Layout
+//! - [`frame`]: the binary framing of every WebSocket message (a 6-byte header plus payload),
+//!   with a two-phase decoder that never panics on hostile input.
+//! - [`control`]: the typed control messages (handshake, open, exit, resize, signal, error, ...).
+//! - [`op`]: the operations a stream can carry (exec, files, forwarding, watch) and their replies.
+//! - [`error`]: wire error codes and the codec's own error type.
+//! - [`ids`]: newtypes for stream ids, process ids, channels and byte offsets.
+//! - [`window`]: credit accounting for per-stream flow control.
+//! - [`auth`]: constant-time token comparison.
+//! - [`limits`]: every tunable of the protocol, with its unit.
+//!
+//! The crate has no sockets, no processes and no async runtime: it is shared by the agent, the
+//! relay and the client, and `PROTOCOL.md` beside it is its specification.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod auth;
+pub mod control;
+pub mod error;
+pub mod frame;
+pub mod ids;
+pub mod limits;
+pub mod op;
+pub mod window;
+
+pub use control::{Control, ExitStatus};
+pub use error::{ErrorCode, ProtoError};
+pub use frame::{Frame, FrameKind};
+pub use ids::{ByteOffset, Channel, ProcessId, StreamId};
+
+/// The protocol version this crate speaks. Bumped on any incompatible change.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The version of the Tether release this crate belongs to.
+pub const TETHER_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,30 @@
+//! Every tunable of the protocol in one place, each with its unit.
+
+/// Version of the frame layout, carried in the high nibble of every frame's first byte.
+pub const FRAME_VERSION: u8 = 1;
+
+/// Bytes in a frame header: kind/version (1), stream id (4), channel (1).
+pub const HEADER_LEN: usize = 6;
+
+/// Largest payload a frame may carry: 1 MiB. Larger frames are a protocol error.
+pub const MAX_PAYLOAD: usize = 1 << 20;
+
+/// Largest data payload a sender should produce: 64 KiB. Keeps latency of interleaved
+/// streams low while amortising per-frame costs.
+pub const DATA_CHUNK: usize = 64 << 10;
+
+/// Credit each direction of a stream starts with unless the opener asks for another: 4 MiB.
+pub const INITIAL_WINDOW: u32 = 4 << 20;
+
+/// Largest window a receiver may grant in one stream direction: 64 MiB.
+pub const MAX_WINDOW: u32 = 64 << 20;
+
+/// Default capacity of a process's replay ring, per output channel: 1 MiB.
+pub const DEFAULT_RING: usize = 1 << 20;
+
+/// Longest interval between WebSocket pings from either side: 20 s.
+/// Provider edge proxies cut connections idle for 60 s.
+pub const PING_INTERVAL_SECS: u64 = 20;
+
+/// How long the agent keeps the exit status of an uncollected background process: 10 min.
+pub const EXIT_RETENTION_SECS: u64 = 600;
