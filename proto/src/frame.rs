@@ -182,7 +182,12 @@ pub fn encode_window(stream: StreamId, credit: u32) -> Bytes {
 /// Encodes a control frame.
 pub fn encode_control(msg: &Control) -> Bytes {
     let mut buf = BytesMut::with_capacity(HEADER_LEN + 128);
-    header(&mut buf, FrameKind::Control, StreamId::CONNECTION, Channel::In);
+    header(
+        &mut buf,
+        FrameKind::Control,
+        StreamId::CONNECTION,
+        Channel::In,
+    );
     let mut w = buf.writer();
     // Serialising a Control cannot fail: every field is a plain serde type with string keys.
     serde_json::to_writer(&mut w, msg).expect("control messages always serialise");

@@ -1,0 +1,388 @@
+//! One client connection: the handshake, then the multiplexer that routes frames to streams.
+//!
+//! A reader loop decodes frames and routes them; one writer task owns the WebSocket sink and
+//! sends whatever the streams queue in the bounded outbox, flushing once the queue is empty.
+//! Each stream runs its operation in its own task, so a stalled stream stalls nobody else.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Error as WsError;
+use tokio_tungstenite::tungstenite::Message;
+use tracing::{debug, warn};
+
+use tether_proto::limits::{INITIAL_WINDOW, MAX_WINDOW, PING_INTERVAL_SECS};
+use tether_proto::{auth, frame, Channel, Control, ErrorCode, Frame, StreamId, PROTOCOL_VERSION};
+
+use crate::agent::Agent;
+use crate::ops;
+use crate::stream::{Credit, Inbound, OpError, StreamCtx};
+
+/// Frames queued for the writer before producers wait: bounds the agent's memory per connection.
+const OUTBOX_FRAMES: usize = 256;
+
+/// A connection that sends nothing (not even a pong) for this long is considered dead.
+const DEAD_AFTER: Duration = Duration::from_secs(3 * PING_INTERVAL_SECS);
+
+/// The capabilities this agent announces in `welcome`.
+pub const CAPABILITIES: &[&str] = &[
+    "exec",
+    "pty",
+    "background",
+    "replay",
+    "files",
+    "tar",
+    "batch",
+    "watch",
+    "forward",
+    "ports",
+    "info",
+];
+
+/// What the connection knows about one open stream.
+struct Entry {
+    inbound: mpsc::UnboundedSender<Inbound>,
+    credit: Arc<Credit>,
+    /// Input bytes the client may still send before it must wait for a window frame;
+    /// shared with the stream's input side, which adds to it as it returns credit.
+    in_credit: Arc<AtomicU64>,
+}
+
+type Streams = Arc<Mutex<HashMap<StreamId, Entry>>>;
+
+/// Serves one WebSocket connection until it closes. `authed` is true when the token was
+/// already checked at the HTTP upgrade.
+pub async fn serve<Si, So>(mut sink: Si, mut source: So, agent: Arc<Agent>, authed: bool)
+where
+    Si: futures_util::Sink<Message, Error = WsError> + Unpin + Send + 'static,
+    So: futures_util::Stream<Item = Result<Message, WsError>> + Unpin,
+{
+    let (outbox, mut queue) = mpsc::channel::<Bytes>(OUTBOX_FRAMES);
+
+    let writer = tokio::spawn(async move {
+        let mut ping = tokio::time::interval(Duration::from_secs(PING_INTERVAL_SECS - 5));
+        ping.tick().await;
+        loop {
+            tokio::select! {
+                next = queue.recv() => {
+                    let Some(first) = next else { break };
+                    if sink.feed(Message::Binary(first)).await.is_err() {
+                        break;
+                    }
+                    // Batch whatever else is already queued into one flush.
+                    while let Ok(more) = queue.try_recv() {
+                        if sink.feed(Message::Binary(more)).await.is_err() {
+                            return;
+                        }
+                    }
+                    if sink.flush().await.is_err() {
+                        break;
+                    }
+                }
+                _ = ping.tick() => {
+                    if sink.send(Message::Ping(Bytes::new())).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = sink
+            .send(Message::Close(Some(CloseFrame {
+                code: CloseCode::Normal,
+                reason: "".into(),
+            })))
+            .await;
+        let _ = sink.close().await;
+    });
+
+    if let Err(e) = handshake(&mut source, &outbox, &agent, authed).await {
+        debug!("handshake failed: {}", e.message);
+        let _ = outbox
+            .send(frame::encode_control(&Control::Error {
+                stream: None,
+                code: e.code,
+                message: e.message,
+            }))
+            .await;
+        drop(outbox);
+        let _ = writer.await;
+        return;
+    }
+
+    let streams: Streams = Arc::new(Mutex::new(HashMap::new()));
+    loop {
+        let msg = match tokio::time::timeout(DEAD_AFTER, source.next()).await {
+            Ok(Some(Ok(msg))) => msg,
+            Ok(Some(Err(e))) => {
+                debug!("connection error: {e}");
+                break;
+            }
+            Ok(None) => break,
+            Err(_) => {
+                warn!("peer silent for {DEAD_AFTER:?}; closing the connection");
+                break;
+            }
+        };
+        let bytes = match msg {
+            Message::Binary(b) => b,
+            Message::Close(_) => break,
+            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => continue,
+            Message::Text(_) => {
+                reject(
+                    &outbox,
+                    None,
+                    "text messages are not part of the protocol; send binary frames",
+                )
+                .await;
+                continue;
+            }
+        };
+        match Frame::decode(bytes) {
+            Ok(frame) => route(frame, &streams, &outbox, &agent).await,
+            Err(e) => reject(&outbox, None, &e.to_string()).await,
+        }
+    }
+
+    // The connection is gone: every stream's input ends, which cancels foreground work.
+    streams.lock().expect("stream table lock").clear();
+    drop(outbox);
+    let _ = writer.await;
+}
+
+async fn handshake<S>(
+    source: &mut S,
+    outbox: &mpsc::Sender<Bytes>,
+    agent: &Agent,
+    authed: bool,
+) -> Result<(), OpError>
+where
+    S: futures_util::Stream<Item = Result<Message, WsError>> + Unpin,
+{
+    let first = loop {
+        match tokio::time::timeout(DEAD_AFTER, source.next()).await {
+            Ok(Some(Ok(Message::Binary(b)))) => break b,
+            Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => continue,
+            Ok(_) | Err(_) => {
+                return Err(OpError::new(
+                    ErrorCode::InvalidArgument,
+                    "expected a hello frame to open the connection",
+                ))
+            }
+        }
+    };
+    let Ok(Frame::Control(Control::Hello {
+        protocol, token, ..
+    })) = Frame::decode(first)
+    else {
+        return Err(OpError::new(
+            ErrorCode::InvalidArgument,
+            "the first frame must be a hello control message",
+        ));
+    };
+    if protocol != PROTOCOL_VERSION {
+        return Err(OpError::new(
+            ErrorCode::Unsupported,
+            format!(
+                "protocol version {protocol} is not supported; this agent speaks version {PROTOCOL_VERSION}"
+            ),
+        ));
+    }
+    if !authed {
+        if let Some(expected) = &agent.token {
+            let ok = token
+                .as_deref()
+                .is_some_and(|t| auth::token_matches(t, expected));
+            if !ok {
+                return Err(OpError::new(
+                    ErrorCode::Unauthorized,
+                    "wrong or missing sandbox token; pass the token the sandbox was created with",
+                ));
+            }
+        }
+    }
+    let welcome = Control::Welcome {
+        protocol: PROTOCOL_VERSION,
+        agent_version: tether_proto::TETHER_VERSION.to_string(),
+        capabilities: CAPABILITIES.iter().map(|c| c.to_string()).collect(),
+    };
+    outbox
+        .send(frame::encode_control(&welcome))
+        .await
+        .map_err(|_| OpError::gone())
+}
+
+async fn reject(outbox: &mpsc::Sender<Bytes>, stream: Option<StreamId>, message: &str) {
+    let _ = outbox
+        .send(frame::encode_control(&Control::Error {
+            stream,
+            code: ErrorCode::InvalidArgument,
+            message: message.to_string(),
+        }))
+        .await;
+}
+
+async fn route(frame: Frame, streams: &Streams, outbox: &mpsc::Sender<Bytes>, agent: &Arc<Agent>) {
+    match frame {
+        Frame::Data {
+            stream,
+            channel,
+            payload,
+        } => {
+            let verdict = {
+                let mut table = streams.lock().expect("stream table lock");
+                match table.get_mut(&stream) {
+                    None => Err(format!("data for {stream}, which is not open")),
+                    Some(_) if channel != Channel::In => Err(format!(
+                        "clients send data on channel in only, not {channel:?}"
+                    )),
+                    Some(e) => {
+                        let len = payload.len() as u64;
+                        let spent =
+                            e.in_credit
+                                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                                    c.checked_sub(len)
+                                });
+                        match spent {
+                            Ok(_) => {
+                                let _ = e.inbound.send(Inbound::Data(payload));
+                                Ok(())
+                            }
+                            Err(have) => {
+                                let _ = e.inbound.send(Inbound::Cancel);
+                                Err(format!(
+                                    "{stream} sent {len} bytes with only {have} bytes of credit; the stream is cancelled"
+                                ))
+                            }
+                        }
+                    }
+                }
+            };
+            if let Err(msg) = verdict {
+                reject(outbox, Some(stream), &msg).await;
+            }
+        }
+        Frame::Window { stream, credit } => {
+            // A window for a stream that just closed is normal; ignore it.
+            if let Some(e) = streams.lock().expect("stream table lock").get(&stream) {
+                e.credit.grant(credit);
+            }
+        }
+        Frame::Control(msg) => control(msg, streams, outbox, agent).await,
+    }
+}
+
+async fn control(
+    msg: Control,
+    streams: &Streams,
+    outbox: &mpsc::Sender<Bytes>,
+    agent: &Arc<Agent>,
+) {
+    let (stream, inbound) = match msg {
+        Control::Open { stream, window, op } => {
+            return open(stream, window, op, streams, outbox, agent).await;
+        }
+        Control::Eof { stream, .. } => (stream, Inbound::Eof),
+        Control::Resize { stream, cols, rows } => (stream, Inbound::Resize { cols, rows }),
+        Control::Signal {
+            stream,
+            signal,
+            group,
+        } => (stream, Inbound::Signal { signal, group }),
+        Control::Cancel { stream } => (stream, Inbound::Cancel),
+        other => {
+            let name = serde_json::to_value(&other)
+                .ok()
+                .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
+                .unwrap_or_default();
+            reject(
+                outbox,
+                None,
+                &format!("a client may not send `{name}` messages"),
+            )
+            .await;
+            return;
+        }
+    };
+    let delivered = streams
+        .lock()
+        .expect("stream table lock")
+        .get(&stream)
+        .map(|e| e.inbound.send(inbound).is_ok());
+    if delivered.is_none() {
+        reject(outbox, Some(stream), &format!("{stream} is not open")).await;
+    }
+}
+
+async fn open(
+    stream: StreamId,
+    window: Option<u32>,
+    op: tether_proto::op::Op,
+    streams: &Streams,
+    outbox: &mpsc::Sender<Bytes>,
+    agent: &Arc<Agent>,
+) {
+    if stream == StreamId::CONNECTION {
+        return reject(
+            outbox,
+            None,
+            "stream 0 is the connection; open streams with ids from 1",
+        )
+        .await;
+    }
+    let window = window.unwrap_or(INITIAL_WINDOW).clamp(1, MAX_WINDOW);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let credit = Arc::new(Credit::new(window));
+    let in_credit = Arc::new(AtomicU64::new(INITIAL_WINDOW as u64));
+    let inserted = {
+        let mut table = streams.lock().expect("stream table lock");
+        match table.entry(stream) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Entry {
+                    inbound: tx,
+                    credit: credit.clone(),
+                    in_credit: in_credit.clone(),
+                });
+                true
+            }
+        }
+    };
+    if !inserted {
+        return reject(outbox, Some(stream), &format!("{stream} is already open")).await;
+    }
+    let ctx = StreamCtx::new(
+        stream,
+        outbox.clone(),
+        credit,
+        rx,
+        in_credit,
+        INITIAL_WINDOW,
+    );
+    let streams = streams.clone();
+    let outbox = outbox.clone();
+    let agent = agent.clone();
+    tokio::spawn(async move {
+        let result = ops::run(ctx, op, agent).await;
+        // Leave the table before `closed` goes out, so the client may reuse the id at once.
+        streams.lock().expect("stream table lock").remove(&stream);
+        if let Err(e) = result {
+            let _ = outbox
+                .send(frame::encode_control(&Control::Error {
+                    stream: Some(stream),
+                    code: e.code,
+                    message: e.message,
+                }))
+                .await;
+        }
+        let _ = outbox
+            .send(frame::encode_control(&Control::Closed { stream }))
+            .await;
+    });
+}

@@ -1,0 +1,177 @@
+//! Where connections come from: TCP listeners, an inherited Unix listener or socket, stdio,
+//! or dialling out to a relay. Each accepted connection is upgraded to a WebSocket (checking
+//! the token at the upgrade when the client sends one) and handed to [`crate::conn::serve`].
+
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::{header, StatusCode};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
+use tracing::{debug, info, warn};
+
+use tether_proto::{auth, limits};
+
+use crate::agent::Agent;
+use crate::conn;
+
+/// Largest WebSocket message accepted: twice the largest frame, so a slightly oversized
+/// frame reaches the decoder (and gets a protocol error) while a huge one is cut off.
+const MAX_MESSAGE: usize = 2 * (limits::MAX_PAYLOAD + limits::HEADER_LEN);
+
+/// Backoff when dialling a relay fails: start, cap.
+const DIAL_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(10));
+
+fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE))
+        .max_frame_size(Some(MAX_MESSAGE))
+}
+
+/// Accepts TCP connections on `addr` forever.
+pub async fn tcp(addr: SocketAddr, agent: Arc<Agent>) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    info!("listening on ws://{}", listener.local_addr()?);
+    loop {
+        let (sock, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = sock.set_nodelay(true);
+        debug!("connection from {peer}");
+        tokio::spawn(upgrade_and_serve(sock, agent.clone()));
+    }
+}
+
+/// Accepts connections on an inherited, already listening Unix socket forever.
+pub async fn unix_listener(fd: OwnedFd, agent: Arc<Agent>) -> anyhow::Result<()> {
+    let std_listener = std::os::unix::net::UnixListener::from(fd);
+    std_listener.set_nonblocking(true)?;
+    let listener = UnixListener::from_std(std_listener)
+        .context("inherited fd is not a listening Unix socket")?;
+    loop {
+        match listener.accept().await {
+            Ok((sock, _)) => {
+                tokio::spawn(upgrade_and_serve(sock, agent.clone()));
+            }
+            Err(e) => {
+                warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Serves the one connection on an inherited, connected stream socket.
+pub async fn unix_conn(fd: OwnedFd, agent: Arc<Agent>) -> anyhow::Result<()> {
+    let std_sock = std::os::unix::net::UnixStream::from(fd);
+    std_sock.set_nonblocking(true)?;
+    let sock =
+        UnixStream::from_std(std_sock).context("inherited fd is not a connected Unix socket")?;
+    upgrade_and_serve(sock, agent).await;
+    Ok(())
+}
+
+/// Serves one connection over stdin and stdout.
+pub async fn stdio(agent: Arc<Agent>) -> anyhow::Result<()> {
+    let io = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
+    upgrade_and_serve(io, agent).await;
+    Ok(())
+}
+
+async fn upgrade_and_serve<S>(io: S, agent: Arc<Agent>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut authed = false;
+    let expected = agent.token.clone();
+    let check = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
+        let Some(value) = req.headers().get(header::AUTHORIZATION) else {
+            return Ok(resp); // the token must then come in hello
+        };
+        let given = value.to_str().ok().and_then(auth::bearer).unwrap_or("");
+        match &expected {
+            Some(exp) if !auth::token_matches(given, exp) => {
+                let mut refuse = ErrorResponse::new(Some(
+                    "wrong sandbox token: pass the token the sandbox was created with\n".into(),
+                ));
+                *refuse.status_mut() = StatusCode::UNAUTHORIZED;
+                Err(refuse)
+            }
+            _ => {
+                authed = true;
+                Ok(resp)
+            }
+        }
+    };
+    match tokio_tungstenite::accept_hdr_async_with_config(io, check, Some(ws_config())).await {
+        Ok(ws) => {
+            use futures_util::StreamExt;
+            let (sink, source) = ws.split();
+            conn::serve(sink, source, agent, authed).await
+        }
+        Err(e) => debug!("WebSocket upgrade failed: {e}"),
+    }
+}
+
+/// Dials `url` and serves the protocol over each connection, keeping one idle connection
+/// open: as soon as a relay starts using one (its hello arrives), another is dialled.
+pub async fn dial(url: String, agent: Arc<Agent>) -> anyhow::Result<()> {
+    let mut backoff = DIAL_BACKOFF.0;
+    loop {
+        let mut req = url
+            .as_str()
+            .into_client_request()
+            .with_context(|| format!("invalid relay URL {url}"))?;
+        if let Some(token) = &agent.token {
+            req.headers_mut().insert(
+                header::AUTHORIZATION,
+                format!("Bearer {token}")
+                    .parse()
+                    .context("token is not a valid header value")?,
+            );
+        }
+        match tokio_tungstenite::connect_async_with_config(req, Some(ws_config()), true).await {
+            Ok((mut ws, _)) => {
+                backoff = DIAL_BACKOFF.0;
+                // Wait until the relay speaks on this connection before dialling the next.
+                use futures_util::StreamExt;
+                let first = loop {
+                    match ws.next().await {
+                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                        other => break other,
+                    }
+                };
+                let Some(Ok(first)) = first else {
+                    continue;
+                };
+                let agent = agent.clone();
+                tokio::spawn(async move {
+                    let (sink, source) = ws.split();
+                    let source =
+                        futures_util::stream::once(std::future::ready(Ok(first))).chain(source);
+                    // We dialled the relay we were configured with, so it is trusted.
+                    conn::serve(sink, source, agent, true).await;
+                });
+            }
+            Err(e) => {
+                warn!("cannot reach relay at {url}: {e}; retrying in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(DIAL_BACKOFF.1);
+            }
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! One stream as its operation sees it: send data within credit, send control messages,
+//! receive input and commands from the client.
+//!
+//! An operation handler gets a [`StreamCtx`]; if it needs to send and receive concurrently
+//! (an exec pumping output while taking stdin and signals), it splits it into a cloneable
+//! [`StreamOut`] and a [`StreamIn`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tether_proto::frame;
+use tether_proto::limits::DATA_CHUNK;
+use tether_proto::op::{Reply, WatchEvent};
+use tether_proto::window::RecvWindow;
+use tether_proto::{Channel, Control, ErrorCode, StreamId};
+use tokio::sync::{mpsc, Semaphore};
+
+/// What the connection delivers to a stream.
+#[derive(Debug)]
+pub enum Inbound {
+    /// Bytes on channel `in`.
+    Data(Bytes),
+    /// The client half-closed channel `in`.
+    Eof,
+    /// A PTY's new size.
+    Resize {
+        /// Columns.
+        cols: u16,
+        /// Rows.
+        rows: u16,
+    },
+    /// A signal for the stream's process.
+    Signal {
+        /// Name or number, as sent.
+        signal: String,
+        /// For the whole process group.
+        group: bool,
+    },
+    /// The client abandoned the stream.
+    Cancel,
+}
+
+/// An operation failed: becomes an `error` message on the stream.
+#[derive(Debug, Clone)]
+pub struct OpError {
+    /// The typed reason.
+    pub code: ErrorCode,
+    /// A sentence the user can act on.
+    pub message: String,
+}
+
+impl OpError {
+    /// An error with `code` and `message`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> OpError {
+        OpError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Maps an OS error on `what` (usually a path) to a wire error.
+    pub fn io(what: &str, err: &std::io::Error) -> OpError {
+        OpError::new(ErrorCode::from_io(err), format!("{what}: {err}"))
+    }
+
+    /// The connection went away while the operation was sending.
+    pub fn gone() -> OpError {
+        OpError::new(ErrorCode::Internal, "connection closed")
+    }
+}
+
+/// Result of an operation handler.
+pub type OpResult = Result<(), OpError>;
+
+/// Where a connection's outgoing frames go: its writer task.
+pub type Outbox = mpsc::Sender<Bytes>;
+
+/// Send credit for one stream's agent→client data, granted by window frames.
+#[derive(Debug)]
+pub struct Credit(Semaphore);
+
+/// Credit beyond this is ignored, so a hostile grant cannot overflow the semaphore: 1 GiB.
+const CREDIT_CAP: usize = 1 << 30;
+
+impl Credit {
+    /// Credit with `initial` bytes.
+    pub fn new(initial: u32) -> Credit {
+        Credit(Semaphore::new(initial as usize))
+    }
+
+    /// Adds credit from a window frame.
+    pub fn grant(&self, credit: u32) {
+        let room = CREDIT_CAP.saturating_sub(self.0.available_permits());
+        self.0.add_permits((credit as usize).min(room));
+    }
+
+    /// Waits for at least one byte of credit and takes up to `max`.
+    pub async fn take(&self, max: usize) -> usize {
+        // The semaphore is never closed, so acquire cannot fail.
+        let Ok(first) = self.0.acquire().await else {
+            return 0;
+        };
+        first.forget();
+        let extra = (max.saturating_sub(1)).min(self.0.available_permits());
+        if extra > 0 {
+            if let Ok(more) = self.0.try_acquire_many(extra as u32) {
+                more.forget();
+                return 1 + extra;
+            }
+        }
+        1
+    }
+
+    /// Returns unused credit (taken but not sent).
+    pub fn give_back(&self, n: usize) {
+        self.0.add_permits(n);
+    }
+}
+
+/// The sending half of a stream. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct StreamOut {
+    id: StreamId,
+    outbox: Outbox,
+    credit: Arc<Credit>,
+}
+
+impl StreamOut {
+    pub(crate) fn new(id: StreamId, outbox: Outbox, credit: Arc<Credit>) -> StreamOut {
+        StreamOut { id, outbox, credit }
+    }
+
+    /// The stream's id.
+    pub fn id(&self) -> StreamId {
+        self.id
+    }
+
+    /// Sends `data` on `channel`, waiting for credit as needed and splitting it into frames
+    /// of at most [`DATA_CHUNK`] bytes. Fails only when the connection is gone.
+    pub async fn data(&self, channel: Channel, mut data: Bytes) -> OpResult {
+        while !data.is_empty() {
+            let want = data.len().min(DATA_CHUNK);
+            let n = self.credit.take(want).await;
+            let chunk = data.split_to(n);
+            self.raw(frame::encode_data(self.id, channel, &chunk))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for credit, then takes up to `max` bytes of it. For producers that read into
+    /// a buffer sized to the credit they hold; return what was not used with [`Self::refund`].
+    pub async fn reserve(&self, max: usize) -> usize {
+        self.credit.take(max.min(DATA_CHUNK)).await
+    }
+
+    /// Returns credit taken with [`Self::reserve`] but not spent.
+    pub fn refund(&self, n: usize) {
+        if n > 0 {
+            self.credit.give_back(n);
+        }
+    }
+
+    /// Sends bytes for which credit was already reserved.
+    pub async fn data_reserved(&self, channel: Channel, data: &[u8]) -> OpResult {
+        self.raw(frame::encode_data(self.id, channel, data)).await
+    }
+
+    /// Sends a control message.
+    pub async fn control(&self, msg: Control) -> OpResult {
+        self.raw(frame::encode_control(&msg)).await
+    }
+
+    /// Sends the operation's reply.
+    pub async fn reply(&self, reply: Reply) -> OpResult {
+        self.control(Control::Reply {
+            stream: self.id,
+            reply,
+        })
+        .await
+    }
+
+    /// Sends a watch event.
+    pub async fn event(&self, event: WatchEvent) -> OpResult {
+        self.control(Control::Event {
+            stream: self.id,
+            event,
+        })
+        .await
+    }
+
+    /// Signals the end of `channel`.
+    pub async fn eof(&self, channel: Channel) -> OpResult {
+        self.control(Control::Eof {
+            stream: self.id,
+            channel,
+        })
+        .await
+    }
+
+    /// True once the connection's writer is gone.
+    pub fn is_closed(&self) -> bool {
+        self.outbox.is_closed()
+    }
+
+    async fn raw(&self, frame: Bytes) -> OpResult {
+        self.outbox.send(frame).await.map_err(|_| OpError::gone())
+    }
+}
+
+/// The receiving half of a stream.
+#[derive(Debug)]
+pub struct StreamIn {
+    id: StreamId,
+    inbound: mpsc::UnboundedReceiver<Inbound>,
+    window: RecvWindow,
+    /// The connection's count of input bytes the client may still send.
+    in_credit: Arc<AtomicU64>,
+    outbox: Outbox,
+}
+
+impl StreamIn {
+    /// The next input or command. `None` means the connection is gone: treat it as a cancel.
+    pub async fn recv(&mut self) -> Option<Inbound> {
+        self.inbound.recv().await
+    }
+
+    /// Records that `n` input bytes were delivered (written to the process or file), which
+    /// returns credit to the client. Call it after the bytes are really gone, so input
+    /// backpressure reaches the client.
+    pub async fn consumed(&mut self, n: usize) {
+        if let Some(credit) = self.window.consumed(n) {
+            // Account for the credit before the client can learn of it.
+            self.in_credit.fetch_add(credit as u64, Ordering::AcqRel);
+            // A closed outbox means the connection is gone; recv() will say so.
+            let _ = self
+                .outbox
+                .send(frame::encode_window(self.id, credit))
+                .await;
+        }
+    }
+}
+
+/// Everything an operation handler needs for its stream.
+#[derive(Debug)]
+pub struct StreamCtx {
+    /// Sending half.
+    pub out: StreamOut,
+    /// Receiving half.
+    pub input: StreamIn,
+}
+
+impl StreamCtx {
+    pub(crate) fn new(
+        id: StreamId,
+        outbox: Outbox,
+        credit: Arc<Credit>,
+        inbound: mpsc::UnboundedReceiver<Inbound>,
+        in_credit: Arc<AtomicU64>,
+        in_window: u32,
+    ) -> StreamCtx {
+        StreamCtx {
+            out: StreamOut::new(id, outbox.clone(), credit),
+            input: StreamIn {
+                id,
+                inbound,
+                window: RecvWindow::new(in_window),
+                in_credit,
+                outbox,
+            },
+        }
+    }
+
+    /// The stream's id.
+    pub fn id(&self) -> StreamId {
+        self.out.id
+    }
+
+    /// Splits into the sending and receiving halves.
+    pub fn split(self) -> (StreamOut, StreamIn) {
+        (self.out, self.input)
+    }
+}

@@ -1,0 +1,175 @@
+//! The provider trait: how the relay creates, finds, deletes and reaches sandboxes, whatever
+//! runs them. Each provider lives in its own module and registers in [`build`], the one place
+//! that names them all.
+
+pub mod local;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// A byte stream to a sandbox's agent, before the WebSocket handshake.
+pub trait AgentIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> AgentIo for T {}
+
+/// An upgraded WebSocket to a sandbox's agent, authenticated with the sandbox's token.
+pub type AgentSocket = tokio_tungstenite::WebSocketStream<Pin<Box<dyn AgentIo>>>;
+
+/// Whether a sandbox may reach the network.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkPolicy {
+    /// Its own loopback only.
+    #[default]
+    None,
+    /// The host's network, shared (an explicit opt-in).
+    Host,
+}
+
+/// What a caller asks for when creating a sandbox.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// The provider's image name (local: a root filesystem directory or `oci:PATH`).
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Labels for lookup (`tether ls --label`, get-or-create).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Environment of every process in the sandbox.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Delete the sandbox this long after creation (renewable).
+    #[serde(default, with = "opt_secs")]
+    pub ttl: Option<Duration>,
+    /// Delete the sandbox after this long without client activity.
+    #[serde(default, with = "opt_secs")]
+    pub idle_timeout: Option<Duration>,
+    /// CPU limit in cores (may be fractional).
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    /// Memory limit in bytes.
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    /// Limit on the number of processes.
+    #[serde(default)]
+    pub pids: Option<u64>,
+    /// Network access.
+    #[serde(default)]
+    pub network: NetworkPolicy,
+}
+
+/// What a provider reports back from a create; the relay persists it in the registry.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Created {
+    /// The provider's own id for the sandbox (equal to the relay's id for `local`).
+    pub provider_ref: String,
+    /// Provider-specific facts needed to reach or delete it later (paths, pids, URLs).
+    pub meta: serde_json::Value,
+}
+
+/// A sandbox as the registry knows it, handed back to its provider for every later call.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SandboxHandle {
+    /// The relay's id, e.g. `sb-3f9a2c`.
+    pub id: String,
+    /// The provider's id.
+    pub provider_ref: String,
+    /// The per-sandbox agent token (never shown to clients).
+    pub agent_token: String,
+    /// What the provider stored at create.
+    pub meta: serde_json::Value,
+}
+
+/// A sandbox's state as its provider sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxState {
+    /// Running; its agent should answer.
+    Running,
+    /// Paused or stopped by the provider; connect may resume it.
+    Stopped,
+    /// Gone.
+    Gone,
+}
+
+/// Why a provider call failed. Each message says what the user can do.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// The host lacks something the provider needs (namespaces, cgroups, a binary).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The request is invalid for this provider (bad image, bad limit).
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// The sandbox does not exist at the provider any more.
+    #[error("sandbox {0} no longer exists at its provider")]
+    Gone(String),
+    /// Credentials are missing or refused; the message names the variable to set.
+    #[error("{0}")]
+    Auth(String),
+    /// Anything else, with context.
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+/// One way of running sandboxes.
+#[async_trait]
+pub trait Provider: Send + Sync + 'static {
+    /// The name users pass to `--provider`.
+    fn name(&self) -> &'static str;
+    /// Creates and starts a sandbox whose agent will accept `agent_token`.
+    async fn create(
+        &self,
+        id: &str,
+        agent_token: &str,
+        spec: &SandboxSpec,
+    ) -> Result<Created, ProviderError>;
+    /// The sandbox's current state.
+    async fn state(&self, sandbox: &SandboxHandle) -> Result<SandboxState, ProviderError>;
+    /// Removes everything the sandbox had. Deleting a gone sandbox succeeds.
+    async fn delete(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError>;
+    /// Extends the provider-side lifetime, where the provider has one.
+    async fn renew(&self, sandbox: &SandboxHandle, ttl: Duration) -> Result<(), ProviderError>;
+    /// Opens a new, authenticated WebSocket to the sandbox's agent.
+    async fn connect(&self, sandbox: &SandboxHandle) -> Result<AgentSocket, ProviderError>;
+}
+
+/// Settings every provider may read.
+#[derive(Clone, Debug)]
+pub struct ProviderContext {
+    /// The relay's data directory; a provider keeps its files under `data_dir/<provider>/`.
+    pub data_dir: PathBuf,
+    /// The `tether-agent` binary to run in local sandboxes or upload to images.
+    pub agent_binary: PathBuf,
+}
+
+/// Builds every provider that can be configured on this host, keyed by name.
+/// This is the one place providers are registered.
+pub fn build(ctx: &ProviderContext) -> BTreeMap<&'static str, Arc<dyn Provider>> {
+    let mut all: BTreeMap<&'static str, Arc<dyn Provider>> = BTreeMap::new();
+    let local: Arc<dyn Provider> = Arc::new(local::LocalProvider::new(ctx.clone()));
+    all.insert(local.name(), local);
+    all
+}
+
+mod opt_secs {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<f64>::deserialize(d)?.map(Duration::from_secs_f64))
+    }
+}
