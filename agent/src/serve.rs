@@ -40,7 +40,10 @@ pub async fn tcp(addr: SocketAddr, agent: Arc<Agent>) -> anyhow::Result<()> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
-    info!("listening on ws://{}", listener.local_addr()?);
+    let local = listener.local_addr()?;
+    info!("listening on ws://{local}");
+    // A machine-readable readiness line for whoever started us (tests, scripts).
+    println!("listening ws://{local}");
     loop {
         let (sock, peer) = match listener.accept().await {
             Ok(x) => x,

@@ -23,8 +23,12 @@ impl RecvWindow {
     /// Records that the consumer took `n` bytes. Returns the credit to send back, if it is
     /// time to send a window frame.
     pub fn consumed(&mut self, n: usize) -> Option<u32> {
-        self.consumed = self.consumed.saturating_add(n as u32);
-        if self.consumed >= self.window / 2 {
+        // Saturating, not `as u32`: a wrapped count would lose credit and stall the sender.
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        self.consumed = self.consumed.saturating_add(n);
+        // `> 0` because a 1-byte window's half is 0: an empty read must not produce a window
+        // frame of zero credit, which the peer rejects as malformed.
+        if self.consumed > 0 && self.consumed >= self.window / 2 {
             Some(std::mem::take(&mut self.consumed))
         } else {
             None

@@ -1,1 +1,15 @@
+//! The host side of Tether: providers that run sandboxes, the relay that tunnels clients to
+//! each sandbox's agent, the Rust client library, and the `tether` command line.
+//!
+//! # Layout
+//! - [`client`]: the client library: [`client::Session`] speaks the protocol to an agent
+//!   (directly or through a relay), [`client::RelayClient`] manages sandboxes over REST.
+//! - [`api`]: the relay's REST contract, shared by server and client.
+//! - [`provider`]: the provider trait and one module per provider (`local`: namespaces).
+//! - [`registry`]: sandboxes and tokens in SQLite. [`server`]: the relay itself.
+//! - [`cli`]: the `tether` commands.
+#![warn(missing_docs)]
 
+pub mod api;
+pub mod client;
+pub mod provider;

@@ -1,1 +1,270 @@
-//! Shared support for the end-to-end tests.
+//! Support for the end-to-end tests: start the real `tether-agent` and `tether` binaries on
+//! ephemeral ports, wait for their readiness line, and stop them on drop.
+//!
+//! The binaries are found next to the test executable's `deps/` directory (cargo builds them
+//! for `cargo test --workspace`), or at `TETHER_AGENT_BIN` / `TETHER_BIN`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tether_relay::client::{RelayClient, Session};
+
+/// How long a binary may take to print its readiness line.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The path of a workspace binary built alongside the tests.
+pub fn bin(name: &str) -> PathBuf {
+    let var = match name {
+        "tether-agent" => "TETHER_AGENT_BIN",
+        _ => "TETHER_BIN",
+    };
+    if let Some(p) = std::env::var_os(var) {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} not found: run the tests with `cargo test --workspace` so cargo builds it",
+        path.display()
+    );
+    path
+}
+
+/// A random hex token.
+pub fn token() -> String {
+    use rand::Rng;
+    let bytes: [u8; 16] = rand::thread_rng().gen();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Spawns `cmd` and waits for a stdout line starting with `prefix`; returns the child and
+/// the rest of that line. Further stdout is drained in the background.
+fn spawn_ready(mut cmd: Command, prefix: &str) -> (Child, String) {
+    cmd.stdout(Stdio::piped()).stdin(Stdio::null());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let want = prefix.to_string();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if !sent {
+                if let Some(rest) = line.strip_prefix(&want) {
+                    let _ = tx.send(rest.trim().to_string());
+                    sent = true;
+                }
+            }
+        }
+    });
+    match rx.recv_timeout(READY_TIMEOUT) {
+        Ok(rest) => (child, rest),
+        Err(_) => {
+            let _ = child.kill();
+            panic!("{cmd:?} did not print `{prefix}` within {READY_TIMEOUT:?}");
+        }
+    }
+}
+
+/// A real agent serving on an ephemeral loopback port.
+pub struct Agent {
+    child: Child,
+    /// `ws://127.0.0.1:PORT`.
+    pub url: String,
+    /// Its token.
+    pub token: String,
+    /// Its working directory (a fresh temporary directory).
+    pub dir: tempfile::TempDir,
+}
+
+impl Agent {
+    /// Starts an agent with default settings.
+    pub fn start() -> Agent {
+        Agent::start_with(&[])
+    }
+
+    /// Starts an agent with extra `serve` arguments.
+    pub fn start_with(extra: &[&str]) -> Agent {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let token = token();
+        let mut cmd = Command::new(bin("tether-agent"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--workdir"])
+            .arg(dir.path())
+            .args(extra)
+            .env("TETHER_AGENT_TOKEN", &token)
+            .current_dir(dir.path());
+        let (child, url) = spawn_ready(cmd, "listening ");
+        Agent {
+            child,
+            url,
+            token,
+            dir,
+        }
+    }
+
+    /// The agent's pid on this host.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The agent's resident memory in bytes (VmRSS).
+    pub fn rss_bytes(&self) -> u64 {
+        rss_of(self.pid())
+    }
+
+    /// A new protocol session.
+    pub async fn session(&self) -> Session {
+        Session::connect(&self.url, Some(&self.token))
+            .await
+            .expect("connect to agent")
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// VmRSS of a process, in bytes.
+pub fn rss_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// A real relay (`tether serve`) on an ephemeral port with its own data directory.
+pub struct Relay {
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// The admin token it wrote.
+    pub admin_token: String,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    _owned_dir: Option<tempfile::TempDir>,
+}
+
+impl Relay {
+    /// Starts a relay on a fresh data directory.
+    pub fn start() -> Relay {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data_dir = dir.path().to_path_buf();
+        let mut relay = Relay::start_on(&data_dir);
+        relay._owned_dir = Some(dir);
+        relay
+    }
+
+    /// Starts a relay on an existing data directory (for restart tests).
+    pub fn start_on(data_dir: &Path) -> Relay {
+        let mut cmd = Command::new(bin("tether"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("TETHER_AGENT_BIN", bin("tether-agent"));
+        let (child, url) = spawn_ready(cmd, "listening ");
+        let admin_token = std::fs::read_to_string(data_dir.join("admin.token"))
+            .expect("relay wrote admin.token")
+            .trim()
+            .to_string();
+        Relay {
+            child: Some(child),
+            url,
+            admin_token,
+            data_dir: data_dir.to_path_buf(),
+            _owned_dir: None,
+        }
+    }
+
+    /// Stops the relay process (sandboxes keep running) and returns its data directory's
+    /// ownership so a new relay can start on it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix_kill(child.id(), "TERM");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A client with the admin token.
+    pub fn client(&self) -> RelayClient {
+        RelayClient::new(&self.url, Some(self.admin_token.clone())).expect("relay client")
+    }
+
+    /// A `tether` command pointed at this relay with the admin token.
+    pub fn tether(&self) -> Command {
+        let mut cmd = Command::new(bin("tether"));
+        cmd.env("TETHER_RELAY", &self.url)
+            .env("TETHER_TOKEN", &self.admin_token)
+            .env("TETHER_AGENT_BIN", bin("tether-agent"));
+        cmd
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        // Delete what the test left behind, then stop the relay.
+        if self.child.is_some() {
+            let _ = self.tether().args(["rm", "--all"]).output();
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn nix_kill(pid: u32, sig: &str) -> std::io::Result<std::process::ExitStatus> {
+    Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+}
+
+/// Polls `check` until it returns `Some`, or panics after `timeout` with `what`.
+pub async fn eventually<T>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// SHA-256 of `data`, hex.
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -1,0 +1,111 @@
+//! The relay's REST/JSON contract: request and response bodies shared by the server and the
+//! client library, so the two cannot drift apart.
+//!
+//! Routes (all under `/v1`, all authenticated with `Authorization: Bearer <api token>`):
+//! - `POST   /v1/sandboxes`            create ([`CreateRequest`] → 201 [`SandboxInfo`]);
+//!   with `get_or_create: true`, returns 200 and the tenant's existing sandbox with exactly
+//!   these labels if there is one.
+//! - `GET    /v1/sandboxes?label=k=v`  list the tenant's sandboxes (labels must all match).
+//! - `GET    /v1/sandboxes/{id}`       one sandbox.
+//! - `DELETE /v1/sandboxes/{id}`       delete (204).
+//! - `POST   /v1/sandboxes/{id}/renew` extend the TTL ([`RenewRequest`] → [`SandboxInfo`]).
+//! - `GET    /v1/sandboxes/{id}/ws`    WebSocket: the Tether protocol, tunneled to the agent.
+//! - `POST   /v1/tokens`               admin only: mint a token for a tenant ([`TokenRequest`]).
+//! - `GET    /v1/health`               unauthenticated liveness.
+//!
+//! Errors are [`ErrorBody`] with a status code: 400 invalid, 401 bad token, 404 not found (also
+//! for another tenant's sandbox), 409 conflict, 502 provider failure, 503 unavailable.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::provider::SandboxSpec;
+
+/// `POST /v1/sandboxes`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CreateRequest {
+    /// Provider name; the relay's default (`local`) when absent.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// What to create.
+    #[serde(flatten)]
+    pub spec: SandboxSpec,
+    /// Return the tenant's existing sandbox with exactly these labels, if any.
+    #[serde(default)]
+    pub get_or_create: bool,
+}
+
+/// A sandbox as clients see it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SandboxInfo {
+    /// The relay's id.
+    pub id: String,
+    /// Provider name.
+    pub provider: String,
+    /// The provider's own id.
+    pub provider_ref: String,
+    /// `running`, `stopped` or `gone`.
+    pub state: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// The image it was created from.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_ms: i64,
+    /// Last client activity, milliseconds since the Unix epoch.
+    pub last_active_ms: i64,
+    /// When the TTL deletes it, milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub expires_ms: Option<i64>,
+    /// Idle timeout in seconds.
+    #[serde(default)]
+    pub idle_timeout_secs: Option<u64>,
+    /// Whether it was just created (false when get-or-create found an existing one).
+    #[serde(default)]
+    pub created: bool,
+}
+
+/// `POST /v1/sandboxes/{id}/renew`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RenewRequest {
+    /// New TTL from now, in seconds.
+    pub ttl_secs: u64,
+}
+
+/// `POST /v1/tokens`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TokenRequest {
+    /// The tenant the token acts for.
+    pub tenant: String,
+    /// Whether the token may mint tokens.
+    #[serde(default)]
+    pub admin: bool,
+}
+
+/// Answer to `POST /v1/tokens`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TokenResponse {
+    /// The token; shown once, stored hashed.
+    pub token: String,
+    /// Its tenant.
+    pub tenant: String,
+}
+
+/// Every error response.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// Machine-readable: `unauthorized`, `not_found`, `invalid_argument`, `conflict`,
+    /// `provider_error`, `unavailable`, `internal`.
+    pub code: String,
+    /// A sentence saying what to do.
+    pub message: String,
+}
