@@ -5,7 +5,7 @@
 //! Each stream runs its operation in its own task, so a stalled stream stalls nobody else.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -65,8 +65,12 @@ where
     So: futures_util::Stream<Item = Result<Message, WsError>> + Unpin,
 {
     let (outbox, mut queue) = mpsc::channel::<Bytes>(OUTBOX_FRAMES);
+    // Set when the handshake fails, so the writer closes with 1008 rather than 1001.
+    let failed = Arc::new(AtomicBool::new(false));
+    let writer_failed = failed.clone();
 
     let writer = tokio::spawn(async move {
+        let failed = writer_failed;
         let mut ping = tokio::time::interval(Duration::from_secs(PING_INTERVAL_SECS - 5));
         ping.tick().await;
         loop {
@@ -93,9 +97,14 @@ where
                 }
             }
         }
+        let code = if failed.load(Ordering::Acquire) {
+            CloseCode::Policy
+        } else {
+            CloseCode::Away
+        };
         let _ = sink
             .send(Message::Close(Some(CloseFrame {
-                code: CloseCode::Normal,
+                code,
                 reason: "".into(),
             })))
             .await;
@@ -104,6 +113,7 @@ where
 
     if let Err(e) = handshake(&mut source, &outbox, &agent, authed).await {
         debug!("handshake failed: {}", e.message);
+        failed.store(true, Ordering::Release);
         let _ = outbox
             .send(frame::encode_control(&Control::Error {
                 stream: None,
@@ -144,9 +154,28 @@ where
                 continue;
             }
         };
-        match Frame::decode(bytes) {
+        match Frame::decode(bytes.clone()) {
             Ok(frame) => route(frame, &streams, &outbox, &agent).await,
-            Err(e) => reject(&outbox, None, &e.to_string()).await,
+            Err(e) => match undecodable_open(&bytes, &streams) {
+                Some(stream) => {
+                    let code = if e.to_string().contains("unknown variant") {
+                        ErrorCode::Unsupported
+                    } else {
+                        ErrorCode::InvalidArgument
+                    };
+                    let _ = outbox
+                        .send(frame::encode_control(&Control::Error {
+                            stream: Some(stream),
+                            code,
+                            message: e.to_string(),
+                        }))
+                        .await;
+                    let _ = outbox
+                        .send(frame::encode_control(&Control::Closed { stream }))
+                        .await;
+                }
+                None => reject(&outbox, None, &e.to_string()).await,
+            },
         }
     }
 
@@ -218,6 +247,23 @@ where
         .map_err(|_| OpError::gone())
 }
 
+/// For a control frame that failed to decode: if it is an `open` whose stream id can be read
+/// (an unknown op from a newer client, a bad field), that id, so the stream gets its error and
+/// `closed` instead of waiting forever.
+fn undecodable_open(bytes: &[u8], streams: &Streams) -> Option<StreamId> {
+    let header = Frame::check(bytes).ok()?;
+    if header.kind != tether_proto::FrameKind::Control {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_slice(&bytes[tether_proto::limits::HEADER_LEN..]).ok()?;
+    if value.get("type")?.as_str()? != "open" {
+        return None;
+    }
+    let id = StreamId(u32::try_from(value.get("stream")?.as_u64()?).ok()?);
+    let open = streams.lock().expect("stream table lock").contains_key(&id);
+    (id != StreamId::CONNECTION && !open).then_some(id)
+}
+
 async fn reject(outbox: &mpsc::Sender<Bytes>, stream: Option<StreamId>, message: &str) {
     let _ = outbox
         .send(frame::encode_control(&Control::Error {
@@ -235,20 +281,24 @@ async fn route(frame: Frame, streams: &Streams, outbox: &mpsc::Sender<Bytes>, ag
             channel,
             payload,
         } => {
-            let verdict = {
-                let mut table = streams.lock().expect("stream table lock");
-                match table.get_mut(&stream) {
-                    None => Err(format!("data for {stream}, which is not open")),
-                    Some(_) if channel != Channel::In => Err(format!(
-                        "clients send data on channel in only, not {channel:?}"
-                    )),
+            // Errors without a stream are message errors; with one, the stream is cancelled
+            // (and so gets its `closed`).
+            let verdict: Result<(), (Option<StreamId>, String)> = {
+                let table = streams.lock().expect("stream table lock");
+                match table.get(&stream) {
+                    None => Err((None, format!("data frame for {stream}, which is not open"))),
+                    Some(e) if channel != Channel::In => {
+                        let _ = e.inbound.send(Inbound::Cancel);
+                        Err((
+                            Some(stream),
+                            format!("clients send data on channel in only, not {channel:?}; the stream is cancelled"),
+                        ))
+                    }
                     Some(e) => {
                         let len = payload.len() as u64;
-                        let spent =
-                            e.in_credit
-                                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                                    c.checked_sub(len)
-                                });
+                        let spent = e
+                            .in_credit
+                            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(len));
                         match spent {
                             Ok(_) => {
                                 let _ = e.inbound.send(Inbound::Data(payload));
@@ -256,16 +306,17 @@ async fn route(frame: Frame, streams: &Streams, outbox: &mpsc::Sender<Bytes>, ag
                             }
                             Err(have) => {
                                 let _ = e.inbound.send(Inbound::Cancel);
-                                Err(format!(
-                                    "{stream} sent {len} bytes with only {have} bytes of credit; the stream is cancelled"
+                                Err((
+                                    Some(stream),
+                                    format!("{stream} sent {len} bytes with only {have} bytes of credit; the stream is cancelled"),
                                 ))
                             }
                         }
                     }
                 }
             };
-            if let Err(msg) = verdict {
-                reject(outbox, Some(stream), &msg).await;
+            if let Err((stream, msg)) = verdict {
+                reject(outbox, stream, &msg).await;
             }
         }
         Frame::Window { stream, credit } => {
@@ -310,13 +361,15 @@ async fn control(
             return;
         }
     };
+    let is_cancel = matches!(inbound, Inbound::Cancel);
     let delivered = streams
         .lock()
         .expect("stream table lock")
         .get(&stream)
         .map(|e| e.inbound.send(inbound).is_ok());
-    if delivered.is_none() {
-        reject(outbox, Some(stream), &format!("{stream} is not open")).await;
+    // A cancel routinely crosses the stream's `closed` on the wire: ignore it.
+    if delivered.is_none() && !is_cancel {
+        reject(outbox, None, &format!("{stream} is not open")).await;
     }
 }
 
