@@ -1,19 +1,562 @@
-//! PLACEHOLDER until the exec owner replaces it: the registry of processes.
-use nix::sys::signal::Signal;
+//! The agent's processes: the registry every connection shares, and each process's life from
+//! spawn to collected exit.
+//!
+//! A supervisor task per process pumps each output descriptor into that channel's replay ring
+//! (one read of up to 256 KiB per readiness event, no thread per process), enforces the
+//! timeout and the output limit, and publishes the exit status once the status is known and
+//! every output channel has ended. Streams attach to a process through its rings (see
+//! `exec`); the process does not know who is attached, which is what lets a background
+//! process outlive its connection.
+//!
+//! A finished process stays listed until its exit is collected (delivered by an exec, attach
+//! or wait stream) or for [`EXIT_RETENTION_SECS`], whichever comes first.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use tether_proto::limits::EXIT_RETENTION_SECS;
+use tether_proto::op::{Command, ExecSpec, ProcessInfo};
+use tether_proto::{ByteOffset, Channel, ErrorCode, ExitStatus, ProcessId};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{oneshot, watch};
+use tracing::debug;
+
+use crate::reaper::{Ended, Reaper};
+use crate::replay::{Reader, Ring};
+use crate::spawn::{self, ChildIo};
+use crate::stream::OpError;
+use crate::{pty, sys};
+
+/// Most bytes read from an output descriptor at once: 256 KiB.
+const READ_BYTES: usize = 256 << 10;
+
+/// A read shorter than this is copied into a buffer of its own, so a terminal's small reads
+/// do not each pin part of a large read buffer: 4 KiB.
+const COPY_BELOW: usize = 4 << 10;
+
+/// Once the process has exited, its output is drained until EOF or until nothing has arrived
+/// for this long: 200 ms. A background descendant may hold the pipe open indefinitely.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
+
+/// Bounds of a spec's replay ring capacity, per channel: 4 KiB to 64 MiB.
+const RING_BYTES: (u64, u64) = (4 << 10, 64 << 20);
 
 /// Every process started through this agent.
-#[derive(Debug, Default)]
-pub struct Processes;
+#[derive(Debug)]
+pub struct Processes {
+    registry: Arc<Registry>,
+}
+
+#[derive(Debug)]
+struct Registry {
+    table: Mutex<HashMap<ProcessId, Arc<Process>>>,
+    next_id: AtomicU64,
+    reaper: Arc<Reaper>,
+    /// The agent lowered its own OOM score, so children must raise theirs back.
+    reset_oom: bool,
+}
+
+/// One process and its output history.
+#[derive(Debug)]
+pub struct Process {
+    /// The agent's id for it.
+    pub id: ProcessId,
+    /// Its pid, also its process group id.
+    pub pid: i32,
+    /// It runs under a PTY.
+    pub pty: bool,
+    command: String,
+    tag: Option<String>,
+    started_ms: i64,
+    /// Replay rings for `out` and `err`.
+    rings: [Arc<Ring>; 2],
+    /// Where input goes: its stdin pipe or PTY master; `None` for /dev/null or once closed.
+    input: Mutex<Option<Input>>,
+    /// Output bytes still allowed under the spec's limit.
+    output_left: Option<AtomicU64>,
+    timed_out: AtomicBool,
+    truncated: AtomicBool,
+    leader_alive: AtomicBool,
+    collected: AtomicBool,
+    exit: watch::Receiver<Option<ExitStatus>>,
+    reaper: Arc<Reaper>,
+}
+
+/// The writing end of a process's input (a pipe, or a PTY master). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Input(Arc<AsyncFd<OwnedFd>>);
+
+impl Input {
+    /// Writes some of `buf` once the descriptor is writable; returns how much. Dropping the
+    /// future before it finishes writes nothing.
+    pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        loop {
+            let mut ready = self.0.writable().await?;
+            if let Ok(result) =
+                ready.try_io(|fd| nix::unistd::write(fd.get_ref(), buf).map_err(io::Error::from))
+            {
+                return result;
+            }
+        }
+    }
+}
 
 impl Processes {
-    /// Starts the registry (and its reaper).
+    /// Starts the registry and the reaper. Must be called inside the tokio runtime.
     pub fn start() -> Processes {
-        Processes
+        let reset_oom = std::fs::read_to_string("/proc/self/oom_score_adj")
+            .is_ok_and(|score| score.trim() != "0");
+        Processes {
+            registry: Arc::new(Registry {
+                table: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+                reaper: Reaper::start(),
+                reset_oom,
+            }),
+        }
     }
-    /// Sends `sig` to every running process group.
-    pub fn signal_all(&self, _sig: Signal) {}
-    /// True while any process runs.
+
+    /// Starts the process `spec` describes. `workdir` is the default working directory and
+    /// `ring_bytes` the default replay ring capacity.
+    pub fn spawn(
+        &self,
+        spec: &ExecSpec,
+        workdir: &std::path::Path,
+        ring_bytes: usize,
+    ) -> Result<Arc<Process>, OpError> {
+        let registry = &self.registry;
+        let child = spawn::spawn(spec, workdir, registry.reset_oom, &registry.reaper)?;
+        let capacity = spec.ring_bytes.map_or(ring_bytes, |b| {
+            b.clamp(RING_BYTES.0, RING_BYTES.1) as usize
+        });
+        let register = |fd: OwnedFd| {
+            sys::watch_fd(fd)
+                .map(Arc::new)
+                .map_err(|e| OpError::io("cannot watch a process's output", &e))
+        };
+        let (input, outputs) = match child.io {
+            ChildIo::Pipes {
+                stdin,
+                stdout,
+                stderr,
+            } => (
+                stdin.map(register).transpose()?,
+                [Some(register(stdout)?), stderr.map(register).transpose()?],
+            ),
+            ChildIo::Pty { master } => {
+                let master = register(master)?;
+                (Some(master.clone()), [Some(master), None])
+            }
+        };
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let process = Arc::new(Process {
+            id: ProcessId(registry.next_id.fetch_add(1, SeqCst)),
+            pid: child.pid,
+            pty: spec.pty.is_some(),
+            command: display(&spec.command),
+            tag: spec.tag.clone(),
+            started_ms: now_ms(),
+            rings: [Arc::new(Ring::new(capacity)), Arc::new(Ring::new(capacity))],
+            input: Mutex::new(input.map(Input)),
+            output_left: spec.output_limit.map(AtomicU64::new),
+            timed_out: AtomicBool::new(false),
+            truncated: AtomicBool::new(false),
+            leader_alive: AtomicBool::new(true),
+            collected: AtomicBool::new(false),
+            exit: exit_rx,
+            reaper: registry.reaper.clone(),
+        });
+        registry.lock().insert(process.id, process.clone());
+        let timeout = spec.timeout_ms.map(Duration::from_millis);
+        tokio::spawn(supervise(
+            process.clone(),
+            outputs,
+            child.ended,
+            timeout,
+            exit_tx,
+            Arc::downgrade(registry),
+        ));
+        Ok(process)
+    }
+
+    /// The process with this id.
+    pub fn get(&self, id: ProcessId) -> Result<Arc<Process>, OpError> {
+        self.registry.lock().get(&id).cloned().ok_or_else(|| {
+            OpError::new(
+                ErrorCode::NotFound,
+                format!("{id} not found: it never existed, or it ended and its exit was already collected or expired"),
+            )
+        })
+    }
+
+    /// Running and uncollected processes, oldest first.
+    pub fn list(&self) -> Vec<ProcessInfo> {
+        let mut all: Vec<_> = self.registry.lock().values().cloned().collect();
+        all.sort_by_key(|p| p.id);
+        all.iter().map(|p| p.info()).collect()
+    }
+
+    /// Records that a client received the process's exit: it is forgotten once it ended.
+    pub fn collect(&self, process: &Process) {
+        process.collected.store(true, SeqCst);
+        if process.exit.borrow().is_some() {
+            self.registry.lock().remove(&process.id);
+        }
+    }
+
+    /// Sends `sig` to the process group of every process that has not finished.
+    pub fn signal_all(&self, sig: Signal) {
+        for p in self.registry.lock().values() {
+            if p.exit.borrow().is_none() {
+                let _ = killpg(Pid::from_raw(p.pid), sig);
+            }
+        }
+    }
+
+    /// True while any process we started is still running.
     pub fn any_running(&self) -> bool {
-        false
+        self.registry
+            .lock()
+            .values()
+            .any(|p| p.leader_alive.load(SeqCst))
+    }
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProcessId, Arc<Process>>> {
+        self.table.lock().expect("process table lock")
+    }
+
+    /// The process's exit was published: forget it now if collected, else after retention.
+    fn finished(self: &Arc<Self>, process: &Process) {
+        if process.collected.load(SeqCst) {
+            self.lock().remove(&process.id);
+            return;
+        }
+        let registry = Arc::downgrade(self);
+        let id = process.id;
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(EXIT_RETENTION_SECS)).await;
+            if let Some(registry) = registry.upgrade() {
+                registry.lock().remove(&id);
+            }
+        });
+    }
+}
+
+impl Process {
+    /// The replay ring of `out` (index 0) or `err` (index 1).
+    pub fn ring(&self, channel: Channel) -> &Arc<Ring> {
+        match channel {
+            Channel::Err => &self.rings[1],
+            _ => &self.rings[0],
+        }
+    }
+
+    /// Attaches readers to both channels from the given offsets.
+    pub fn attach(&self, from: [ByteOffset; 2]) -> Result<[Reader; 2], OpError> {
+        let reader = |channel: Channel, from: ByteOffset| {
+            let ring = self.ring(channel);
+            ring.attach(from).ok_or_else(|| {
+                OpError::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "offset {from} is past the end of the {channel:?} output of {} ({} bytes so far)",
+                        self.id,
+                        ring.end()
+                    ),
+                )
+            })
+        };
+        Ok([reader(Channel::Out, from[0])?, reader(Channel::Err, from[1])?])
+    }
+
+    /// Where input goes, unless stdin is /dev/null or was closed.
+    pub fn input(&self) -> Option<Input> {
+        self.input.lock().expect("process input lock").clone()
+    }
+
+    /// Closes the stdin pipe (the process reads end-of-file once pending writes are done).
+    /// A PTY is left open: its end-of-file is a byte, [`pty::EOF_BYTE`].
+    pub fn close_stdin(&self) {
+        if !self.pty {
+            self.input.lock().expect("process input lock").take();
+        }
+    }
+
+    /// Resizes the PTY, if the process has one and it is still open.
+    pub fn resize(&self, cols: u16, rows: u16) {
+        if let (true, Some(master)) = (self.pty, self.input()) {
+            if let Err(e) = pty::resize(master.0.get_ref(), cols, rows) {
+                debug!("cannot resize the terminal of {}: {e}", self.id);
+            }
+        }
+    }
+
+    /// Sends `sig` to the process, or to its process group: for a PTY, the terminal's
+    /// foreground group, which is where a typed Ctrl-C would go. Nothing is sent once the
+    /// process finished, since its ids may then belong to others.
+    pub fn signal(&self, sig: Signal, group: bool) {
+        if self.exit.borrow().is_some() {
+            return;
+        }
+        if !group {
+            self.reaper.signal(self.pid, sig);
+            return;
+        }
+        let foreground = match (self.pty, self.input()) {
+            (true, Some(master)) => nix::unistd::tcgetpgrp(master.0.get_ref().as_fd()).ok(),
+            _ => None,
+        };
+        let _ = killpg(foreground.unwrap_or(Pid::from_raw(self.pid)), sig);
+    }
+
+    /// SIGKILLs the process group (and, under a PTY, every process of its session, since job
+    /// control moves jobs into groups of their own).
+    pub fn kill_all(&self) {
+        let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+        if self.pty {
+            kill_session(self.pid);
+        }
+    }
+
+    /// Waits until the process has ended and all its output is in the rings.
+    pub async fn wait(&self) -> ExitStatus {
+        let mut exit = self.exit.clone();
+        let status = exit.wait_for(Option::is_some).await.ok().and_then(|s| *s);
+        status.unwrap_or_default()
+    }
+
+    fn info(&self) -> ProcessInfo {
+        ProcessInfo {
+            process: self.id,
+            pid: self.pid as u32,
+            tag: self.tag.clone(),
+            command: self.command.clone(),
+            pty: self.pty,
+            exit: *self.exit.borrow(),
+            offsets: [self.rings[0].end(), self.rings[1].end()],
+            started_ms: self.started_ms,
+        }
+    }
+
+    /// Cuts `chunk` to what the output limit still allows.
+    fn within_limit(&self, mut chunk: Bytes) -> Bytes {
+        let Some(left) = &self.output_left else {
+            return chunk;
+        };
+        let len = chunk.len() as u64;
+        let before = left
+            .fetch_update(SeqCst, SeqCst, |l| Some(l.saturating_sub(len)))
+            .unwrap_or_default();
+        if before < len {
+            self.truncated.store(true, SeqCst);
+            chunk.truncate(before as usize);
+        }
+        chunk
+    }
+
+    fn output_exhausted(&self) -> bool {
+        self.output_left
+            .as_ref()
+            .is_some_and(|left| left.load(SeqCst) == 0)
+    }
+}
+
+/// Runs a process to its end: pumps, timeout, exit status, retention.
+async fn supervise(
+    process: Arc<Process>,
+    outputs: [Option<Arc<AsyncFd<OwnedFd>>>; 2],
+    ended: oneshot::Receiver<Ended>,
+    timeout: Option<Duration>,
+    exit_tx: watch::Sender<Option<ExitStatus>>,
+    registry: Weak<Registry>,
+) {
+    let (gone_tx, gone_rx) = watch::channel(false);
+    let leader = async {
+        let ended = wait_leader(&process, ended, timeout).await;
+        process.leader_alive.store(false, SeqCst);
+        let _ = gone_tx.send(true);
+        ended
+    };
+    let [out, err] = outputs;
+    let (ended, (), ()) = tokio::join!(
+        leader,
+        pump(&process, Channel::Out, out, gone_rx.clone()),
+        pump(&process, Channel::Err, err, gone_rx),
+    );
+    // Nothing reads the process's input any more; a PTY is released here.
+    process.input.lock().expect("process input lock").take();
+    let (code, signal) = match ended {
+        Ended::Code(code) => (Some(code), None),
+        Ended::Signal(sig) => (None, Some(sig)),
+    };
+    let _ = exit_tx.send(Some(ExitStatus {
+        code,
+        signal,
+        timed_out: process.timed_out.load(SeqCst),
+        truncated: process.truncated.load(SeqCst),
+    }));
+    if let Some(registry) = registry.upgrade() {
+        registry.finished(&process);
+    }
+}
+
+/// Waits for the reaper's status, killing the process group when the timeout elapses.
+async fn wait_leader(
+    process: &Process,
+    mut ended: oneshot::Receiver<Ended>,
+    timeout: Option<Duration>,
+) -> Ended {
+    // The reaper never drops a registered sender; a status is always delivered.
+    const LOST: Ended = Ended::Code(255);
+    if let Some(limit) = timeout {
+        tokio::select! {
+            status = &mut ended => return status.unwrap_or(LOST),
+            () = tokio::time::sleep(limit) => {
+                process.timed_out.store(true, SeqCst);
+                process.kill_all();
+            }
+        }
+    }
+    ended.await.unwrap_or(LOST)
+}
+
+/// Moves one output descriptor's bytes into its ring until EOF (EIO for a PTY), or until it
+/// has been idle for [`DRAIN_AFTER_EXIT`] after the process exited. Waits for ring room
+/// first, which is how an attached slow client holds the process back.
+async fn pump(
+    process: &Process,
+    channel: Channel,
+    fd: Option<Arc<AsyncFd<OwnedFd>>>,
+    mut leader_gone: watch::Receiver<bool>,
+) {
+    let ring = process.ring(channel);
+    let Some(fd) = fd else {
+        ring.close();
+        return;
+    };
+    let mut buf = BytesMut::new();
+    loop {
+        let room = if process.output_exhausted() {
+            READ_BYTES // beyond the limit output is drained and discarded, never held back
+        } else {
+            ring.room().await.min(READ_BYTES)
+        };
+        let ready = if *leader_gone.borrow() {
+            match tokio::time::timeout(DRAIN_AFTER_EXIT, fd.readable()).await {
+                Ok(ready) => ready,
+                Err(_) => break,
+            }
+        } else {
+            tokio::select! {
+                ready = fd.readable() => ready,
+                _ = leader_gone.changed() => continue,
+            }
+        };
+        let Ok(mut ready) = ready else { break };
+        match ready.try_io(|fd| sys::read_into(fd.get_ref().as_fd(), &mut buf, room)) {
+            Err(_would_block) => continue,
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => {
+                let chunk = if n < COPY_BELOW {
+                    let small = Bytes::copy_from_slice(&buf);
+                    buf.clear();
+                    small
+                } else {
+                    buf.split().freeze()
+                };
+                ring.push(process.within_limit(chunk));
+            }
+            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(Err(e)) => {
+                // EIO is how a PTY master reports that every slave descriptor was closed.
+                if !(process.pty && e.raw_os_error() == Some(nix::libc::EIO)) {
+                    debug!("reading {channel:?} of {} failed: {e}", process.id);
+                }
+                break;
+            }
+        }
+    }
+    ring.close();
+}
+
+/// SIGKILLs every process in session `sid`, found by scanning /proc.
+fn kill_session(sid: i32) {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if session_of(&stat) == Some(sid) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// The session id field of a /proc/PID/stat line. The command name in parentheses may contain
+/// spaces and parentheses, so fields are counted from the last `)`.
+fn session_of(stat: &str) -> Option<i32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // state, ppid, pgrp, session
+    rest.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// The command line for `processes`, shell-quoted where needed.
+fn display(command: &Command) -> String {
+    match command {
+        Command::Shell(script) => script.clone(),
+        Command::Argv(argv) => argv
+            .iter()
+            .map(|arg| {
+                let plain = !arg.is_empty()
+                    && arg
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+                if plain {
+                    arg.clone()
+                } else {
+                    format!("'{}'", arg.replace('\'', r"'\''"))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_session_of_a_stat_line() {
+        let stat = "1234 (my (odd) cmd) S 1 1234 1230 34816 1234 4194560 0";
+        assert_eq!(session_of(stat), Some(1230));
+        assert_eq!(session_of("garbage"), None);
+    }
+
+    #[test]
+    fn displays_commands_quoted() {
+        let argv = Command::Argv(vec!["echo".into(), "a b".into(), "it's".into(), "x=1".into()]);
+        assert_eq!(display(&argv), r"echo 'a b' 'it'\''s' x=1");
+        assert_eq!(display(&Command::Shell("ls | wc".into())), "ls | wc");
     }
 }

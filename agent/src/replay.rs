@@ -242,8 +242,9 @@ impl Reader {
     /// Waits for what comes next, at most `max` bytes of data. Data is not consumed until
     /// [`Self::advance`] says it was delivered.
     pub async fn read(&mut self, max: usize) -> Read {
+        let ring = self.ring.clone();
         loop {
-            let mut notified = pin!(self.ring.data.notified());
+            let mut notified = pin!(ring.data.notified());
             notified.as_mut().enable();
             if let Some(read) = self.try_read(max) {
                 return read;

@@ -1,7 +1,17 @@
-//! The agent's only unsafe code: adopting inherited file descriptors.
+//! The agent's only unsafe code: adopting inherited file descriptors, reading into
+//! uninitialised buffers, terminal ioctls, and what a child does between fork and exec.
 #![allow(unsafe_code)]
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use bytes::BytesMut;
+use nix::libc;
+use tokio::io::unix::AsyncFd;
+use nix::unistd::{Gid, Uid};
 
 /// Takes ownership of inherited descriptor `fd`, checking first that it is open.
 pub fn adopt_fd(fd: RawFd) -> anyhow::Result<OwnedFd> {
@@ -11,4 +21,148 @@ pub fn adopt_fd(fd: RawFd) -> anyhow::Result<OwnedFd> {
     // SAFETY: the descriptor was inherited from our parent for this purpose, is open (checked
     // above), and nothing else in this process owns it: main() adopts each flag's fd once.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Registers `fd` with tokio's reactor, for readiness-driven non-blocking I/O.
+pub fn watch_fd(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: an `OwnedFd` is an open descriptor that stays open, and always reports the same
+    // number, until it is dropped, which the `AsyncFd` owning it does last.
+    Ok(unsafe { AsyncFd::register(fd) }?)
+}
+
+/// Reads at most `max` bytes from `fd`, appending them to `buf` without zeroing its spare
+/// capacity first (a 256 KiB memset per read would cost more than the read).
+pub fn read_into(fd: BorrowedFd<'_>, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
+    buf.reserve(max);
+    let spare = buf.spare_capacity_mut();
+    let len = spare.len().min(max);
+    // SAFETY: `spare` is writable memory owned by `buf` of at least `len` bytes, and `fd` is
+    // an open descriptor borrowed for the duration of the call.
+    let n = unsafe { libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), len) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel initialised the first `n <= len` bytes of the spare capacity.
+    unsafe { buf.set_len(buf.len() + n as usize) };
+    Ok(n as usize)
+}
+
+/// Opens a new PTY master (close-on-exec, not our controlling terminal), unlocked and with
+/// its slave's permissions granted. Returns it with the slave's path.
+pub fn open_pty_master() -> io::Result<(OwnedFd, String)> {
+    use nix::fcntl::OFlag;
+    let master =
+        nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
+    nix::pty::grantpt(&master)?;
+    nix::pty::unlockpt(&master)?;
+    let slave = nix::pty::ptsname_r(&master)?;
+    // SAFETY: `into_raw_fd` releases the descriptor from `PtyMaster`, so the `OwnedFd` is its
+    // only owner.
+    let master = unsafe { OwnedFd::from_raw_fd(master.into_raw_fd()) };
+    Ok((master, slave))
+}
+
+/// Sets a terminal's window size; on a PTY master the kernel then sends SIGWINCH to the
+/// terminal's foreground process group.
+pub fn set_window_size(fd: BorrowedFd<'_>, cols: u16, rows: u16) -> io::Result<()> {
+    let size = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one `winsize` through the pointer, which is valid for the call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &size) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The identity a child switches to.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Supplementary group ids.
+    pub groups: Vec<u32>,
+}
+
+/// What a child does between fork and exec beyond what [`Command`] offers. Each step costs
+/// the fast `posix_spawn` path (a closure forces fork), so only set what is needed.
+#[derive(Debug, Default)]
+pub struct ChildSetup {
+    /// Write 0 to its OOM score: the agent shields itself with -1000, which children inherit.
+    pub reset_oom: bool,
+    /// Start a new session whose controlling terminal is stdin (a PTY slave).
+    pub controlling_tty: bool,
+    /// Switch to this identity.
+    pub credentials: Option<Credentials>,
+    /// Change to this directory after switching identity, so its permissions apply.
+    pub chdir: Option<CString>,
+}
+
+impl ChildSetup {
+    /// True when there is nothing to do, and `Command` may use `posix_spawn`.
+    pub fn is_empty(&self) -> bool {
+        !self.reset_oom
+            && !self.controlling_tty
+            && self.credentials.is_none()
+            && self.chdir.is_none()
+    }
+
+    /// Arranges for `cmd`'s child to run these steps.
+    pub fn install(self, cmd: &mut Command) {
+        if self.is_empty() {
+            return;
+        }
+        let groups: Option<Vec<Gid>> = self
+            .credentials
+            .as_ref()
+            .map(|c| c.groups.iter().map(|&g| Gid::from_raw(g)).collect());
+        // SAFETY: the closure runs in the child between fork and exec, where only
+        // async-signal-safe work is allowed. It makes plain system calls on data prepared
+        // before the fork (the group list, the directory): no allocation, no locks.
+        unsafe {
+            cmd.pre_exec(move || {
+                if self.reset_oom {
+                    reset_oom_score();
+                }
+                if self.controlling_tty {
+                    nix::unistd::setsid()?;
+                    if libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                if let (Some(c), Some(groups)) = (&self.credentials, &groups) {
+                    nix::unistd::setgroups(groups)?;
+                    nix::unistd::setgid(Gid::from_raw(c.gid))?;
+                    nix::unistd::setuid(Uid::from_raw(c.uid))?;
+                }
+                if let Some(dir) = &self.chdir {
+                    nix::unistd::chdir(dir.as_c_str())?;
+                }
+                Ok(())
+            })
+        };
+    }
+}
+
+/// Sets the calling process's OOM score adjustment to 0. Async-signal-safe; failures are
+/// ignored (an unprivileged agent has nothing to undo).
+fn reset_oom_score() {
+    // SAFETY: the path is a static NUL-terminated string and the buffer a static byte;
+    // open, write and close are async-signal-safe and the descriptor is closed before return.
+    unsafe {
+        let fd = libc::open(
+            c"/proc/self/oom_score_adj".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
+        if fd >= 0 {
+            libc::write(fd, b"0".as_ptr().cast(), 1);
+            libc::close(fd);
+        }
+    }
 }

@@ -11,5 +11,8 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod cli;
 pub mod client;
 pub mod provider;
+pub mod registry;
+pub mod server;

@@ -98,6 +98,7 @@ impl Agent {
             .arg(dir.path())
             .args(extra)
             .env("TETHER_AGENT_TOKEN", &token)
+            .env("TETHER_LOG", std::env::var("TETHER_LOG").unwrap_or_else(|_| "warn".into()))
             .current_dir(dir.path());
         let (child, url) = spawn_ready(cmd, "listening ");
         Agent {
@@ -174,7 +175,8 @@ impl Relay {
         let mut cmd = Command::new(bin("tether"));
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
-            .env("TETHER_AGENT_BIN", bin("tether-agent"));
+            .env("TETHER_AGENT_BIN", bin("tether-agent"))
+            .env("TETHER_LOG", std::env::var("TETHER_LOG").unwrap_or_else(|_| "warn".into()));
         let (child, url) = spawn_ready(cmd, "listening ");
         let admin_token = std::fs::read_to_string(data_dir.join("admin.token"))
             .expect("relay wrote admin.token")
