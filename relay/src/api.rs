@@ -13,8 +13,9 @@
 //! - `POST   /v1/tokens`               admin only: mint a token for a tenant ([`TokenRequest`]).
 //! - `GET    /v1/health`               unauthenticated liveness.
 //!
-//! Errors are [`ErrorBody`] with a status code: 400 invalid, 401 bad token, 404 not found (also
-//! for another tenant's sandbox), 409 conflict, 502 provider failure, 503 unavailable.
+//! Errors are [`ErrorBody`] with a status code: 400 invalid, 401 bad token, 403 not an admin
+//! token (`forbidden`), 404 not found (also for another tenant's sandbox), 409 conflict,
+//! 502 provider failure, 503 unavailable.
 
 use std::collections::BTreeMap;
 
@@ -103,8 +104,8 @@ pub struct ErrorBody {
 /// What went wrong.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ErrorDetail {
-    /// Machine-readable: `unauthorized`, `not_found`, `invalid_argument`, `conflict`,
-    /// `provider_error`, `unavailable`, `internal`.
+    /// Machine-readable: `unauthorized`, `forbidden`, `not_found`, `invalid_argument`,
+    /// `conflict`, `provider_error`, `unavailable`, `internal`.
     pub code: String,
     /// A sentence saying what to do.
     pub message: String,

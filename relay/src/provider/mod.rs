@@ -2,6 +2,9 @@
 //! runs them. Each provider lives in its own module and registers in [`build`], the one place
 //! that names them all.
 
+mod cloud;
+mod daytona;
+mod e2b;
 pub mod local;
 
 use std::collections::BTreeMap;
@@ -153,8 +156,15 @@ pub struct ProviderContext {
 /// This is the one place providers are registered.
 pub fn build(ctx: &ProviderContext) -> BTreeMap<&'static str, Arc<dyn Provider>> {
     let mut all: BTreeMap<&'static str, Arc<dyn Provider>> = BTreeMap::new();
-    let local: Arc<dyn Provider> = Arc::new(local::LocalProvider::new(ctx.clone()));
-    all.insert(local.name(), local);
+    let settings = cloud::settings::Settings::load(&ctx.data_dir);
+    let providers: [Arc<dyn Provider>; 3] = [
+        Arc::new(local::LocalProvider::new(ctx.clone())),
+        Arc::new(e2b::E2bProvider::new(&settings)),
+        Arc::new(daytona::DaytonaProvider::new(&settings)),
+    ];
+    for provider in providers {
+        all.insert(provider.name(), provider);
+    }
     all
 }
 
@@ -170,6 +180,13 @@ mod opt_secs {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        Ok(Option::<f64>::deserialize(d)?.map(Duration::from_secs_f64))
+        match Option::<f64>::deserialize(d)? {
+            None => Ok(None),
+            Some(secs) => Duration::try_from_secs_f64(secs).map(Some).map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "{secs} is not a valid duration in seconds (must be 0 or more)"
+                ))
+            }),
+        }
     }
 }

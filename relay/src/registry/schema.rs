@@ -1,0 +1,56 @@
+//! The registry's SQL schema and its migrations, tracked by `PRAGMA user_version`.
+
+use rusqlite::Connection;
+
+use super::RegistryError;
+
+/// One SQL batch per schema version: `MIGRATIONS[n]` takes version `n` to `n + 1`. Append new
+/// steps; never edit a released one, since databases in the field have already run it.
+const MIGRATIONS: &[&str] = &[
+    // 1: sandboxes and API tokens.
+    "CREATE TABLE sandboxes (
+        id              TEXT PRIMARY KEY,
+        tenant          TEXT NOT NULL,
+        provider        TEXT NOT NULL,
+        provider_ref    TEXT NOT NULL,
+        labels          TEXT NOT NULL,  -- JSON object, keys sorted: equal maps, equal text
+        spec            TEXT NOT NULL,  -- JSON SandboxSpec
+        agent_token     TEXT NOT NULL,
+        meta            TEXT NOT NULL,  -- JSON, the provider's
+        created_ms      INTEGER NOT NULL,
+        last_active_ms  INTEGER NOT NULL,
+        ttl_ms          INTEGER,
+        expires_ms      INTEGER,
+        idle_timeout_ms INTEGER,
+        state           TEXT NOT NULL
+     ) STRICT;
+     CREATE INDEX sandboxes_by_tenant ON sandboxes (tenant, labels);
+     CREATE TABLE tokens (
+        hash       TEXT PRIMARY KEY,    -- SHA-256 of the token, lowercase hex
+        tenant     TEXT NOT NULL,
+        admin      INTEGER NOT NULL,
+        created_ms INTEGER NOT NULL
+     ) STRICT;",
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Brings `db` up to [`SCHEMA_VERSION`], each step in its own transaction.
+pub fn migrate(db: &mut Connection) -> Result<(), RegistryError> {
+    let found: u32 = db.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    if found > SCHEMA_VERSION {
+        return Err(RegistryError::TooNew {
+            found,
+            known: SCHEMA_VERSION,
+        });
+    }
+    for (version, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let tx = db.transaction()?;
+        tx.execute_batch(sql)?;
+        // PRAGMA takes no bound parameters; the value is our own integer.
+        tx.execute_batch(&format!("PRAGMA user_version = {}", version + 1))?;
+        tx.commit()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,258 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::*;
+use crate::provider::{NetworkPolicy, SandboxSpec, SandboxState};
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn record(tenant: &str, created_ms: i64, pairs: &[(&str, &str)]) -> SandboxRecord {
+    let spec = SandboxSpec {
+        image: Some("/images/base".into()),
+        labels: labels(pairs),
+        env: labels(&[("LANG", "C.UTF-8")]),
+        ttl: Some(Duration::from_secs(60)),
+        idle_timeout: Some(Duration::from_millis(1500)),
+        cpus: Some(0.5),
+        memory_bytes: Some(256 << 20),
+        pids: None,
+        network: NetworkPolicy::Host,
+    };
+    let id = SandboxId::generate();
+    SandboxRecord {
+        provider_ref: id.to_string(),
+        id,
+        tenant: Tenant::parse(tenant).unwrap(),
+        provider: "local".into(),
+        labels: spec.labels.clone(),
+        spec,
+        agent_token: "ab".repeat(32),
+        meta: serde_json::json!({"pid": 42, "socket": "/run/x.sock"}),
+        created_ms,
+        last_active_ms: created_ms,
+        ttl: Some(Duration::from_secs(60)),
+        expires_ms: Some(created_ms + 60_000),
+        idle_timeout: Some(Duration::from_millis(1500)),
+        state: SandboxState::Running,
+    }
+}
+
+fn tenant(name: &str) -> Tenant {
+    Tenant::parse(name).unwrap()
+}
+
+#[tokio::test]
+async fn round_trips_every_field() {
+    let reg = Registry::open_in_memory().unwrap();
+    let sb = record("a", 1_000, &[("app", "web")]);
+    reg.insert(sb.clone()).await.unwrap();
+    assert_eq!(
+        reg.get(&tenant("a"), &sb.id).await.unwrap(),
+        Some(sb.clone())
+    );
+
+    reg.set_state(&sb.id, SandboxState::Stopped).await.unwrap();
+    reg.set_ttl(&sb.id, Duration::from_secs(5), 9_000)
+        .await
+        .unwrap();
+    reg.touch(vec![sb.id.clone()], 2_000).await.unwrap();
+    // Activity never moves backwards.
+    reg.touch(vec![sb.id.clone()], 1_500).await.unwrap();
+    let got = reg.get(&tenant("a"), &sb.id).await.unwrap().unwrap();
+    assert_eq!(got.state, SandboxState::Stopped);
+    assert_eq!(
+        (got.ttl, got.expires_ms),
+        (Some(Duration::from_secs(5)), Some(9_000))
+    );
+    assert_eq!(got.last_active_ms, 2_000);
+
+    assert!(reg.remove(&sb.id).await.unwrap());
+    assert!(!reg.remove(&sb.id).await.unwrap());
+    assert_eq!(reg.get(&tenant("a"), &sb.id).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn filters_by_labels_and_matches_exactly_for_get_or_create() {
+    let reg = Registry::open_in_memory().unwrap();
+    let web = record("a", 1, &[("app", "web"), ("env", "dev")]);
+    let web_only = record("a", 2, &[("app", "web")]);
+    let db = record("a", 3, &[("app", "db")]);
+    for sb in [&web, &web_only, &db] {
+        reg.insert(sb.clone()).await.unwrap();
+    }
+    let ids = |v: Vec<SandboxRecord>| v.into_iter().map(|s| s.id).collect::<Vec<_>>();
+    let a = tenant("a");
+
+    let all = reg.list(&a, &BTreeMap::new()).await.unwrap();
+    assert_eq!(
+        ids(all),
+        vec![web.id.clone(), web_only.id.clone(), db.id.clone()]
+    );
+    let app_web = reg.list(&a, &labels(&[("app", "web")])).await.unwrap();
+    assert_eq!(ids(app_web), vec![web.id.clone(), web_only.id.clone()]);
+    let both = reg
+        .list(&a, &labels(&[("app", "web"), ("env", "dev")]))
+        .await
+        .unwrap();
+    assert_eq!(ids(both), vec![web.id.clone()]);
+    assert!(reg
+        .list(&a, &labels(&[("app", "x")]))
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Exact: {app: web} does not match the sandbox that also has env=dev.
+    let found = reg
+        .find_by_labels(&a, &labels(&[("app", "web")]))
+        .await
+        .unwrap();
+    assert_eq!(found.map(|s| s.id), Some(web_only.id.clone()));
+    let found = reg
+        .find_by_labels(&a, &labels(&[("env", "dev"), ("app", "web")]))
+        .await;
+    assert_eq!(found.unwrap().map(|s| s.id), Some(web.id.clone()));
+    assert_eq!(
+        reg.find_by_labels(&a, &labels(&[("env", "dev")]))
+            .await
+            .unwrap(),
+        None
+    );
+    // A sandbox known to be gone is not handed out again.
+    reg.set_state(&web_only.id, SandboxState::Gone)
+        .await
+        .unwrap();
+    assert_eq!(
+        reg.find_by_labels(&a, &labels(&[("app", "web")]))
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn tenants_see_only_their_own() {
+    let reg = Registry::open_in_memory().unwrap();
+    let mine = record("a", 1, &[("k", "v")]);
+    let theirs = record("b", 2, &[("k", "v")]);
+    reg.insert(mine.clone()).await.unwrap();
+    reg.insert(theirs.clone()).await.unwrap();
+    let (a, b) = (tenant("a"), tenant("b"));
+
+    assert_eq!(reg.get(&a, &theirs.id).await.unwrap(), None);
+    assert_eq!(reg.get(&b, &theirs.id).await.unwrap(), Some(theirs.clone()));
+    let listed = reg.list(&a, &BTreeMap::new()).await.unwrap();
+    assert_eq!(listed, vec![mine.clone()]);
+    let found = reg
+        .find_by_labels(&b, &labels(&[("k", "v")]))
+        .await
+        .unwrap();
+    assert_eq!(found.map(|s| s.id), Some(theirs.id.clone()));
+    assert_eq!(reg.all().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn finds_sandboxes_due_for_reaping() {
+    let reg = Registry::open_in_memory().unwrap();
+    let mut ttl_only = record("a", 0, &[]);
+    (ttl_only.idle_timeout, ttl_only.expires_ms) = (None, Some(10_000));
+    let mut idle_only = record("a", 0, &[]);
+    (idle_only.ttl, idle_only.expires_ms) = (None, None);
+    idle_only.idle_timeout = Some(Duration::from_secs(5));
+    let mut forever = record("a", 0, &[]);
+    (forever.ttl, forever.expires_ms, forever.idle_timeout) = (None, None, None);
+    for sb in [&ttl_only, &idle_only, &forever] {
+        reg.insert(sb.clone()).await.unwrap();
+    }
+
+    let due = |now| {
+        let reg = reg.clone();
+        async move {
+            let mut ids: Vec<_> = reg
+                .due(now)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|s| s.id)
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert!(due(4_999).await.is_empty());
+    assert_eq!(due(5_000).await, vec![idle_only.id.clone()]);
+    assert!(idle_only.idle(5_000) && !idle_only.expired(5_000));
+    reg.touch(vec![idle_only.id.clone()], 6_000).await.unwrap();
+    assert!(due(10_999).await == vec![ttl_only.id.clone()]);
+    assert!(ttl_only.expired(10_000) && !ttl_only.idle(i64::MAX));
+    assert_eq!(due(11_000).await.len(), 2);
+    reg.set_state(&forever.id, SandboxState::Gone)
+        .await
+        .unwrap();
+    assert_eq!(due(0).await, vec![forever.id.clone()]);
+}
+
+#[tokio::test]
+async fn tokens_are_found_by_hash() {
+    let reg = Registry::open_in_memory().unwrap();
+    let rec = TokenRecord {
+        tenant: tenant("team-a"),
+        admin: false,
+    };
+    reg.insert_token("h1".into(), rec.clone(), 1).await.unwrap();
+    assert_eq!(reg.token("h1".into()).await.unwrap(), Some(rec));
+    assert_eq!(reg.token("h2".into()).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn survives_reopening_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("relay.db");
+    let sb = record("a", 7, &[("app", "web")]);
+    {
+        let reg = Registry::open(&path).unwrap();
+        reg.insert(sb.clone()).await.unwrap();
+        let admin = TokenRecord {
+            tenant: Tenant::default_tenant(),
+            admin: true,
+        };
+        reg.insert_token("h".into(), admin, 7).await.unwrap();
+    }
+    let reg = Registry::open(&path).unwrap();
+    assert_eq!(reg.get(&tenant("a"), &sb.id).await.unwrap(), Some(sb));
+    assert!(reg.token("h".into()).await.unwrap().unwrap().admin);
+
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the database holds agent tokens");
+}
+
+#[test]
+fn refuses_a_newer_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("relay.db");
+    let db = rusqlite::Connection::open(&path).unwrap();
+    db.execute_batch(&format!("PRAGMA user_version = {}", SCHEMA_VERSION + 1))
+        .unwrap();
+    drop(db);
+    let err = Registry::open(&path).err().unwrap().to_string();
+    assert!(err.contains("newer tether"), "{err}");
+}
+
+#[test]
+fn ids_and_tenants() {
+    let id = SandboxId::generate();
+    assert!(
+        id.as_str().starts_with("sb-") && id.as_str().len() == 15,
+        "{id}"
+    );
+    assert_ne!(id, SandboxId::generate());
+    assert!(Tenant::parse("team_a.prod-1").is_ok());
+    for bad in ["", "a b", "ä", "x/y", &"a".repeat(65)] {
+        assert!(Tenant::parse(bad).is_err(), "{bad:?}");
+    }
+}

@@ -1,0 +1,177 @@
+//! API tokens: minting them, the admin token file, and the [`Caller`] extractor that turns a
+//! request's bearer token into a tenant.
+//!
+//! Tokens are stored as SHA-256 hashes and looked up by hash, so the comparison never touches
+//! the secret itself: learning which hashes a timing difference hints at is no help without
+//! a preimage.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use sha2::{Digest, Sha256};
+use tether_proto::auth;
+use tracing::info;
+
+use super::constants::{API_TOKEN_PREFIX, TOKEN_BYTES};
+use super::error::ApiError;
+use super::state::{now_ms, Relay};
+use crate::registry::{Registry, Tenant, TokenRecord};
+
+/// Who is calling: the tenant of the request's token.
+#[derive(Clone, Debug)]
+pub(super) struct Caller {
+    /// The tenant whose sandboxes the caller sees.
+    pub tenant: Tenant,
+    /// Whether the caller may mint tokens.
+    pub admin: bool,
+}
+
+impl FromRequestParts<Arc<Relay>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, relay: &Arc<Relay>) -> Result<Caller, ApiError> {
+        let Some(header) = parts.headers.get(AUTHORIZATION) else {
+            return Err(relay.unauthorized("no API token was sent"));
+        };
+        let Some(token) = header.to_str().ok().and_then(auth::bearer) else {
+            return Err(relay.unauthorized("the Authorization header is not `Bearer <token>`"));
+        };
+        match relay.registry.token(hash_token(token)).await? {
+            Some(TokenRecord { tenant, admin }) => Ok(Caller { tenant, admin }),
+            None => Err(relay.unauthorized("this API token is not known to this relay")),
+        }
+    }
+}
+
+/// The stored form of a token: its SHA-256, lowercase hex.
+pub(super) fn hash_token(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// A new random API token.
+pub(super) fn mint_api_token() -> String {
+    format!("{API_TOKEN_PREFIX}{}", random_hex())
+}
+
+/// A new random agent token, the secret between the relay and one sandbox's agent.
+pub(super) fn mint_agent_token() -> String {
+    random_hex()
+}
+
+fn random_hex() -> String {
+    // `rand::random` draws from the thread-local CSPRNG, seeded from the OS.
+    hex::encode(rand::random::<[u8; TOKEN_BYTES]>())
+}
+
+/// Mints and stores a token for `tenant`; returns the token, which is never stored.
+pub(super) async fn create_token(
+    registry: &Registry,
+    tenant: Tenant,
+    admin: bool,
+) -> Result<String, ApiError> {
+    let token = mint_api_token();
+    registry
+        .insert_token(hash_token(&token), TokenRecord { tenant, admin }, now_ms())
+        .await?;
+    Ok(token)
+}
+
+/// The admin token of the `default` tenant, kept in `path` (mode 0600): reused when the file
+/// holds one, minted and written (atomically) when it does not.
+pub(super) async fn ensure_admin_token(registry: &Registry, path: &Path) -> anyhow::Result<String> {
+    let existing = match std::fs::read_to_string(path) {
+        Ok(text) => Some(text.trim().to_string()).filter(|t| !t.is_empty()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let admin = TokenRecord {
+        tenant: Tenant::default_tenant(),
+        admin: true,
+    };
+    if let Some(token) = existing {
+        let hash = hash_token(&token);
+        // The file is the admin credential: whoever can read it owns the data directory
+        // anyway. A database that lost it (deleted, restored) learns it again.
+        if registry.token(hash.clone()).await?.is_none() {
+            registry.insert_token(hash, admin, now_ms()).await?;
+        }
+        return Ok(token);
+    }
+    let token = mint_api_token();
+    registry
+        .insert_token(hash_token(&token), admin, now_ms())
+        .await?;
+    write_private(path, &format!("{token}\n"))
+        .with_context(|| format!("cannot write the admin token to {}", path.display()))?;
+    info!("wrote a new admin token to {}", path.display());
+    Ok(token)
+}
+
+/// Writes `contents` to `path` with mode 0600, atomically: readers see the old file or the
+/// whole new one, never a partial token.
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    // A leftover from a crash may have another mode; start afresh.
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn tokens_are_random_and_hashed() {
+        let t = mint_api_token();
+        assert!(t.starts_with(API_TOKEN_PREFIX));
+        assert_eq!(t.len(), API_TOKEN_PREFIX.len() + 2 * TOKEN_BYTES);
+        assert_ne!(t, mint_api_token());
+        assert_eq!(mint_agent_token().len(), 2 * TOKEN_BYTES);
+        assert_eq!(
+            hash_token("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[tokio::test]
+    async fn admin_token_is_written_once_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.token");
+        let registry = Registry::open_in_memory().unwrap();
+
+        let first = ensure_admin_token(&registry, &path).await.unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), first);
+        let rec = registry.token(hash_token(&first)).await.unwrap().unwrap();
+        assert!(rec.admin && rec.tenant == Tenant::default_tenant());
+
+        assert_eq!(ensure_admin_token(&registry, &path).await.unwrap(), first);
+
+        // A fresh database learns the token from the file.
+        let fresh = Registry::open_in_memory().unwrap();
+        assert_eq!(ensure_admin_token(&fresh, &path).await.unwrap(), first);
+        assert!(fresh.token(hash_token(&first)).await.unwrap().is_some());
+
+        // A lost file means a new admin token; the old one still works.
+        std::fs::remove_file(&path).unwrap();
+        let second = ensure_admin_token(&registry, &path).await.unwrap();
+        assert_ne!(second, first);
+        assert!(registry.token(hash_token(&first)).await.unwrap().is_some());
+        assert!(registry.token(hash_token(&second)).await.unwrap().is_some());
+    }
+}

@@ -1,0 +1,41 @@
+//! Every tunable of the relay server, with its unit, in one place.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::Duration;
+
+use tether_proto::limits;
+
+/// Where `tether serve` listens unless told otherwise (loopback: no TLS needed).
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7420));
+/// How often the reaper looks for expired and idle sandboxes, unless configured.
+pub const DEFAULT_REAP_INTERVAL: Duration = Duration::from_secs(1);
+/// The provider used when a create names none.
+pub const DEFAULT_PROVIDER: &str = "local";
+
+/// The database file under the data directory.
+pub(super) const DB_FILE: &str = "relay.db";
+/// The admin token file under the data directory (mode 0600).
+pub(super) const ADMIN_TOKEN_FILE: &str = "admin.token";
+/// The lock file that keeps two relays off one data directory.
+pub(super) const LOCK_FILE: &str = "relay.lock";
+/// Random bytes in an API token or an agent token (hex-encoded, so twice as many characters).
+pub(super) const TOKEN_BYTES: usize = 32;
+/// The prefix of API tokens, so secret scanners and people can tell what one is.
+pub(super) const API_TOKEN_PREFIX: &str = "tether_";
+
+/// How often an open tunnel counts as client activity, so an idle timeout means "no client
+/// connected for that long" and not "no tunnel opened for that long".
+pub(super) const ACTIVITY_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a closing tunnel waits for the other side's close before dropping both sockets.
+pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// How long shutdown waits for requests and tunnels to finish before giving up on them.
+pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Messages forwarded per flush when more are already waiting: a burst costs one write
+/// syscall, and a single message waits for nothing.
+pub(super) const MAX_BATCH: usize = 64;
+/// Largest WebSocket message accepted from a client: the agent's own limit, twice the
+/// largest protocol frame, so oversized frames reach the agent's decoder and get its error.
+pub(super) const MAX_MESSAGE: usize = 2 * (limits::MAX_PAYLOAD + limits::HEADER_LEN);
+
+/// The longest TTL or idle timeout accepted (about 100 years): keeps every deadline in range.
+pub(super) const MAX_LIFETIME: Duration = Duration::from_secs(100 * 365 * 24 * 3600);

@@ -1,0 +1,118 @@
+//! Every error the relay answers with, and the one place that maps each to its HTTP status and
+//! wire code ([`ErrorBody`]).
+
+use std::path::PathBuf;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use tracing::{error, warn};
+
+use crate::api::{ErrorBody, ErrorDetail};
+use crate::provider::ProviderError;
+use crate::registry::{RegistryError, SandboxId};
+
+/// A failed request. Each message is a sentence the user can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No token, or one this relay does not know.
+    #[error(
+        "{reason}: set TETHER_TOKEN to a token from `tether token create`, or to the admin \
+         token in {}", admin_token_file.display()
+    )]
+    Unauthorized {
+        /// What was wrong with the request's token.
+        reason: &'static str,
+        /// Where the relay keeps its admin token.
+        admin_token_file: PathBuf,
+    },
+    /// A valid token that may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// No such sandbox for this tenant, or no such route.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is malformed or asks for something invalid.
+    #[error("{0}")]
+    Invalid(String),
+    /// The HTTP method does not apply to the path.
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    /// The provider failed or refused.
+    #[error("{0}")]
+    Provider(String),
+    /// The provider (or something the relay needs) is unavailable on this host.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug or a broken data directory.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// The tenant has no sandbox `id` (or another tenant has it: not revealed).
+    pub fn no_sandbox(id: &SandboxId) -> ApiError {
+        ApiError::NotFound(format!(
+            "sandbox {id} not found; `tether ls` lists your sandboxes"
+        ))
+    }
+
+    /// Maps a provider's failure on sandbox `id` (if there is one yet) to a response.
+    pub fn provider(provider: &str, id: Option<&SandboxId>, err: ProviderError) -> ApiError {
+        match err {
+            ProviderError::Unavailable(msg) => {
+                ApiError::Unavailable(format!("provider `{provider}` is unavailable: {msg}"))
+            }
+            ProviderError::InvalidSpec(msg) => ApiError::Invalid(msg),
+            ProviderError::Gone(_) => ApiError::NotFound(format!(
+                "sandbox {} no longer exists at provider `{provider}`; create a new one",
+                id.map_or("?", |id| id.as_str())
+            )),
+            ProviderError::Auth(msg) => ApiError::Provider(msg),
+            ProviderError::Other(e) => ApiError::Provider(match id {
+                Some(id) => format!("provider `{provider}` failed on sandbox {id}: {e:#}"),
+                None => format!("provider `{provider}` failed: {e:#}"),
+            }),
+        }
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::Unauthorized { .. } => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
+            ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "invalid_argument"),
+            ApiError::Provider(_) => (StatusCode::BAD_GATEWAY, "provider_error"),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl From<RegistryError> for ApiError {
+    fn from(e: RegistryError) -> ApiError {
+        ApiError::Internal(format!("{e}"))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let message = self.to_string();
+        if status.is_server_error() {
+            if status == StatusCode::INTERNAL_SERVER_ERROR {
+                error!("{message}");
+            } else {
+                warn!("{message}");
+            }
+        }
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: code.to_string(),
+                message,
+            },
+        };
+        (status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,250 @@
+//! The relay server (`tether serve`): provisions sandboxes through providers, keeps them in
+//! the registry, and tunnels client sessions to each sandbox's agent.
+//!
+//! # Layout
+//! - this file: [`start`], [`run`] and shutting down ([`RunningRelay`]);
+//! - `state`: what all handlers share; `routes`: the router, health, tokens;
+//! - `sandboxes`: the lifecycle routes; `tunnel`: the WebSocket data path;
+//! - `auth`: API tokens, the admin token file, the caller's tenant;
+//! - `reaper`: TTL, idle timeout and reconciliation; `activity`: open tunnels;
+//! - `locks`: get-or-create's per-label locks; `error`: the one map from errors to responses;
+//! - `constants`: every tunable.
+
+mod activity;
+mod auth;
+mod constants;
+mod error;
+mod locks;
+mod reaper;
+mod routes;
+mod sandboxes;
+mod state;
+#[cfg(test)]
+mod tests;
+mod tunnel;
+
+use std::collections::BTreeMap;
+use std::fs::{DirBuilder, File};
+use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::serve::ListenerExt;
+use nix::fcntl::{Flock, FlockArg};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+pub use constants::{DEFAULT_LISTEN, DEFAULT_PROVIDER, DEFAULT_REAP_INTERVAL};
+
+use constants::{ADMIN_TOKEN_FILE, DB_FILE, LOCK_FILE, SHUTDOWN_GRACE};
+use state::Relay;
+
+use crate::provider::{self, Provider, ProviderContext};
+use crate::registry::Registry;
+
+/// How to run a relay.
+#[derive(Clone, Debug)]
+pub struct RelayConfig {
+    /// The address to serve on; port 0 picks a free port ([`RunningRelay::addr`] tells which).
+    pub listen: SocketAddr,
+    /// Where the database, the admin token and the providers' files live.
+    pub data_dir: PathBuf,
+    /// The `tether-agent` binary the providers run in sandboxes.
+    pub agent_binary: PathBuf,
+    /// How often the reaper looks for expired and idle sandboxes.
+    pub reap_interval: Duration,
+}
+
+impl RelayConfig {
+    /// A configuration with the default address and reap interval.
+    pub fn new(data_dir: PathBuf, agent_binary: PathBuf) -> RelayConfig {
+        RelayConfig {
+            listen: DEFAULT_LISTEN,
+            data_dir,
+            agent_binary,
+            reap_interval: DEFAULT_REAP_INTERVAL,
+        }
+    }
+}
+
+/// A relay that is serving. Dropping it starts a shutdown without waiting for it;
+/// [`RunningRelay::shutdown`] waits.
+pub struct RunningRelay {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// The admin token of the `default` tenant.
+    pub admin_token: String,
+    /// The file holding the admin token.
+    pub admin_token_file: PathBuf,
+    relay: Arc<Relay>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+    reaper: Option<JoinHandle<()>>,
+}
+
+/// Starts a relay with every provider this host can run, and returns once it is listening.
+pub async fn start(config: RelayConfig) -> anyhow::Result<RunningRelay> {
+    let ctx = ProviderContext {
+        data_dir: config.data_dir.clone(),
+        agent_binary: config.agent_binary.clone(),
+    };
+    start_with(config, provider::build(&ctx)).await
+}
+
+/// Starts a relay with the given providers (tests and embedders bring their own).
+pub async fn start_with(
+    config: RelayConfig,
+    providers: BTreeMap<&'static str, Arc<dyn Provider>>,
+) -> anyhow::Result<RunningRelay> {
+    let data_dir = config.data_dir.clone();
+    let (registry, dir_lock) = tokio::task::spawn_blocking(move || open_data_dir(&data_dir))
+        .await
+        .context("the task opening the data directory failed")??;
+    let admin_token_file = config.data_dir.join(ADMIN_TOKEN_FILE);
+    let admin_token = auth::ensure_admin_token(&registry, &admin_token_file).await?;
+
+    let listener = TcpListener::bind(config.listen).await.with_context(|| {
+        format!(
+            "cannot listen on {}; is another relay running there? choose another address",
+            config.listen
+        )
+    })?;
+    let addr = listener.local_addr()?;
+    if !addr.ip().is_loopback() {
+        warn!(
+            "listening on {addr} without TLS: API tokens and sandbox traffic cross the network \
+             in clear text; put a TLS-terminating proxy in front, or listen on 127.0.0.1"
+        );
+    }
+
+    let relay = Arc::new(Relay {
+        registry,
+        providers,
+        tunnels: Default::default(),
+        create_locks: Default::default(),
+        shutdown: CancellationToken::new(),
+        tasks: TaskTracker::new(),
+        admin_token_file: admin_token_file.clone(),
+        _dir_lock: dir_lock,
+    });
+    // Interactive traffic: never hold a small write back waiting for more.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            warn!("cannot set TCP_NODELAY on a client connection: {e}");
+        }
+    });
+    let serve = axum::serve(listener, routes::router(relay.clone()))
+        .with_graceful_shutdown(relay.shutdown.clone().cancelled_owned());
+    let server = tokio::spawn(async move { serve.await });
+    let reaper = tokio::spawn(reaper::run(relay.clone(), config.reap_interval));
+    info!("relay listening on http://{addr}");
+    Ok(RunningRelay {
+        addr,
+        admin_token,
+        admin_token_file,
+        relay,
+        server: Some(server),
+        reaper: Some(reaper),
+    })
+}
+
+/// Runs a relay until SIGINT or SIGTERM, then shuts it down gracefully.
+pub async fn run(config: RelayConfig) -> anyhow::Result<()> {
+    start(config).await?.wait().await
+}
+
+impl RunningRelay {
+    /// The relay's base URL, e.g. `http://127.0.0.1:7420`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Serves until SIGINT or SIGTERM (or until the server fails), then shuts down.
+    pub async fn wait(mut self) -> anyhow::Result<()> {
+        let outcome = match self.server.as_mut() {
+            Some(server) => tokio::select! {
+                signal = shutdown_signal() => signal,
+                ended = server => {
+                    self.server = None;
+                    match ended {
+                        Ok(Ok(())) => Ok(()),
+                        Ok(Err(e)) => Err(anyhow::Error::new(e).context("the relay server failed")),
+                        Err(e) => Err(anyhow::Error::new(e).context("the relay server task failed")),
+                    }
+                }
+            },
+            None => Ok(()),
+        };
+        info!("relay shutting down");
+        self.shutdown().await;
+        outcome
+    }
+
+    /// Stops accepting connections, closes every tunnel, stops the reaper, and waits (up to a
+    /// grace period) for all of it.
+    pub async fn shutdown(mut self) {
+        self.relay.shutdown.cancel();
+        self.relay.tasks.close();
+        let server = self.server.take();
+        let reaper = self.reaper.take();
+        let tasks = self.relay.tasks.clone();
+        let all = async move {
+            if let Some(server) = server {
+                let _ = server.await;
+            }
+            if let Some(reaper) = reaper {
+                let _ = reaper.await;
+            }
+            tasks.wait().await;
+        };
+        if tokio::time::timeout(SHUTDOWN_GRACE, all).await.is_err() {
+            warn!(
+                "some requests or tunnels did not finish within {SHUTDOWN_GRACE:?}; dropping them"
+            );
+        }
+    }
+}
+
+impl Drop for RunningRelay {
+    fn drop(&mut self) {
+        self.relay.shutdown.cancel();
+    }
+}
+
+/// Creates the data directory (mode 0700), takes its lock, and opens the registry.
+fn open_data_dir(dir: &Path) -> anyhow::Result<(Registry, Flock<File>)> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    let lock_path = dir.join(LOCK_FILE);
+    let file = File::create(&lock_path)
+        .with_context(|| format!("cannot create {}", lock_path.display()))?;
+    // Two relays on one directory would reap each other's sandboxes and fight over the
+    // providers' files. The kernel drops the lock when the process dies, so no stale lock.
+    let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+        anyhow::anyhow!(
+            "another relay is using the data directory {} ({errno}); stop it, or give this \
+             one another data directory",
+            dir.display()
+        )
+    })?;
+    let registry = Registry::open(&dir.join(DB_FILE))?;
+    Ok((registry, lock))
+}
+
+async fn shutdown_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch for SIGTERM")?;
+    tokio::select! {
+        ctrl_c = tokio::signal::ctrl_c() => ctrl_c.context("cannot watch for SIGINT")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! The HTTP surface: the router (the one list of routes), health, token minting, fallbacks,
+//! and [`JsonBody`], which turns every malformed body into an [`ErrorBody`] 400.
+//!
+//! [`ErrorBody`]: crate::api::ErrorBody
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{Method, StatusCode, Uri};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+
+use super::auth::{self, Caller};
+use super::error::ApiError;
+use super::sandboxes;
+use super::state::Relay;
+use super::tunnel;
+use crate::api::{TokenRequest, TokenResponse};
+use crate::registry::Tenant;
+
+/// Every route of the relay; see [`crate::api`] for the contract.
+pub(super) fn router(relay: Arc<Relay>) -> Router {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route(
+            "/v1/sandboxes",
+            post(sandboxes::create).get(sandboxes::list),
+        )
+        .route(
+            "/v1/sandboxes/{id}",
+            get(sandboxes::get).delete(sandboxes::delete),
+        )
+        .route("/v1/sandboxes/{id}/renew", post(sandboxes::renew))
+        .route("/v1/sandboxes/{id}/ws", get(tunnel::open))
+        .route("/v1/tokens", post(create_token))
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .with_state(relay)
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok", "version": tether_proto::TETHER_VERSION }))
+}
+
+async fn create_token(
+    State(relay): State<Arc<Relay>>,
+    caller: Caller,
+    JsonBody(req): JsonBody<TokenRequest>,
+) -> Result<(StatusCode, Json<TokenResponse>), ApiError> {
+    if !caller.admin {
+        return Err(ApiError::Forbidden(format!(
+            "only admin tokens may mint tokens, and tenant {}'s token is not one; use the \
+             admin token in {}",
+            caller.tenant,
+            relay.admin_token_file.display()
+        )));
+    }
+    let tenant = Tenant::parse(&req.tenant).map_err(|e| ApiError::Invalid(e.to_string()))?;
+    let token = auth::create_token(&relay.registry, tenant.clone(), req.admin).await?;
+    let tenant = tenant.to_string();
+    Ok((StatusCode::CREATED, Json(TokenResponse { token, tenant })))
+}
+
+async fn no_route(method: Method, uri: Uri) -> ApiError {
+    ApiError::NotFound(format!(
+        "no endpoint {method} {}; the relay serves /v1/sandboxes, /v1/tokens and /v1/health",
+        uri.path()
+    ))
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!(
+        "{method} is not allowed on {}; see the relay's API for the methods it takes",
+        uri.path()
+    ))
+}
+
+/// A JSON request body. An empty body reads as `{}`, so bodies whose fields all have
+/// defaults may be left out.
+pub(super) struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<JsonBody<T>, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            ApiError::Invalid(format!("cannot read the request body: {}", e.body_text()))
+        })?;
+        let body: &[u8] = if bytes.trim_ascii().is_empty() {
+            b"{}"
+        } else {
+            &bytes
+        };
+        serde_json::from_slice(body)
+            .map(JsonBody)
+            .map_err(|e| ApiError::Invalid(format!("invalid request body: {e}")))
+    }
+}

@@ -1,0 +1,323 @@
+//! The sandbox lifecycle routes: create (and get-or-create), list, get, delete and renew.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::Json;
+
+use super::auth::{mint_agent_token, Caller};
+use super::constants::{DEFAULT_PROVIDER, MAX_LIFETIME};
+use super::error::ApiError;
+use super::routes::JsonBody;
+use super::state::{now_ms, Relay};
+use crate::api::{CreateRequest, RenewRequest, SandboxInfo};
+use crate::provider::{Provider, ProviderError, SandboxSpec, SandboxState};
+use crate::registry::{millis, state_name, SandboxId, SandboxRecord, Tenant};
+
+/// `POST /v1/sandboxes`.
+pub(super) async fn create(
+    State(relay): State<Arc<Relay>>,
+    caller: Caller,
+    JsonBody(body): JsonBody<serde_json::Value>,
+) -> Result<(StatusCode, Json<SandboxInfo>), ApiError> {
+    let req = parse_create(body)?;
+    let provider = relay.provider(req.provider.as_deref().unwrap_or(DEFAULT_PROVIDER))?;
+    let work_relay = relay.clone();
+    let (status, info) = relay
+        .detached(async move {
+            let relay = &work_relay;
+            if req.get_or_create {
+                get_or_create(relay, provider, caller.tenant, req.spec).await
+            } else {
+                let sandbox = create_new(relay, provider, caller.tenant, req.spec).await?;
+                Ok((StatusCode::CREATED, info(&sandbox, true)))
+            }
+        })
+        .await?;
+    Ok((status, Json(info)))
+}
+
+/// `GET /v1/sandboxes?label=k=v...`.
+pub(super) async fn list(
+    State(relay): State<Arc<Relay>>,
+    caller: Caller,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Vec<SandboxInfo>>, ApiError> {
+    let labels = label_filters(query.as_deref().unwrap_or(""))?;
+    let found = relay.registry.list(&caller.tenant, &labels).await?;
+    Ok(Json(found.iter().map(|s| info(s, false)).collect()))
+}
+
+/// `GET /v1/sandboxes/{id}`, with the state fresh from the provider.
+pub(super) async fn get(
+    State(relay): State<Arc<Relay>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    let mut sandbox = find(&relay, &caller, id).await?;
+    if let Ok(provider) = relay.provider_of(&sandbox) {
+        relay.refresh_state(&*provider, &mut sandbox).await;
+    }
+    Ok(Json(info(&sandbox, false)))
+}
+
+/// `DELETE /v1/sandboxes/{id}`: idempotent, so an unknown id also answers 204.
+pub(super) async fn delete(
+    State(relay): State<Arc<Relay>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let Some(sandbox) = relay.registry.get(&caller.tenant, &id.into()).await? else {
+        return Ok(StatusCode::NO_CONTENT);
+    };
+    let provider = relay.provider_of(&sandbox)?;
+    let work_relay = relay.clone();
+    relay
+        .detached(async move { work_relay.destroy(&*provider, &sandbox).await })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/sandboxes/{id}/renew`: the TTL becomes `ttl_secs` from now.
+pub(super) async fn renew(
+    State(relay): State<Arc<Relay>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<RenewRequest>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    let ttl = Duration::from_secs(req.ttl_secs);
+    check_lifetime("ttl_secs", ttl)?;
+    let mut sandbox = find(&relay, &caller, id).await?;
+    let provider = relay.provider_of(&sandbox)?;
+    if let Err(e) = provider.renew(&sandbox.handle(), ttl).await {
+        if matches!(e, ProviderError::Gone(_)) {
+            relay
+                .registry
+                .set_state(&sandbox.id, SandboxState::Gone)
+                .await?;
+        }
+        return Err(ApiError::provider(&sandbox.provider, Some(&sandbox.id), e));
+    }
+    let expires_ms = now_ms().saturating_add(millis(ttl));
+    relay.registry.set_ttl(&sandbox.id, ttl, expires_ms).await?;
+    (sandbox.ttl, sandbox.expires_ms) = (Some(ttl), Some(expires_ms));
+    Ok(Json(info(&sandbox, false)))
+}
+
+/// The caller's sandbox `id`, or a 404 that does not reveal other tenants' sandboxes.
+pub(super) async fn find(
+    relay: &Relay,
+    caller: &Caller,
+    id: String,
+) -> Result<SandboxRecord, ApiError> {
+    let id = SandboxId::from(id);
+    relay
+        .registry
+        .get(&caller.tenant, &id)
+        .await?
+        .ok_or_else(|| ApiError::no_sandbox(&id))
+}
+
+/// Returns the tenant's sandbox with exactly `spec.labels`, creating it if there is none.
+/// Callers with the same tenant and labels take turns, so two concurrent calls get one sandbox.
+async fn get_or_create(
+    relay: &Relay,
+    provider: Arc<dyn Provider>,
+    tenant: Tenant,
+    spec: SandboxSpec,
+) -> Result<(StatusCode, SandboxInfo), ApiError> {
+    if spec.labels.is_empty() {
+        return Err(ApiError::Invalid(
+            "get_or_create finds a sandbox by its labels: give at least one label".into(),
+        ));
+    }
+    let key = format!(
+        "{tenant}\n{}",
+        serde_json::to_string(&spec.labels).unwrap_or_default()
+    );
+    let _turn = relay.create_locks.lock(key).await;
+    if let Some(mut found) = relay.registry.find_by_labels(&tenant, &spec.labels).await? {
+        if let Ok(found_provider) = relay.provider_of(&found) {
+            relay.refresh_state(&*found_provider, &mut found).await;
+        }
+        if found.state != SandboxState::Gone {
+            return Ok((StatusCode::OK, info(&found, false)));
+        }
+    }
+    let sandbox = create_new(relay, provider, tenant, spec).await?;
+    Ok((StatusCode::CREATED, info(&sandbox, true)))
+}
+
+/// Creates a sandbox at the provider and records it.
+async fn create_new(
+    relay: &Relay,
+    provider: Arc<dyn Provider>,
+    tenant: Tenant,
+    spec: SandboxSpec,
+) -> Result<SandboxRecord, ApiError> {
+    let id = SandboxId::generate();
+    let agent_token = mint_agent_token();
+    let created = provider
+        .create(id.as_str(), &agent_token, &spec)
+        .await
+        .map_err(|e| ApiError::provider(provider.name(), Some(&id), e))?;
+    let now = now_ms();
+    let sandbox = SandboxRecord {
+        id,
+        tenant,
+        provider: provider.name().to_string(),
+        provider_ref: created.provider_ref,
+        labels: spec.labels.clone(),
+        agent_token,
+        meta: created.meta,
+        created_ms: now,
+        last_active_ms: now,
+        ttl: spec.ttl,
+        expires_ms: spec.ttl.map(|ttl| now.saturating_add(millis(ttl))),
+        idle_timeout: spec.idle_timeout,
+        state: SandboxState::Running,
+        spec,
+    };
+    if let Err(e) = relay.registry.insert(sandbox.clone()).await {
+        // Unrecorded, nobody could reach or delete it: take it down now.
+        let _ = provider.delete(&sandbox.handle()).await;
+        return Err(e.into());
+    }
+    Ok(sandbox)
+}
+
+/// Reads a create request, checking durations first: out-of-range seconds must be a 400,
+/// not a panic in the conversion to [`Duration`].
+fn parse_create(body: serde_json::Value) -> Result<CreateRequest, ApiError> {
+    for field in ["ttl", "idle_timeout"] {
+        match body.get(field) {
+            None | Some(serde_json::Value::Null) => {}
+            Some(value) => {
+                let secs = value.as_f64().filter(|s| s.is_finite() && *s > 0.0);
+                let ok = secs.is_some_and(|s| s <= MAX_LIFETIME.as_secs_f64());
+                if !ok {
+                    return Err(ApiError::Invalid(format!(
+                        "`{field}` must be a positive number of seconds, at most {}; got {value}",
+                        MAX_LIFETIME.as_secs()
+                    )));
+                }
+            }
+        }
+    }
+    let req: CreateRequest = serde_json::from_value(body)
+        .map_err(|e| ApiError::Invalid(format!("invalid request body: {e}")))?;
+    if let Some(key) = req
+        .spec
+        .labels
+        .keys()
+        .find(|k| k.is_empty() || k.contains('='))
+    {
+        return Err(ApiError::Invalid(format!(
+            "label key {key:?} must be non-empty and contain no `=`"
+        )));
+    }
+    Ok(req)
+}
+
+fn check_lifetime(field: &str, d: Duration) -> Result<(), ApiError> {
+    if d.is_zero() || d > MAX_LIFETIME {
+        return Err(ApiError::Invalid(format!(
+            "`{field}` must be between 1 and {} seconds",
+            MAX_LIFETIME.as_secs()
+        )));
+    }
+    Ok(())
+}
+
+/// Parses `label=KEY=VALUE` query parameters (repeatable, all must match).
+fn label_filters(query: &str) -> Result<BTreeMap<String, String>, ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
+        .map_err(|e| ApiError::Invalid(format!("malformed query string: {e}")))?;
+    let mut labels = BTreeMap::new();
+    for (name, value) in pairs {
+        if name != "label" {
+            return Err(ApiError::Invalid(format!(
+                "unknown query parameter `{name}`; filter with label=KEY=VALUE"
+            )));
+        }
+        let Some((key, value)) = value.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+            return Err(ApiError::Invalid(format!(
+                "label filter `{value}` must be KEY=VALUE, e.g. label=app=web"
+            )));
+        };
+        if let Some(other) = labels.insert(key.to_string(), value.to_string()) {
+            if other != value {
+                return Err(ApiError::Invalid(format!(
+                    "label `{key}` is filtered as both `{other}` and `{value}`; no sandbox \
+                     can match both"
+                )));
+            }
+        }
+    }
+    Ok(labels)
+}
+
+/// A sandbox as clients see it.
+pub(super) fn info(sandbox: &SandboxRecord, created: bool) -> SandboxInfo {
+    SandboxInfo {
+        id: sandbox.id.to_string(),
+        provider: sandbox.provider.clone(),
+        provider_ref: sandbox.provider_ref.clone(),
+        state: state_name(sandbox.state).to_string(),
+        labels: sandbox.labels.clone(),
+        image: sandbox.spec.image.clone(),
+        created_ms: sandbox.created_ms,
+        last_active_ms: sandbox.last_active_ms,
+        expires_ms: sandbox.expires_ms,
+        // Rounded up, so a sub-second timeout never reads as 0 ("none").
+        idle_timeout_secs: sandbox
+            .idle_timeout
+            .map(|d| d.as_millis().div_ceil(1000) as u64),
+        created,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_label_filters() {
+        let got = label_filters("label=app%3Dweb&label=env=dev=1").unwrap();
+        let want: BTreeMap<String, String> = [("app", "web"), ("env", "dev=1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(got, want);
+        assert!(label_filters("").unwrap().is_empty());
+        for bad in [
+            "label=novalue",
+            "label==x",
+            "lable=a=b",
+            "label=a=1&label=a=2",
+        ] {
+            let err = label_filters(bad).unwrap_err().to_string();
+            assert!(err.contains("label"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn rejects_durations_that_would_panic() {
+        for bad in [
+            serde_json::json!({"ttl": -1}),
+            serde_json::json!({"ttl": 1e300}),
+            serde_json::json!({"idle_timeout": "10"}),
+            serde_json::json!({"idle_timeout": 0}),
+        ] {
+            let err = parse_create(bad.clone()).unwrap_err();
+            assert!(matches!(err, ApiError::Invalid(_)), "{bad}: {err}");
+        }
+        let ok = parse_create(serde_json::json!({"ttl": 1.5, "labels": {"a": "b"}})).unwrap();
+        assert_eq!(ok.spec.ttl, Some(Duration::from_millis(1500)));
+        let err = parse_create(serde_json::json!({"labels": {"a": 1}})).unwrap_err();
+        assert!(err.to_string().contains("invalid request body"), "{err}");
+    }
+}

@@ -1,0 +1,140 @@
+//! What every handler and background task of one relay shares: the registry, the providers,
+//! the open tunnels, the create locks and the shutdown signal.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use nix::fcntl::Flock;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::warn;
+
+use super::activity::Tunnels;
+use super::error::ApiError;
+use super::locks::KeyedLocks;
+use crate::provider::{Provider, ProviderError, SandboxState};
+use crate::registry::{Registry, SandboxRecord};
+
+/// One running relay's shared state.
+pub(super) struct Relay {
+    /// Sandboxes and tokens.
+    pub registry: Registry,
+    /// Every configured provider, by name.
+    pub providers: BTreeMap<&'static str, Arc<dyn Provider>>,
+    /// Open tunnels per sandbox.
+    pub tunnels: Arc<Tunnels>,
+    /// Serializes get-or-create per tenant and label set.
+    pub create_locks: KeyedLocks,
+    /// Fires when the relay shuts down; tunnels and the reaper watch it.
+    pub shutdown: CancellationToken,
+    /// Tunnels and detached provider calls, awaited at shutdown.
+    pub tasks: TaskTracker,
+    /// Where the admin token is, for error messages.
+    pub admin_token_file: PathBuf,
+    /// Held while anything of this relay runs, so no second relay opens the data directory.
+    pub _dir_lock: Flock<File>,
+}
+
+impl Relay {
+    /// The provider called `name`; an unknown name is the caller's mistake.
+    pub fn provider(&self, name: &str) -> Result<Arc<dyn Provider>, ApiError> {
+        self.providers.get(name).cloned().ok_or_else(|| {
+            ApiError::Invalid(format!(
+                "unknown provider `{name}`; this relay has: {}",
+                self.provider_names()
+            ))
+        })
+    }
+
+    /// The provider running `sandbox`; missing means the relay's configuration changed.
+    pub fn provider_of(&self, sandbox: &SandboxRecord) -> Result<Arc<dyn Provider>, ApiError> {
+        self.providers
+            .get(sandbox.provider.as_str())
+            .cloned()
+            .ok_or_else(|| {
+                ApiError::Unavailable(format!(
+                    "sandbox {} runs on provider `{}`, which this relay does not have configured \
+                 (it has: {}); restart the relay with that provider available",
+                    sandbox.id,
+                    sandbox.provider,
+                    self.provider_names()
+                ))
+            })
+    }
+
+    fn provider_names(&self) -> String {
+        let names: Vec<&str> = self.providers.keys().copied().collect();
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    }
+
+    /// Asks the provider for `sandbox`'s state and records a change. A provider that cannot
+    /// answer leaves the last known state (and is logged): a read should not fail for it.
+    pub async fn refresh_state(&self, provider: &dyn Provider, sandbox: &mut SandboxRecord) {
+        let state = match provider.state(&sandbox.handle()).await {
+            Ok(state) => state,
+            Err(ProviderError::Gone(_)) => SandboxState::Gone,
+            Err(e) => {
+                warn!("cannot refresh the state of sandbox {}: {e:#}", sandbox.id);
+                return;
+            }
+        };
+        if state != sandbox.state {
+            sandbox.state = state;
+            if let Err(e) = self.registry.set_state(&sandbox.id, state).await {
+                warn!("cannot record the state of sandbox {}: {e}", sandbox.id);
+            }
+        }
+    }
+
+    /// Deletes `sandbox` at its provider, then forgets it. A provider failure keeps the
+    /// record, so the delete can be retried.
+    pub async fn destroy(
+        &self,
+        provider: &dyn Provider,
+        sandbox: &SandboxRecord,
+    ) -> Result<(), ApiError> {
+        match provider.delete(&sandbox.handle()).await {
+            Ok(()) | Err(ProviderError::Gone(_)) => {}
+            Err(e) => return Err(ApiError::provider(&sandbox.provider, Some(&sandbox.id), e)),
+        }
+        self.registry.remove(&sandbox.id).await?;
+        Ok(())
+    }
+
+    /// Runs `work` to completion even if the client disconnects: a create or delete cut off
+    /// between the provider and the registry would leak a sandbox or keep a dead one.
+    pub async fn detached<T, F>(&self, work: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, ApiError>> + Send + 'static,
+    {
+        self.tasks
+            .spawn(work)
+            .await
+            .map_err(|e| ApiError::Internal(format!("a relay task failed: {e}")))?
+    }
+
+    /// A 401 that says what to do.
+    pub fn unauthorized(&self, reason: &'static str) -> ApiError {
+        ApiError::Unauthorized {
+            reason,
+            admin_token_file: self.admin_token_file.clone(),
+        }
+    }
+}
+
+/// Now, in milliseconds since the Unix epoch.
+pub(super) fn now_ms() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,224 @@
+//! The data path: `GET /v1/sandboxes/{id}/ws` upgrades the client, opens a fresh connection
+//! to the sandbox's agent, and forwards messages both ways unchanged.
+//!
+//! Nothing is parsed: the protocol's handshake and its per-stream credit pass through, so flow
+//! control is end to end and the relay holds at most one batch per direction. Binary payloads
+//! move as the same `Bytes` from one socket to the other. Whatever is already waiting is
+//! written in one batch with one flush; a lone message is flushed at once. Pings are answered
+//! by each side's WebSocket; a close from either side is passed on.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::extract::ws::{self, rejection::WebSocketUpgradeRejection, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::response::Response;
+use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
+use tokio_tungstenite::tungstenite::{self as ts, protocol::frame::coding::CloseCode};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::auth::Caller;
+use super::constants::{CLOSE_GRACE, MAX_BATCH, MAX_MESSAGE};
+use super::error::ApiError;
+use super::sandboxes::find;
+use super::state::{now_ms, Relay};
+use crate::provider::{AgentSocket, ProviderError, SandboxState};
+
+/// Close code sent to the client when the agent's side ends without a close (1011).
+const AGENT_LOST: u16 = 1011;
+/// Close code sent to either side when the relay shuts down or the client vanished (1001).
+const GOING_AWAY: u16 = 1001;
+
+/// `GET /v1/sandboxes/{id}/ws`.
+pub(super) async fn open(
+    State(relay): State<Arc<Relay>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let upgrade = upgrade.map_err(|e| {
+        ApiError::Invalid(format!(
+            "{}: this endpoint is a WebSocket; connect with a WebSocket client",
+            e.body_text()
+        ))
+    })?;
+    let sandbox = find(&relay, &caller, id).await?;
+    let provider = relay.provider_of(&sandbox)?;
+    // Counted from before the connect, so the reaper cannot idle it out meanwhile.
+    let guard = relay.tunnels.open(sandbox.id.clone());
+    relay
+        .registry
+        .touch(vec![sandbox.id.clone()], now_ms())
+        .await?;
+    let agent = match provider.connect(&sandbox.handle()).await {
+        Ok(agent) => agent,
+        Err(e @ ProviderError::Gone(_)) => {
+            relay
+                .registry
+                .set_state(&sandbox.id, SandboxState::Gone)
+                .await?;
+            return Err(ApiError::provider(&sandbox.provider, Some(&sandbox.id), e));
+        }
+        Err(e) => {
+            return Err(ApiError::Provider(format!(
+                "cannot reach the agent of sandbox {}: {e:#}; `tether rm {}` and create a \
+                 new one if this persists",
+                sandbox.id, sandbox.id
+            )))
+        }
+    };
+    debug!("tunnel to sandbox {} open", sandbox.id);
+    // Shutdown waits for tunnels through this token, not through hyper: an upgraded
+    // connection has left hyper's hands.
+    let task = relay.tasks.token();
+    Ok(upgrade
+        .max_message_size(MAX_MESSAGE)
+        .max_frame_size(MAX_MESSAGE)
+        .on_upgrade(move |client| async move {
+            forward(client, agent, relay.shutdown.clone()).await;
+            if let Err(e) = relay
+                .registry
+                .touch(vec![guard.id().clone()], now_ms())
+                .await
+            {
+                warn!("cannot record activity on sandbox {}: {e}", guard.id());
+            }
+            debug!("tunnel to sandbox {} closed", guard.id());
+            drop((guard, task));
+        }))
+}
+
+/// Forwards between `client` and `agent` until both sides have closed (or one has and the
+/// other has not answered within [`CLOSE_GRACE`]), or until `shutdown` fires.
+async fn forward(client: WebSocket, agent: AgentSocket, shutdown: CancellationToken) {
+    let (mut client_tx, client_rx) = client.split();
+    let (mut agent_tx, agent_rx) = agent.split();
+    let mut client_rx = std::pin::pin!(client_rx.take_until(shutdown.clone().cancelled_owned()));
+    let mut agent_rx = std::pin::pin!(agent_rx.take_until(shutdown.clone().cancelled_owned()));
+
+    let up = async {
+        if !pump(&mut client_rx, &mut agent_tx, client_to_agent).await {
+            // The client vanished without a close, or the relay is stopping.
+            let reason = if shutdown.is_cancelled() {
+                "the relay is shutting down"
+            } else {
+                "the client went away"
+            };
+            let frame = ts::protocol::CloseFrame {
+                code: CloseCode::from(GOING_AWAY),
+                reason: reason.into(),
+            };
+            let _ = agent_tx.send(ts::Message::Close(Some(frame))).await;
+        }
+    };
+    let down = async {
+        if !pump(&mut agent_rx, &mut client_tx, agent_to_client).await {
+            let (code, reason) = if shutdown.is_cancelled() {
+                (GOING_AWAY, "the relay is shutting down")
+            } else {
+                (AGENT_LOST, "lost the connection to the sandbox's agent")
+            };
+            let frame = ws::CloseFrame {
+                code,
+                reason: reason.into(),
+            };
+            let _ = client_tx.send(ws::Message::Close(Some(frame))).await;
+        }
+    };
+    first_then_grace(up, down).await;
+}
+
+/// Runs both futures; once either finishes, gives the other [`CLOSE_GRACE`] to finish.
+async fn first_then_grace(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
+    tokio::pin!(a, b);
+    tokio::select! {
+        () = &mut a => { let _ = tokio::time::timeout(CLOSE_GRACE, b).await; }
+        () = &mut b => { let _ = tokio::time::timeout(CLOSE_GRACE, a).await; }
+    }
+}
+
+/// What the pump does with one message.
+enum Step<M> {
+    /// Forward it.
+    Data(M),
+    /// Forward this close, and stop.
+    Close(M),
+    /// Drop it (pings and pongs: each side's WebSocket answers its own).
+    Skip,
+}
+
+/// Moves messages from `source` to `sink` until a close has been forwarded (returns true) or
+/// either side fails or ends (returns false).
+async fn pump<A, B, E, S, K>(source: &mut S, sink: &mut K, step: fn(A) -> Step<B>) -> bool
+where
+    S: Stream<Item = Result<A, E>> + Unpin,
+    K: Sink<B> + Unpin,
+{
+    let mut next = source.next().await;
+    loop {
+        let mut batched = 0;
+        loop {
+            let Some(Ok(msg)) = next else {
+                let _ = sink.flush().await;
+                return false;
+            };
+            match step(msg) {
+                Step::Data(msg) => {
+                    if sink.feed(msg).await.is_err() {
+                        return false;
+                    }
+                }
+                Step::Close(msg) => {
+                    let _ = sink.send(msg).await;
+                    // Keep reading until the source ends: the WebSocket sends its reply to
+                    // the close it received only when read again.
+                    while let Some(Ok(_)) = source.next().await {}
+                    return true;
+                }
+                Step::Skip => {}
+            }
+            batched += 1;
+            if batched == MAX_BATCH {
+                break;
+            }
+            // Take what has already arrived without waiting; `next` is cancel-safe.
+            match source.next().now_or_never() {
+                Some(item) => next = item,
+                None => break,
+            }
+        }
+        if sink.flush().await.is_err() {
+            return false;
+        }
+        next = source.next().await;
+    }
+}
+
+fn client_to_agent(msg: ws::Message) -> Step<ts::Message> {
+    match msg {
+        ws::Message::Binary(data) => Step::Data(ts::Message::Binary(data)),
+        ws::Message::Text(text) => Step::Data(ts::Message::Text(text.as_str().into())),
+        ws::Message::Ping(_) | ws::Message::Pong(_) => Step::Skip,
+        ws::Message::Close(frame) => Step::Close(ts::Message::Close(frame.map(|f| {
+            ts::protocol::CloseFrame {
+                code: CloseCode::from(f.code),
+                reason: f.reason.as_str().into(),
+            }
+        }))),
+    }
+}
+
+fn agent_to_client(msg: ts::Message) -> Step<ws::Message> {
+    match msg {
+        ts::Message::Binary(data) => Step::Data(ws::Message::Binary(data)),
+        ts::Message::Text(text) => Step::Data(ws::Message::Text(text.as_str().into())),
+        ts::Message::Ping(_) | ts::Message::Pong(_) | ts::Message::Frame(_) => Step::Skip,
+        ts::Message::Close(frame) => {
+            Step::Close(ws::Message::Close(frame.map(|f| ws::CloseFrame {
+                code: u16::from(f.code),
+                reason: f.reason.as_str().into(),
+            })))
+        }
+    }
+}

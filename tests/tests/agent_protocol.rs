@@ -1,0 +1,366 @@
+//! The agent's protocol surface: authentication, version checks, malformed input, port
+//! forwarding and listening ports. Exec and files have their own test files.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+use tether_e2e::Agent;
+use tether_proto::op::Op;
+use tether_proto::{frame, Control, ErrorCode, Frame, StreamId, PROTOCOL_VERSION};
+use tether_relay::client::{files, ClientError, Event, Session};
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn raw_connect(
+    agent: &Agent,
+    bearer: Option<&str>,
+) -> Result<Ws, tokio_tungstenite::tungstenite::Error> {
+    let mut req = agent.url.as_str().into_client_request().unwrap();
+    if let Some(t) = bearer {
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {t}").parse().unwrap());
+    }
+    tokio_tungstenite::connect_async(req)
+        .await
+        .map(|(ws, _)| ws)
+}
+
+async fn next_control(ws: &mut Ws) -> Control {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("agent answered in time")
+            .expect("connection open")
+            .expect("no websocket error");
+        if let Message::Binary(b) = msg {
+            if let Frame::Control(c) = Frame::decode(b).expect("agent frames decode") {
+                return c;
+            }
+        }
+    }
+}
+
+async fn hello(ws: &mut Ws, token: Option<&str>, protocol: u32) -> Control {
+    let msg = Control::Hello {
+        protocol,
+        token: token.map(str::to_string),
+        client: "test".into(),
+    };
+    ws.send(Message::Binary(frame::encode_control(&msg)))
+        .await
+        .unwrap();
+    next_control(ws).await
+}
+
+#[tokio::test]
+async fn wrong_token_at_upgrade_gets_401() {
+    let agent = Agent::start();
+    let err = raw_connect(&agent, Some("wrong")).await.unwrap_err();
+    match err {
+        tokio_tungstenite::tungstenite::Error::Http(resp) => {
+            assert_eq!(resp.status().as_u16(), 401);
+            let body =
+                String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default()).to_string();
+            assert!(body.contains("token"), "{body}");
+        }
+        other => panic!("expected HTTP 401, got {other}"),
+    }
+    let client_err = Session::connect(&agent.url, Some("wrong"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(client_err, ClientError::Http { status: 401, .. }),
+        "{client_err:?}"
+    );
+}
+
+#[tokio::test]
+async fn token_in_hello_is_checked() {
+    let agent = Agent::start();
+    let mut ws = raw_connect(&agent, None).await.unwrap();
+    match hello(&mut ws, Some("wrong"), PROTOCOL_VERSION).await {
+        Control::Error { code, .. } => assert_eq!(code, ErrorCode::Unauthorized),
+        other => panic!("expected unauthorized, got {other:?}"),
+    }
+    let mut ws = raw_connect(&agent, None).await.unwrap();
+    match hello(&mut ws, None, PROTOCOL_VERSION).await {
+        Control::Error { code, .. } => assert_eq!(code, ErrorCode::Unauthorized),
+        other => panic!("expected unauthorized, got {other:?}"),
+    }
+    let mut ws = raw_connect(&agent, None).await.unwrap();
+    match hello(&mut ws, Some(&agent.token), PROTOCOL_VERSION).await {
+        Control::Welcome {
+            protocol,
+            capabilities,
+            ..
+        } => {
+            assert_eq!(protocol, PROTOCOL_VERSION);
+            assert!(capabilities.iter().any(|c| c == "exec"));
+        }
+        other => panic!("expected welcome, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn wrong_protocol_version_is_refused_by_name() {
+    let agent = Agent::start();
+    let mut ws = raw_connect(&agent, Some(&agent.token)).await.unwrap();
+    match hello(&mut ws, None, 99).await {
+        Control::Error { code, message, .. } => {
+            assert_eq!(code, ErrorCode::Unsupported);
+            assert!(message.contains("99") && message.contains('1'), "{message}");
+        }
+        other => panic!("expected unsupported, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn malformed_frames_get_errors_and_the_connection_keeps_serving() {
+    let agent = Agent::start();
+    let mut ws = raw_connect(&agent, Some(&agent.token)).await.unwrap();
+    assert!(matches!(
+        hello(&mut ws, None, PROTOCOL_VERSION).await,
+        Control::Welcome { .. }
+    ));
+
+    let oversized = {
+        let mut v = vec![0x11, 0, 0, 0, 1, 0];
+        v.resize(6 + (1 << 20) + 1, 0);
+        Bytes::from(v)
+    };
+    let bad: Vec<Message> = vec![
+        Message::Binary(Bytes::from_static(&[0x11, 0, 0])), // truncated
+        Message::Binary(Bytes::from_static(&[0x1f, 0, 0, 0, 1, 0, 1])), // unknown kind
+        Message::Binary(Bytes::from_static(&[0x21, 0, 0, 0, 1, 1, 1])), // wrong frame version
+        Message::Binary(Bytes::from_static(&[0x11, 0, 0, 0, 1, 9, 1])), // unknown channel
+        Message::Binary(Bytes::from_static(&[0x13, 0, 0, 0, 0, 0, b'{'])), // bad JSON
+        Message::Binary(Bytes::from_static(&[0x11, 0, 0, 0, 7, 0, 1])), // data for no stream
+        Message::Binary(oversized),
+        Message::Text("hello".into()),
+    ];
+    for msg in bad {
+        ws.send(msg).await.unwrap();
+        match next_control(&mut ws).await {
+            Control::Error { code, .. } => assert_eq!(code, ErrorCode::InvalidArgument),
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+    // Still serving: an info request on stream 5 gets its reply and closes.
+    let open = Control::Open {
+        stream: StreamId(5),
+        window: None,
+        op: Op::Info,
+    };
+    ws.send(Message::Binary(frame::encode_control(&open)))
+        .await
+        .unwrap();
+    assert!(matches!(
+        next_control(&mut ws).await,
+        Control::Reply {
+            stream: StreamId(5),
+            ..
+        }
+    ));
+    assert!(matches!(
+        next_control(&mut ws).await,
+        Control::Closed {
+            stream: StreamId(5)
+        }
+    ));
+}
+
+#[tokio::test]
+async fn reusing_an_open_stream_id_is_refused() {
+    let agent = Agent::start();
+    let mut ws = raw_connect(&agent, Some(&agent.token)).await.unwrap();
+    assert!(matches!(
+        hello(&mut ws, None, PROTOCOL_VERSION).await,
+        Control::Welcome { .. }
+    ));
+    let dir = agent.dir.path().to_string_lossy().to_string();
+    let watch = Control::Open {
+        stream: StreamId(3),
+        window: None,
+        op: Op::Watch {
+            path: dir,
+            recursive: true,
+        },
+    };
+    ws.send(Message::Binary(frame::encode_control(&watch)))
+        .await
+        .unwrap();
+    ws.send(Message::Binary(frame::encode_control(&watch)))
+        .await
+        .unwrap();
+    // The first watch answers `ok` once it is active; the second open gets the error.
+    loop {
+        match next_control(&mut ws).await {
+            Control::Reply { stream, .. } => assert_eq!(stream, StreamId(3)),
+            Control::Error {
+                stream,
+                code,
+                message,
+            } => {
+                assert_eq!(stream, Some(StreamId(3)));
+                assert_eq!(code, ErrorCode::InvalidArgument);
+                assert!(message.contains("already open"), "{message}");
+                break;
+            }
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+}
+
+/// A tiny HTTP server inside the "sandbox" (here: on the agent's loopback).
+async fn http_server() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut req = Vec::new();
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = sock.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    req.extend_from_slice(&buf[..n]);
+                }
+                let body = "hello from inside";
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(resp.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
+async fn collect(mut stream: tether_relay::client::RawStream) -> String {
+    let mut body = Vec::new();
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Event::Data(_, b) => body.extend_from_slice(&b),
+            Event::Closed => break,
+            Event::Error(e) => panic!("{e}"),
+            _ => {}
+        }
+    }
+    String::from_utf8(body).unwrap()
+}
+
+#[tokio::test]
+async fn forwards_to_an_http_server_and_lists_it() {
+    let agent = Agent::start();
+    let session = agent.session().await;
+    let port = http_server().await;
+
+    let ports = session.ports().await.unwrap();
+    assert!(ports.iter().any(|p| p.port == port), "{ports:?}");
+
+    // Several concurrent forwarded connections on one session.
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let session = session.clone();
+        tasks.push(tokio::spawn(async move {
+            let stream = session.connect_port(port).await.unwrap();
+            stream
+                .send(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+                .await
+                .unwrap();
+            stream.eof().await.unwrap();
+            collect(stream).await
+        }));
+    }
+    for t in tasks {
+        let resp = t.await.unwrap();
+        assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+        assert!(resp.ends_with("hello from inside"), "{resp}");
+    }
+
+    // The same through a local socket, as `tether forward` does.
+    let (mine, theirs) = tokio::io::duplex(1 << 16);
+    let stream = session.connect_port(port).await.unwrap();
+    let pump = tokio::spawn(files::splice(stream, theirs));
+    let (mut rd, mut wr) = tokio::io::split(mine);
+    wr.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut resp = String::new();
+    rd.read_to_string(&mut resp).await.unwrap();
+    assert!(resp.ends_with("hello from inside"), "{resp}");
+    drop(wr);
+    drop(rd);
+    tokio::time::timeout(Duration::from_secs(10), pump)
+        .await
+        .expect("splice ends after both sides close")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn half_close_reaches_the_server_and_its_reply_still_arrives() {
+    let agent = Agent::start();
+    let session = agent.session().await;
+    // An "upper-case echo until EOF" server: it answers only after our half-close.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut all = Vec::new();
+        sock.read_to_end(&mut all).await.unwrap();
+        sock.write_all(&all.to_ascii_uppercase()).await.unwrap();
+    });
+    let stream = session.connect_port(port).await.unwrap();
+    stream.send(b"abc").await.unwrap();
+    stream.eof().await.unwrap();
+    assert_eq!(collect(stream).await, "ABC");
+}
+
+#[tokio::test]
+async fn connecting_to_a_closed_port_says_nothing_listens() {
+    let agent = Agent::start();
+    let session = agent.session().await;
+    // Bind then drop to find a port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut stream = session.connect_port(port).await.unwrap();
+    loop {
+        match stream.next().await {
+            Some(Event::Error(ClientError::Remote { code, message })) => {
+                assert_eq!(code, ErrorCode::NotFound);
+                assert!(message.contains(&port.to_string()), "{message}");
+                break;
+            }
+            Some(Event::Closed) | None => panic!("expected an error"),
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn info_describes_the_machine() {
+    let agent = Agent::start();
+    let info = agent.session().await.info().await.unwrap();
+    assert_eq!(info.agent_version, tether_proto::TETHER_VERSION);
+    assert!(info.cpus >= 1);
+    assert!(info.memory_bytes > 0);
+    assert_eq!(info.pid, agent.pid());
+    assert_eq!(std::path::Path::new(&info.cwd), agent.dir.path());
+}
