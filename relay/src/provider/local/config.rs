@@ -1,0 +1,135 @@
+//! The contract between the relay and the sandbox init it starts: the [`InitConfig`] the relay
+//! writes as JSON on the init's stdin (stdin, so the agent token never touches the disk), and
+//! the [`Report`] lines the init writes back on its status pipe (its original stdout).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::constants::MAX_REPORT_LEN;
+use super::layout::Layout;
+use super::plan::Rootfs;
+use crate::provider::NetworkPolicy;
+
+/// Everything the sandbox init needs to build one sandbox and start its agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(super) struct InitConfig {
+    /// The sandbox id, also its hostname.
+    pub id: String,
+    /// The sandbox's host directories.
+    pub layout: Layout,
+    /// What `/` is made of.
+    pub rootfs: Rootfs,
+    /// The agent binary on the host, bound read-only into the sandbox.
+    pub agent_binary: PathBuf,
+    /// Loopback only, or the host's network.
+    pub network: NetworkPolicy,
+    /// The `cgroup.procs` files to join before anything else.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// When the relay is not root: the host ids that become root in a new user namespace.
+    pub user_map: Option<IdMap>,
+    /// The agent's complete environment, `KEY=VALUE`.
+    pub env: Vec<String>,
+}
+
+/// The host user and group that a non-root relay maps to root inside the sandbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct IdMap {
+    /// Host uid.
+    pub uid: u32,
+    /// Host gid.
+    pub gid: u32,
+}
+
+/// One line on the status pipe. The monitor reports `Started` after forking the sandbox's
+/// first process; that process reports `Failed` if a step fails and otherwise nothing: the
+/// pipe closes on exec, which is how the relay learns the agent is starting.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "report", rename_all = "snake_case")]
+pub(super) enum Report {
+    /// The sandbox's first process exists.
+    Started {
+        /// Its pid on the host.
+        pid: i32,
+        /// Its start time, to recognise it later (see `ProcessIdentity`).
+        start_time: u64,
+    },
+    /// A step failed; the sandbox is not usable.
+    Failed {
+        /// What failed and what to do about it.
+        message: String,
+        /// The host cannot run sandboxes at all (missing privilege or kernel feature).
+        unavailable: bool,
+    },
+}
+
+impl Report {
+    /// The report as one newline-terminated line, short enough to be written atomically.
+    pub(super) fn to_line(&self) -> Vec<u8> {
+        let mut report = self.clone();
+        if let Report::Failed { message, .. } = &mut report {
+            if message.len() > MAX_REPORT_LEN {
+                let mut cut = MAX_REPORT_LEN;
+                while !message.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                message.truncate(cut);
+            }
+        }
+        let mut line = serde_json::to_vec(&report).unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_round_trips() {
+        let config = InitConfig {
+            id: "sb-1".into(),
+            layout: Layout::new("/data".as_ref(), "sb-1"),
+            rootfs: Rootfs::Image("/images/alpine".into()),
+            agent_binary: "/usr/bin/tether-agent".into(),
+            network: NetworkPolicy::Host,
+            cgroup_procs: vec!["/sys/fs/cgroup/tether/sb-1/cgroup.procs".into()],
+            user_map: Some(IdMap {
+                uid: 1000,
+                gid: 1000,
+            }),
+            env: vec!["A=B".into()],
+        };
+        let json = serde_json::to_string(&config).unwrap();
+        assert_eq!(serde_json::from_str::<InitConfig>(&json).unwrap(), config);
+    }
+
+    #[test]
+    fn reports_are_single_bounded_lines() {
+        let long = Report::Failed {
+            message: "é".repeat(MAX_REPORT_LEN),
+            unavailable: true,
+        };
+        let line = long.to_line();
+        assert!(line.len() < 4096);
+        assert_eq!(line.iter().filter(|b| **b == b'\n').count(), 1);
+        let back: Report = serde_json::from_slice(&line).unwrap();
+        assert!(matches!(
+            back,
+            Report::Failed {
+                unavailable: true,
+                ..
+            }
+        ));
+
+        let started = Report::Started {
+            pid: 7,
+            start_time: 9,
+        };
+        assert_eq!(
+            serde_json::from_slice::<Report>(&started.to_line()).unwrap(),
+            started
+        );
+    }
+}

@@ -1,0 +1,70 @@
+//! Every tunable of the local provider, with its unit, in one place: sizes of the sandbox's
+//! file systems, default limits, timeouts, and the fixed names and paths of the contract
+//! between the relay, the sandbox init and the agent.
+
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// The hidden first argument that turns the relay binary into a sandbox init.
+pub const INIT_SUBCOMMAND: &str = "__sandbox-init";
+
+/// The provider's folder under the relay's data directory.
+pub(super) const PROVIDER_DIR: &str = "local";
+/// The folder under each cgroup hierarchy that holds one cgroup per sandbox.
+pub(super) const CGROUP_PARENT: &str = "tether";
+
+/// Processes allowed when the spec sets no limit: enough for builds, small enough to contain
+/// a fork bomb.
+pub(super) const DEFAULT_PIDS_MAX: u64 = 4096;
+/// The CFS period a CPU quota is expressed in (the kernel's default).
+pub(super) const CPU_PERIOD: Duration = Duration::from_millis(100);
+/// The smallest CPU quota the kernel accepts per period.
+pub(super) const MIN_CPU_QUOTA: Duration = Duration::from_millis(1);
+/// The smallest memory limit we accept; below it even the agent cannot start.
+pub(super) const MIN_MEMORY_BYTES: u64 = 16 << 20; // 16 MiB
+
+/// The sandbox's `/tmp` (a tmpfs; its pages also count against the memory limit).
+pub(super) const TMP_SIZE_BYTES: u64 = 1 << 30; // 1 GiB
+/// The sandbox's `/dev/shm`.
+pub(super) const DEV_SHM_SIZE_BYTES: u64 = 64 << 20; // 64 MiB
+/// The tmpfs holding `/dev`'s nodes and links (read-only once built).
+pub(super) const DEV_SIZE_BYTES: u64 = 64 << 10; // 64 KiB
+/// The tmpfs root of a sandbox without an image: mount points and a few generated files.
+pub(super) const ROOT_SIZE_BYTES: u64 = 1 << 20; // 1 MiB
+
+/// How long a create waits for the sandbox init to report that the agent is starting.
+pub(super) const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a delete keeps killing a sandbox's processes before giving up.
+pub(super) const KILL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a delete retries removing a cgroup that is still draining.
+pub(super) const RMDIR_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a v1 freezer may take to reach FROZEN before we kill anyway.
+pub(super) const FREEZE_TIMEOUT: Duration = Duration::from_millis(100);
+/// The pause between two polls of a draining cgroup or a dying process.
+pub(super) const POLL_INTERVAL: Duration = Duration::from_millis(2);
+/// How long a connect waits for the agent's WebSocket handshake.
+pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest sandbox id: a hostname holds at most 64 bytes.
+pub(super) const MAX_ID_LEN: usize = 63;
+/// The longest Unix socket path the kernel accepts (`sun_path` minus its NUL).
+pub(super) const MAX_SOCKET_PATH_LEN: usize = 107;
+/// The longest line the init writes on the status pipe; shorter than `PIPE_BUF` so each
+/// report is one atomic write even when the monitor and the sandbox process both report.
+pub(super) const MAX_REPORT_LEN: usize = 4000;
+
+/// Where the agent binary appears inside the sandbox (a read-only bind mount).
+pub(super) const AGENT_PATH: &str = "/.tether/tether-agent";
+/// The agent's command line after its path; the contract with `tether-agent`.
+pub(super) const AGENT_ARGS: [&str; 3] = ["serve", "--listen-fd", "3"];
+/// The descriptor on which the agent inherits its listening socket.
+pub(super) const AGENT_LISTEN_FD: RawFd = 3;
+/// The variable that hands the agent its token; the agent removes it from its environment.
+pub(super) const AGENT_TOKEN_ENV: &str = "TETHER_AGENT_TOKEN";
+/// The URL of the agent's WebSocket endpoint (the host part is ignored over a Unix socket).
+pub(super) const AGENT_URL: &str = "ws://sandbox/v1/agent";
+/// The working directory of the agent, and the sandbox's writable, persistent folder.
+pub(super) const WORKSPACE: &str = "/workspace";
+/// `PATH` inside a sandbox.
+pub(super) const SANDBOX_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

@@ -1,0 +1,151 @@
+//! Where a sandbox's files live on the host: `<data_dir>/local/<id>/` with its workspace, its
+//! agent socket and log, the mount point of its root and the overlay's upper and work layers.
+
+use std::fs::{self, DirBuilder};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::constants::{MAX_SOCKET_PATH_LEN, PROVIDER_DIR};
+use super::error::{IoContext, LocalError};
+
+/// The host paths of one sandbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(super) struct Layout {
+    dir: PathBuf,
+}
+
+impl Layout {
+    /// The layout of sandbox `id` under the relay's data directory.
+    pub(super) fn new(data_dir: &Path, id: &str) -> Self {
+        Layout {
+            dir: provider_dir(data_dir).join(id),
+        }
+    }
+
+    /// A layout from a directory stored in metadata, if it is where `new` would put it:
+    /// a delete must never remove a directory outside the provider's own.
+    pub(super) fn from_stored(data_dir: &Path, id: &str, dir: &Path) -> Option<Self> {
+        let expected = Self::new(data_dir, id);
+        (expected.dir == dir).then_some(expected)
+    }
+
+    /// `<data_dir>/local/<id>`, private to the relay's user.
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+    /// Bound at `/workspace`; lives as long as the sandbox.
+    pub(super) fn workspace(&self) -> PathBuf {
+        self.dir.join("workspace")
+    }
+    /// The agent's listening socket.
+    pub(super) fn socket(&self) -> PathBuf {
+        self.dir.join("agent.sock")
+    }
+    /// The agent's (and the sandbox init's) stdout and stderr.
+    pub(super) fn log(&self) -> PathBuf {
+        self.dir.join("agent.log")
+    }
+    /// Where the sandbox init assembles the root before pivoting into it; on the host it stays
+    /// an empty directory, since every mount on it lives in the sandbox's mount namespace.
+    pub(super) fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+    /// The overlay's writable layer, for sandboxes with an image.
+    pub(super) fn upper(&self) -> PathBuf {
+        self.dir.join("upper")
+    }
+    /// The overlay's scratch directory, for sandboxes with an image.
+    pub(super) fn work(&self) -> PathBuf {
+        self.dir.join("work")
+    }
+
+    /// Creates the sandbox's directories. Fails if the sandbox directory already exists, so a
+    /// create never adopts another sandbox's files.
+    pub(super) fn create(&self, overlay: bool) -> Result<(), LocalError> {
+        if self.socket().as_os_str().len() > MAX_SOCKET_PATH_LEN {
+            return Err(LocalError::Unavailable(format!(
+                "the agent socket path {} is longer than the {MAX_SOCKET_PATH_LEN} bytes a Unix \
+                 socket allows; use a shorter relay data directory",
+                self.socket().display()
+            )));
+        }
+        let parent = self.dir.parent().unwrap_or(&self.dir);
+        fs::create_dir_all(parent).context(|| format!("create {}", parent.display()))?;
+        // Sockets, logs and workspaces of every sandbox are under here: relay's user only.
+        fs::set_permissions(parent, fs::Permissions::from_mode(0o700))
+            .context(|| format!("restrict {}", parent.display()))?;
+        match DirBuilder::new().mode(0o700).create(&self.dir) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(LocalError::Exists(self.dir.clone()))
+            }
+            other => other.context(|| format!("create {}", self.dir.display()))?,
+        }
+        let mut dirs = vec![self.workspace(), self.root()];
+        if overlay {
+            dirs.extend([self.upper(), self.work()]);
+        }
+        for d in dirs {
+            if let Err(e) = DirBuilder::new().mode(0o755).create(&d) {
+                // The directory is ours (we just made it): leave nothing half-built.
+                let _ = fs::remove_dir_all(&self.dir);
+                return Err(LocalError::io(format!("create {}", d.display()), e));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `<data_dir>/local`.
+pub(super) fn provider_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join(PROVIDER_DIR)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_under_the_sandbox_dir() {
+        let l = Layout::new(Path::new("/var/lib/tether"), "sb-1");
+        assert_eq!(l.dir(), Path::new("/var/lib/tether/local/sb-1"));
+        assert_eq!(
+            l.socket(),
+            Path::new("/var/lib/tether/local/sb-1/agent.sock")
+        );
+        assert_eq!(
+            l.workspace(),
+            Path::new("/var/lib/tether/local/sb-1/workspace")
+        );
+    }
+
+    #[test]
+    fn stored_dirs_outside_the_provider_are_refused() {
+        let data = Path::new("/var/lib/tether");
+        assert!(
+            Layout::from_stored(data, "sb-1", Path::new("/var/lib/tether/local/sb-1")).is_some()
+        );
+        assert!(Layout::from_stored(data, "sb-1", Path::new("/home")).is_none());
+        assert!(
+            Layout::from_stored(data, "sb-1", Path::new("/var/lib/tether/local/sb-2")).is_none()
+        );
+    }
+
+    #[test]
+    fn create_refuses_an_existing_sandbox_and_long_socket_paths() {
+        let data = std::env::temp_dir().join(format!("tether-layout-{}", std::process::id()));
+        let l = Layout::new(&data, "sb-1");
+        l.create(true).unwrap();
+        assert!(l.upper().is_dir() && l.workspace().is_dir());
+        assert!(matches!(l.create(false), Err(LocalError::Exists(_))));
+        let long = Layout::new(&data.join("x".repeat(100)), "sb-1");
+        assert!(matches!(
+            long.create(false),
+            Err(LocalError::Unavailable(_))
+        ));
+        fs::remove_dir_all(&data).unwrap();
+    }
+}

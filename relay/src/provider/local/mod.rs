@@ -1,0 +1,261 @@
+//! The `local` provider: each sandbox is a set of fresh Linux namespaces (mount, PID, network,
+//! UTS, IPC, cgroup; plus user when the relay is not root) limited by a cgroup (v2 or v1),
+//! with `tether-agent` as its PID 1, on this machine.
+//!
+//! # Layout
+//!
+//! - Relay side: [`LocalProvider`] (this file) checks a request (`plan`), makes the sandbox's
+//!   directory (`layout`) and cgroup (`hierarchy` finds v1 or v2, `cgroup` creates, kills and
+//!   removes), and starts the sandbox init (`spawn`), handing it an `InitConfig` (`config`).
+//!   It keeps `Meta` (`meta`) in the registry, answers `state` from it (`process`), connects
+//!   to the agent (`connect`) and removes everything on delete (`teardown`).
+//! - Sandbox side: the relay binary re-executed as `tether __sandbox-init` (`init`) creates
+//!   the namespaces (`namespaces`) and forks PID 1, which brings `lo` up (`net`), assembles and
+//!   enters its root (`rootfs`, from `mounts`, `etc`, `devfs`, `procfs`), drops capabilities
+//!   (`caps`) and execs the agent with its listening socket as fd 3.
+//! - `sys` holds the only `unsafe` code, `constants` every tunable, `error` the error types,
+//!   `mountinfo` the parser of the host's mount table.
+//!
+//! The relay's `main` must call [`run_if_sandbox_init`] before anything else.
+
+mod caps;
+mod cgroup;
+mod config;
+mod connect;
+mod constants;
+mod devfs;
+mod error;
+mod etc;
+mod hierarchy;
+mod init;
+mod layout;
+mod meta;
+mod mountinfo;
+mod mounts;
+mod namespaces;
+mod net;
+mod plan;
+mod process;
+mod procfs;
+mod rootfs;
+mod spawn;
+mod sys;
+mod teardown;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use nix::unistd::{getegid, geteuid};
+
+pub use constants::INIT_SUBCOMMAND;
+pub use init::{run_if_sandbox_init, sandbox_init_main};
+
+use self::config::{IdMap, InitConfig};
+use self::error::LocalError;
+use self::hierarchy::Hierarchy;
+use self::layout::Layout;
+use self::meta::Meta;
+use self::plan::Rootfs;
+use self::teardown::{CreateGuard, Teardown};
+use super::{
+    AgentSocket, Created, Provider, ProviderContext, ProviderError, SandboxHandle, SandboxSpec,
+    SandboxState,
+};
+
+/// Runs sandboxes as namespaces and cgroups on this machine.
+#[derive(Clone, Debug)]
+pub struct LocalProvider {
+    ctx: ProviderContext,
+    init_program: Option<PathBuf>,
+}
+
+impl LocalProvider {
+    /// A provider that keeps its files under `ctx.data_dir/local/`. Never fails: what the host
+    /// lacks is reported by `create`.
+    pub fn new(ctx: ProviderContext) -> Self {
+        LocalProvider {
+            ctx,
+            init_program: None,
+        }
+    }
+
+    /// Like [`LocalProvider::new`], but sandboxes are started by `program __sandbox-init`
+    /// instead of the current executable: for callers, such as tests, whose own binary does not
+    /// call [`run_if_sandbox_init`]. `program` must be one that does (the `tether` binary).
+    pub fn with_init_program(ctx: ProviderContext, program: PathBuf) -> Self {
+        LocalProvider {
+            ctx,
+            init_program: Some(program),
+        }
+    }
+
+    fn init_program(&self) -> Result<PathBuf, LocalError> {
+        match &self.init_program {
+            Some(program) => Ok(program.clone()),
+            None => std::env::current_exe().map_err(|e| {
+                LocalError::Unavailable(format!(
+                    "the local provider re-executes the relay's own binary, which cannot be \
+                     found: {e}"
+                ))
+            }),
+        }
+    }
+
+    /// The data directory as an absolute path: the sandbox init runs in `/`.
+    fn data_dir(&self) -> PathBuf {
+        std::path::absolute(&self.ctx.data_dir).unwrap_or_else(|_| self.ctx.data_dir.clone())
+    }
+
+    fn agent_binary(&self) -> Result<PathBuf, LocalError> {
+        let path = &self.ctx.agent_binary;
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => {
+                std::fs::canonicalize(path)
+                    .map_err(|e| LocalError::io("resolve the agent binary", e))
+            }
+            _ => Err(LocalError::Unavailable(format!(
+                "the agent binary {} is missing or not executable; build tether-agent (a static \
+                 Linux executable) and point the relay's agent binary setting at it",
+                path.display()
+            ))),
+        }
+    }
+
+    async fn try_create(
+        &self,
+        id: &str,
+        agent_token: &str,
+        spec: &SandboxSpec,
+    ) -> Result<Meta, LocalError> {
+        plan::check_id(id)?;
+        let rootfs = plan::rootfs(spec)?;
+        let limits = plan::limits(spec)?;
+        let env = plan::environment(id, agent_token, spec)?;
+        let agent_binary = self.agent_binary()?;
+        let program = self.init_program()?;
+        let cgroup = Hierarchy::detect()?.sandbox(id);
+
+        let layout = Layout::new(&self.data_dir(), id);
+        layout.create(matches!(rootfs, Rootfs::Image(_)))?;
+        let guard = CreateGuard::new(Teardown {
+            id: id.to_string(),
+            layout: layout.clone(),
+            cgroup: Some(cgroup.clone()),
+            process: None,
+        });
+        let euid = geteuid();
+        let user_map = (!euid.is_root()).then(|| IdMap {
+            uid: euid.as_raw(),
+            gid: getegid().as_raw(),
+        });
+        let config = InitConfig {
+            id: id.to_string(),
+            layout: layout.clone(),
+            rootfs: rootfs.clone(),
+            agent_binary,
+            network: spec.network,
+            cgroup_procs: cgroup.procs_files(),
+            user_map,
+            env,
+        };
+        let started = match cgroup.create(&limits) {
+            Ok(()) => spawn::start(&program, &config, &layout.log()).await,
+            Err(e) => Err(e),
+        };
+        match started {
+            Ok(process) => {
+                guard.disarm();
+                Ok(Meta {
+                    process,
+                    sandbox_dir: layout.dir().to_path_buf(),
+                    socket: layout.socket(),
+                    log: layout.log(),
+                    cgroup,
+                    network: spec.network,
+                    rootfs,
+                    user_namespace: user_map.is_some(),
+                })
+            }
+            Err(e) => {
+                guard.undo().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for LocalProvider {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    async fn create(
+        &self,
+        id: &str,
+        agent_token: &str,
+        spec: &SandboxSpec,
+    ) -> Result<Created, ProviderError> {
+        let begun = Instant::now();
+        let meta = self.try_create(id, agent_token, spec).await?;
+        tracing::debug!(
+            sandbox = id,
+            pid = meta.process.pid,
+            elapsed_us = begun.elapsed().as_micros() as u64,
+            "local sandbox started"
+        );
+        let meta = serde_json::to_value(&meta).map_err(anyhow::Error::new)?;
+        Ok(Created {
+            provider_ref: id.to_string(),
+            meta,
+        })
+    }
+
+    async fn state(&self, sandbox: &SandboxHandle) -> Result<SandboxState, ProviderError> {
+        let (meta, _) = Meta::load(sandbox, &self.data_dir())?;
+        Ok(if meta.process.is_alive() {
+            SandboxState::Running
+        } else {
+            SandboxState::Gone
+        })
+    }
+
+    async fn delete(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        let id = sandbox.id.clone();
+        let teardown = match Meta::load(sandbox, &self.data_dir()) {
+            Ok((meta, layout)) => Teardown {
+                id,
+                layout,
+                cgroup: Some(meta.cgroup),
+                process: Some(meta.process),
+            },
+            // Never created by this provider under this id: nothing of ours to remove.
+            Err(_) if plan::check_id(&id).is_err() => return Ok(()),
+            Err(e) => {
+                tracing::warn!("{e}; removing sandbox {id} by its id instead");
+                Teardown {
+                    layout: Layout::new(&self.data_dir(), &id),
+                    cgroup: Hierarchy::detect().ok().map(|h| h.sandbox(&id)),
+                    process: None,
+                    id,
+                }
+            }
+        };
+        Ok(teardown.run_blocking().await?)
+    }
+
+    async fn renew(&self, _sandbox: &SandboxHandle, _ttl: Duration) -> Result<(), ProviderError> {
+        // Local sandboxes have no provider-side lifetime; the relay's reaper enforces TTLs.
+        Ok(())
+    }
+
+    async fn connect(&self, sandbox: &SandboxHandle) -> Result<AgentSocket, ProviderError> {
+        let (meta, layout) = Meta::load(sandbox, &self.data_dir())?;
+        if !meta.process.is_alive() {
+            return Err(ProviderError::Gone(sandbox.id.clone()));
+        }
+        connect::open(&layout.socket(), &sandbox.id, &sandbox.agent_token).await
+    }
+}

@@ -1,0 +1,83 @@
+//! Creating the sandbox's namespaces, with errors that say what the host is missing. The
+//! monitor makes the user namespace (non-root relays only) and the PID namespace, whose first
+//! child is the sandbox's PID 1; that child then makes the mount, UTS, IPC and (unless the
+//! network is shared) network namespaces for itself, and its cgroup namespace once it has been
+//! moved into the sandbox's cgroup.
+
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::sched::{unshare, CloneFlags};
+
+use super::config::IdMap;
+use super::error::{InitError, Step};
+use crate::provider::NetworkPolicy;
+
+/// Enters a new user namespace in which the relay's user is root.
+pub(super) fn enter_user_namespace(map: IdMap) -> Result<(), InitError> {
+    unshare_or_explain(CloneFlags::CLONE_NEWUSER)?;
+    // An unprivileged process may map only its own ids, and only once setgroups is denied.
+    for (file, line) in [
+        ("/proc/self/setgroups", "deny".to_string()),
+        ("/proc/self/uid_map", format!("0 {} 1", map.uid)),
+        ("/proc/self/gid_map", format!("0 {} 1", map.gid)),
+    ] {
+        std::fs::write(Path::new(file), line.as_bytes())
+            .step(|| format!("writing {line:?} to {file}"))?;
+    }
+    Ok(())
+}
+
+/// Makes the next child the first process of a new PID namespace.
+pub(super) fn new_pid_namespace() -> Result<(), InitError> {
+    unshare_or_explain(CloneFlags::CLONE_NEWPID)
+}
+
+/// Moves the calling process into new mount, UTS and IPC namespaces, and a new network
+/// namespace unless the network is shared with the host.
+pub(super) fn enter_sandbox_namespaces(network: NetworkPolicy) -> Result<(), InitError> {
+    let mut flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWUTS | CloneFlags::CLONE_NEWIPC;
+    if network == NetworkPolicy::None {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    unshare_or_explain(flags)
+}
+
+/// Moves the calling process into a new cgroup namespace rooted at its current cgroup, so the
+/// sandbox sees its own cgroup as `/`. Kernels before 4.6 lack cgroup namespaces; they only
+/// hide paths, so the sandbox then runs without one.
+pub(super) fn enter_cgroup_namespace() -> Result<(), InitError> {
+    if !Path::new("/proc/self/ns/cgroup").exists() {
+        return Ok(());
+    }
+    unshare_or_explain(CloneFlags::CLONE_NEWCGROUP)
+}
+
+fn unshare_or_explain(flags: CloneFlags) -> Result<(), InitError> {
+    let names: Vec<&str> = flags.iter_names().map(|(name, _)| name).collect();
+    let what = format!("unshare({})", names.join("|"));
+    match unshare(flags) {
+        Ok(()) => Ok(()),
+        Err(errno @ (Errno::EPERM | Errno::EACCES)) => Err(InitError::Unsupported {
+            what,
+            errno,
+            hint: "the local provider needs root or unprivileged user namespaces (sysctl \
+                   kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0); in a \
+                   container, run the relay privileged or with a seccomp profile that allows \
+                   unshare",
+        }),
+        Err(errno @ Errno::EINVAL) => Err(InitError::Unsupported {
+            what,
+            errno,
+            hint: "this kernel lacks a namespace the local provider needs (CONFIG_USER_NS, \
+                   CONFIG_PID_NS, CONFIG_NET_NS, CONFIG_UTS_NS, CONFIG_IPC_NS)",
+        }),
+        Err(errno @ (Errno::ENOSPC | Errno::EUSERS)) => Err(InitError::Unsupported {
+            what,
+            errno,
+            hint: "the host's namespace limit is reached; delete sandboxes or raise \
+                   /proc/sys/user/max_*_namespaces",
+        }),
+        Err(errno) => Err(InitError::Sys { what, errno }),
+    }
+}

@@ -1,0 +1,147 @@
+//! The local provider's only `unsafe` code: the few system calls that neither `std` nor `nix`
+//! wraps safely (fork, an interface-flags ioctl, capability sets, `close_range`, resetting a
+//! signal disposition, owning a duplicated descriptor). Each wrapper is small, checks its
+//! result and documents its invariant.
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+use nix::sys::signal::{SigHandler, Signal};
+use nix::unistd::ForkResult;
+
+/// Forks the calling process.
+///
+/// Only called by the sandbox init, a freshly exec'd single-threaded process, so the child
+/// cannot inherit a lock held by another thread and may allocate freely.
+pub(super) fn fork() -> nix::Result<ForkResult> {
+    // SAFETY: the caller is single-threaded (see above), which is fork's safety condition.
+    unsafe { nix::unistd::fork() }
+}
+
+/// Sets `IFF_UP` on interface `name`, through any socket of the network namespace.
+pub(super) fn set_interface_up(socket: BorrowedFd<'_>, name: &str) -> nix::Result<()> {
+    let bytes = name.as_bytes();
+    if bytes.len() >= libc::IFNAMSIZ {
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: ifreq is plain old data; all-zero is a valid value (empty name, no flags).
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: `req` is a valid ifreq that outlives both calls; SIOCGIFFLAGS and SIOCSIFFLAGS
+    // read the name and read or write only `ifru_flags`, which we access as written.
+    unsafe {
+        Errno::result(libc::ioctl(
+            socket.as_raw_fd(),
+            libc::SIOCGIFFLAGS as _,
+            &mut req,
+        ))?;
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        Errno::result(libc::ioctl(
+            socket.as_raw_fd(),
+            libc::SIOCSIFFLAGS as _,
+            &req,
+        ))?;
+    }
+    Ok(())
+}
+
+/// The highest capability number this kernel knows.
+pub(super) fn last_capability() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
+/// Removes `cap` from the bounding set, so no exec can grant it again.
+pub(super) fn drop_bounding_capability(cap: u32) -> nix::Result<()> {
+    // SAFETY: PR_CAPBSET_DROP takes a capability number and touches no memory of ours.
+    let res = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+    match Errno::result(res) {
+        // Capabilities this kernel does not have are not in the set to begin with.
+        Err(Errno::EINVAL) => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// Empties the ambient and inheritable capability sets, so exec grants a root process exactly
+/// its bounding set.
+pub(super) fn clear_inherited_capabilities() -> nix::Result<()> {
+    // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes no pointers.
+    let res = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    Errno::result(res)?;
+
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522; // _LINUX_CAPABILITY_VERSION_3: two Data words
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: version 3 reads and writes exactly two Data structs; both pointers are valid
+    // for the duration of the calls, and pid 0 means the calling thread.
+    unsafe {
+        Errno::result(libc::syscall(
+            libc::SYS_capget,
+            &mut header,
+            data.as_mut_ptr(),
+        ))?;
+        for d in &mut data {
+            d.inheritable = 0;
+        }
+        Errno::result(libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()))?;
+    }
+    Ok(())
+}
+
+/// Marks every descriptor from `first` on close-on-exec, so the agent inherits only 0 to
+/// `first - 1`, whatever the relay or a library leaked.
+pub(super) fn cloexec_from(first: RawFd) -> nix::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on our own descriptors.
+    let res = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    Errno::result(res).map(drop)
+}
+
+/// Restores the default action of SIGPIPE, which the Rust runtime ignores and exec would
+/// otherwise pass on to the agent and every command it runs.
+pub(super) fn reset_sigpipe() -> nix::Result<()> {
+    // SAFETY: installing SIG_DFL runs no handler code, so no signal-safety rule applies.
+    unsafe { nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigDfl) }.map(drop)
+}
+
+/// Duplicates `fd` to a new close-on-exec descriptor numbered `min` or higher, so it cannot
+/// collide with the low numbers the agent's contract fixes (fd 3).
+pub(super) fn dup_above(fd: BorrowedFd<'_>, min: RawFd) -> nix::Result<OwnedFd> {
+    let new = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(min))?;
+    // SAFETY: F_DUPFD_CLOEXEC just returned `new` as a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
