@@ -255,7 +255,8 @@ fn undecodable_open(bytes: &[u8], streams: &Streams) -> Option<StreamId> {
     if header.kind != tether_proto::FrameKind::Control {
         return None;
     }
-    let value: serde_json::Value = serde_json::from_slice(&bytes[tether_proto::limits::HEADER_LEN..]).ok()?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes[tether_proto::limits::HEADER_LEN..]).ok()?;
     if value.get("type")?.as_str()? != "open" {
         return None;
     }
@@ -296,9 +297,11 @@ async fn route(frame: Frame, streams: &Streams, outbox: &mpsc::Sender<Bytes>, ag
                     }
                     Some(e) => {
                         let len = payload.len() as u64;
-                        let spent = e
-                            .in_credit
-                            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(len));
+                        let spent =
+                            e.in_credit
+                                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                                    c.checked_sub(len)
+                                });
                         match spent {
                             Ok(_) => {
                                 let _ = e.inbound.send(Inbound::Data(payload));

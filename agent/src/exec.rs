@@ -19,10 +19,10 @@ use tracing::warn;
 
 use crate::agent::Agent;
 use crate::process::{Process, Processes};
+use crate::pty::EOF_BYTE;
 use crate::replay::{Read, Reader};
 use crate::signal;
 use crate::stream::{Inbound, OpError, OpResult, StreamCtx, StreamIn, StreamOut};
-use crate::pty::EOF_BYTE;
 
 /// Most bytes a sender takes from a ring at once: 256 KiB (sent as frames of at most
 /// `DATA_CHUNK`). The ring frees them for the writer only once they are all sent.
@@ -37,7 +37,15 @@ pub async fn run(ctx: StreamCtx, op: Op, agent: Arc<Agent>) -> OpResult {
                 .spawn(&spec, &agent.workdir, agent.ring_bytes)?;
             // A terminal's input is always the client's: there is no /dev/null to give it.
             let stdin = spec.stdin || spec.pty.is_some();
-            attach(ctx, &agent.processes, process, [0, 0], stdin, !spec.background).await
+            attach(
+                ctx,
+                &agent.processes,
+                process,
+                [0, 0],
+                stdin,
+                !spec.background,
+            )
+            .await
         }
         Op::Attach {
             process,

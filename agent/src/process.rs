@@ -133,9 +133,9 @@ impl Processes {
     ) -> Result<Arc<Process>, OpError> {
         let registry = &self.registry;
         let child = spawn::spawn(spec, workdir, registry.reset_oom, &registry.reaper)?;
-        let capacity = spec.ring_bytes.map_or(ring_bytes, |b| {
-            b.clamp(RING_BYTES.0, RING_BYTES.1) as usize
-        });
+        let capacity = spec
+            .ring_bytes
+            .map_or(ring_bytes, |b| b.clamp(RING_BYTES.0, RING_BYTES.1) as usize);
         let register = |fd: OwnedFd| {
             sys::watch_fd(fd)
                 .map(Arc::new)
@@ -275,7 +275,10 @@ impl Process {
                 )
             })
         };
-        Ok([reader(Channel::Out, from[0])?, reader(Channel::Err, from[1])?])
+        Ok([
+            reader(Channel::Out, from[0])?,
+            reader(Channel::Err, from[1])?,
+        ])
     }
 
     /// Where input goes, unless stdin is /dev/null or was closed.
@@ -494,7 +497,11 @@ fn kill_session(sid: i32) {
         return;
     };
     for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -555,7 +562,12 @@ mod tests {
 
     #[test]
     fn displays_commands_quoted() {
-        let argv = Command::Argv(vec!["echo".into(), "a b".into(), "it's".into(), "x=1".into()]);
+        let argv = Command::Argv(vec![
+            "echo".into(),
+            "a b".into(),
+            "it's".into(),
+            "x=1".into(),
+        ]);
         assert_eq!(display(&argv), r"echo 'a b' 'it'\''s' x=1");
         assert_eq!(display(&Command::Shell("ls | wc".into())), "ls | wc");
     }

@@ -346,7 +346,10 @@ mod tests {
         // 25 bytes written, 10 kept: 15..25.
         let mut reader = r.attach(0).unwrap();
         assert_eq!(reader.offset(), 15);
-        assert_eq!(reader.try_read(100), Some(Read::Dropped { from: 0, to: 15 }));
+        assert_eq!(
+            reader.try_read(100),
+            Some(Read::Dropped { from: 0, to: 15 })
+        );
         assert_eq!(drain(&mut reader), b"fghijABCDE");
         r.close();
         assert_eq!(reader.try_read(100), Some(Read::End));

@@ -15,7 +15,9 @@ pub fn parse(text: &str) -> Result<Signal, OpError> {
     let invalid = || {
         OpError::new(
             ErrorCode::InvalidArgument,
-            format!("unknown signal {text:?}; give a name such as \"TERM\" or a number such as \"15\""),
+            format!(
+                "unknown signal {text:?}; give a name such as \"TERM\" or a number such as \"15\""
+            ),
         )
     };
     if text.bytes().all(|b| b.is_ascii_digit()) && !text.is_empty() {

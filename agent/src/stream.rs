@@ -199,11 +199,6 @@ impl StreamOut {
         .await
     }
 
-    /// True once the connection's writer is gone.
-    pub fn is_closed(&self) -> bool {
-        self.outbox.is_closed()
-    }
-
     async fn raw(&self, frame: Bytes) -> OpResult {
         self.outbox.send(frame).await.map_err(|_| OpError::gone())
     }
@@ -270,11 +265,6 @@ impl StreamCtx {
                 outbox,
             },
         }
-    }
-
-    /// The stream's id.
-    pub fn id(&self) -> StreamId {
-        self.out.id
     }
 
     /// Splits into the sending and receiving halves.

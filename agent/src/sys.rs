@@ -10,8 +10,8 @@ use std::process::Command;
 
 use bytes::BytesMut;
 use nix::libc;
-use tokio::io::unix::AsyncFd;
 use nix::unistd::{Gid, Uid};
+use tokio::io::unix::AsyncFd;
 
 /// Takes ownership of inherited descriptor `fd`, checking first that it is open.
 pub fn adopt_fd(fd: RawFd) -> anyhow::Result<OwnedFd> {
@@ -51,8 +51,7 @@ pub fn read_into(fd: BorrowedFd<'_>, buf: &mut BytesMut, max: usize) -> io::Resu
 /// its slave's permissions granted. Returns it with the slave's path.
 pub fn open_pty_master() -> io::Result<(OwnedFd, String)> {
     use nix::fcntl::OFlag;
-    let master =
-        nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
+    let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
     nix::pty::grantpt(&master)?;
     nix::pty::unlockpt(&master)?;
     let slave = nix::pty::ptsname_r(&master)?;

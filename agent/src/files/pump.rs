@@ -1,0 +1,223 @@
+//! The bridge between a stream and the blocking thread that reads or writes its bytes.
+//!
+//! [`upload`] hands the stream's `in` bytes to a blocking consumer through [`Incoming`] and
+//! returns credit to the client only as the consumer takes them, so a slow disk slows the
+//! sender instead of filling memory. [`download`] runs a blocking producer whose chunks
+//! ([`Outgoing`]) go out on `out` within the client's credit through a queue of
+//! [`READ_AHEAD`] chunks, so the producer runs at most that far ahead of the network. Both
+//! stop the blocking side when the client cancels or the connection goes away, and wait for
+//! it, so its cleanup (removing a temp file) is done before the stream reports `closed`.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tether_proto::Channel;
+use tokio::sync::mpsc;
+
+use super::{worker_failed, READ_AHEAD};
+use crate::stream::{Inbound, OpError, StreamIn, StreamOut};
+
+/// What the stream's input side passes to a blocking consumer.
+enum Piece {
+    Data(Bytes),
+    Eof,
+}
+
+/// The error a blocking side sees once its stream is cancelled; the pump discards its result.
+fn cancelled() -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionAborted, "the stream was cancelled")
+}
+
+/// The stream's `in` bytes, as a blocking consumer sees them.
+///
+/// The bytes handed out by one call count as consumed, and their credit goes back to the
+/// client, when the consumer asks for more: by then it has written them.
+pub struct Incoming {
+    pieces: mpsc::UnboundedReceiver<Piece>,
+    taken: mpsc::UnboundedSender<usize>,
+    cancelled: Arc<AtomicBool>,
+    /// What is left of the piece being handed out.
+    current: Bytes,
+    /// Bytes handed out and not yet acknowledged.
+    unacked: usize,
+    at_eof: bool,
+}
+
+impl Incoming {
+    /// The next at most `max` (> 0) bytes, or `None` at the client's eof.
+    pub fn next(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+        if self.unacked > 0 {
+            // The async side may be gone already; then nobody needs the credit.
+            let _ = self.taken.send(std::mem::take(&mut self.unacked));
+        }
+        if self.cancelled.load(Ordering::Acquire) {
+            return Err(cancelled());
+        }
+        while self.current.is_empty() {
+            if self.at_eof {
+                return Ok(None);
+            }
+            match self.pieces.blocking_recv() {
+                Some(Piece::Data(bytes)) => self.current = bytes,
+                Some(Piece::Eof) => self.at_eof = true,
+                None => return Err(cancelled()),
+            }
+        }
+        let chunk = self.current.split_to(max.min(self.current.len()));
+        self.unacked = chunk.len();
+        Ok(Some(chunk))
+    }
+
+    /// Reads and discards up to `n` bytes; returns how many there were before eof.
+    pub fn skip(&mut self, n: u64) -> io::Result<u64> {
+        let mut skipped = 0;
+        while skipped < n {
+            let want = usize::try_from(n - skipped).unwrap_or(usize::MAX);
+            match self.next(want)? {
+                Some(chunk) => skipped += chunk.len() as u64,
+                None => break,
+            }
+        }
+        Ok(skipped)
+    }
+}
+
+impl io::Read for Incoming {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        match self.next(buf.len())? {
+            Some(chunk) => {
+                buf[..chunk.len()].copy_from_slice(&chunk);
+                Ok(chunk.len())
+            }
+            None => Ok(0),
+        }
+    }
+}
+
+/// Runs `consume` on the blocking pool with the stream's `in` bytes until it returns.
+/// `Ok(None)` means the client cancelled (or the connection went away) and the consumer
+/// has finished cleaning up; the caller then ends the stream without a reply.
+pub async fn upload<T, F>(input: &mut StreamIn, consume: F) -> Result<Option<T>, OpError>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Incoming) -> Result<T, OpError> + Send + 'static,
+{
+    // Unbounded, yet bounded in practice: the client can send no more than its credit, and
+    // credit returns only as the consumer takes bytes.
+    let (pieces_tx, pieces) = mpsc::unbounded_channel();
+    let (taken, mut taken_rx) = mpsc::unbounded_channel();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let mut incoming = Incoming {
+        pieces,
+        taken,
+        cancelled: cancel.clone(),
+        current: Bytes::new(),
+        unacked: 0,
+        at_eof: false,
+    };
+    let mut worker = tokio::task::spawn_blocking(move || consume(&mut incoming));
+    let mut pieces_tx = Some(pieces_tx);
+    loop {
+        tokio::select! {
+            done = &mut worker => return done.map_err(worker_failed)?.map(Some),
+            Some(n) = taken_rx.recv() => input.consumed(n).await,
+            msg = input.recv() => match msg {
+                Some(Inbound::Data(bytes)) => {
+                    if let Some(tx) = &pieces_tx {
+                        let _ = tx.send(Piece::Data(bytes));
+                    }
+                }
+                Some(Inbound::Eof) => {
+                    if let Some(tx) = pieces_tx.take() {
+                        let _ = tx.send(Piece::Eof);
+                    }
+                }
+                Some(Inbound::Cancel) | None => {
+                    cancel.store(true, Ordering::Release);
+                    drop(pieces_tx.take());
+                    let _ = worker.await;
+                    return Ok(None);
+                }
+                Some(_) => {}
+            },
+        }
+    }
+}
+
+/// Where a blocking producer puts the bytes for `out`.
+pub struct Outgoing {
+    chunks: mpsc::Sender<Bytes>,
+}
+
+impl Outgoing {
+    /// Queues `chunk` for the client, waiting while the queue is full. Fails once the stream
+    /// is cancelled or the connection is gone.
+    pub fn send(&mut self, chunk: Bytes) -> io::Result<()> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        self.chunks.blocking_send(chunk).map_err(|_| cancelled())
+    }
+}
+
+/// For producers that write (a tar builder): wrap it in a `BufWriter` of
+/// [`super::READ_CHUNK`] so chunks are large.
+impl io::Write for Outgoing {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.send(Bytes::copy_from_slice(buf))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `produce` on the blocking pool and sends what it queues on `out`, within credit.
+/// `Ok(None)` means the client cancelled or the connection went away; otherwise the caller
+/// sends `eof` (the producer's error, if any, is returned after the data it did produce).
+pub async fn download<T, F>(
+    out: &StreamOut,
+    input: &mut StreamIn,
+    produce: F,
+) -> Result<Option<T>, OpError>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Outgoing) -> Result<T, OpError> + Send + 'static,
+{
+    let (chunks, mut rx) = mpsc::channel(READ_AHEAD);
+    let worker = tokio::task::spawn_blocking(move || produce(&mut Outgoing { chunks }));
+    // Owns the receiver: once this future is dropped the producer's next send fails.
+    let send = async move {
+        while let Some(chunk) = rx.recv().await {
+            out.data(Channel::Out, chunk).await?;
+        }
+        Ok::<(), OpError>(())
+    };
+    let cancelled = async {
+        loop {
+            if let Some(Inbound::Cancel) | None = input.recv().await {
+                return;
+            }
+        }
+    };
+    let finished = tokio::select! {
+        sent = send => Some(sent),
+        () = cancelled => None,
+    };
+    // Both futures are dropped now, the queue's receiver with them, so a producer blocked
+    // on a full queue wakes up and ends.
+    let done = worker.await.map_err(worker_failed);
+    match finished {
+        Some(sent) => {
+            sent?;
+            done?.map(Some)
+        }
+        None => Ok(None),
+    }
+}
