@@ -8,11 +8,17 @@
 //! - [`provider`]: the provider trait and one module per provider (`local`: namespaces).
 //! - [`registry`]: sandboxes and tokens in SQLite. [`server`]: the relay itself.
 //! - [`cli`]: the `tether` commands.
+//! - [`sync`]: the engine of `tether sync` and `tether dev`: local trees mirrored into sandboxes.
+//! - [`bench`]: `tether bench`: latency and throughput against a sandbox, next to this
+//!   machine's floors.
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod bench;
 pub mod cli;
 pub mod client;
+pub mod image;
 pub mod provider;
 pub mod registry;
 pub mod server;
+pub mod sync;

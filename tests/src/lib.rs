@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use tether_relay::client::{RelayClient, Session};
 
+pub mod cloud;
+
 /// How long a binary may take to print its readiness line.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -98,7 +100,10 @@ impl Agent {
             .arg(dir.path())
             .args(extra)
             .env("TETHER_AGENT_TOKEN", &token)
-            .env("TETHER_LOG", std::env::var("TETHER_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "TETHER_LOG",
+                std::env::var("TETHER_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .current_dir(dir.path());
         let (child, url) = spawn_ready(cmd, "listening ");
         Agent {
@@ -176,7 +181,10 @@ impl Relay {
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .env("TETHER_AGENT_BIN", bin("tether-agent"))
-            .env("TETHER_LOG", std::env::var("TETHER_LOG").unwrap_or_else(|_| "warn".into()));
+            .env(
+                "TETHER_LOG",
+                std::env::var("TETHER_LOG").unwrap_or_else(|_| "warn".into()),
+            );
         let (child, url) = spawn_ready(cmd, "listening ");
         let admin_token = std::fs::read_to_string(data_dir.join("admin.token"))
             .expect("relay wrote admin.token")
@@ -189,6 +197,24 @@ impl Relay {
             data_dir: data_dir.to_path_buf(),
             _owned_dir: None,
         }
+    }
+
+    /// Stops the relay and starts a new one on the same data directory and the same address,
+    /// as an operator's restart does: clients find it again at the same URL.
+    pub fn restart(&mut self) {
+        self.stop();
+        let listen = self.url.trim_start_matches("http://").to_string();
+        let mut cmd = Command::new(bin("tether"));
+        cmd.args(["serve", "--listen", &listen, "--data-dir"])
+            .arg(&self.data_dir)
+            .env("TETHER_AGENT_BIN", bin("tether-agent"))
+            .env(
+                "TETHER_LOG",
+                std::env::var("TETHER_LOG").unwrap_or_else(|_| "warn".into()),
+            );
+        let (child, url) = spawn_ready(cmd, "listening ");
+        assert_eq!(url, self.url, "the restarted relay listens elsewhere");
+        self.child = Some(child);
     }
 
     /// Stops the relay process (sandboxes keep running) and returns its data directory's

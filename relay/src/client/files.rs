@@ -23,7 +23,13 @@ impl Session {
 
     /// A directory's entries, `depth` levels deep.
     pub async fn list(&self, path: &str, depth: u32) -> Result<Vec<FileStat>, ClientError> {
-        match self.request(Op::List { path: path.into(), depth }).await? {
+        match self
+            .request(Op::List {
+                path: path.into(),
+                depth,
+            })
+            .await?
+        {
             Reply::Entries { entries } => Ok(entries),
             other => Err(unexpected(&other)),
         }
@@ -31,28 +37,55 @@ impl Session {
 
     /// `mkdir -p`.
     pub async fn mkdir(&self, path: &str) -> Result<(), ClientError> {
-        self.request(Op::Mkdir { path: path.into(), mode: None }).await.map(drop)
+        self.request(Op::Mkdir {
+            path: path.into(),
+            mode: None,
+        })
+        .await
+        .map(drop)
     }
 
     /// Removes a file or (with `recursive`) a directory tree.
     pub async fn remove(&self, path: &str, recursive: bool) -> Result<(), ClientError> {
-        self.request(Op::Remove { path: path.into(), recursive }).await.map(drop)
+        self.request(Op::Remove {
+            path: path.into(),
+            recursive,
+        })
+        .await
+        .map(drop)
     }
 
     /// Renames `from` to `to`.
     pub async fn rename(&self, from: &str, to: &str, overwrite: bool) -> Result<(), ClientError> {
-        let op = Op::Rename { from: from.into(), to: to.into(), overwrite };
+        let op = Op::Rename {
+            from: from.into(),
+            to: to.into(),
+            overwrite,
+        };
         self.request(op).await.map(drop)
     }
 
     /// Changes permission bits.
     pub async fn chmod(&self, path: &str, mode: u32) -> Result<(), ClientError> {
-        self.request(Op::Chmod { path: path.into(), mode }).await.map(drop)
+        self.request(Op::Chmod {
+            path: path.into(),
+            mode,
+        })
+        .await
+        .map(drop)
     }
 
     /// Paths under `root` matching `pattern`, and whether the limit cut the list.
-    pub async fn glob(&self, root: &str, pattern: &str) -> Result<(Vec<String>, bool), ClientError> {
-        let op = Op::Glob { root: root.into(), pattern: pattern.into(), limit: None };
+    pub async fn glob(
+        &self,
+        root: &str,
+        pattern: &str,
+    ) -> Result<(Vec<String>, bool), ClientError> {
+        let op = Op::Glob {
+            root: root.into(),
+            pattern: pattern.into(),
+            limit: None,
+        };
         match self.request(op).await? {
             Reply::Paths { paths, truncated } => Ok((paths, truncated)),
             other => Err(unexpected(&other)),
@@ -68,8 +101,19 @@ impl Session {
     }
 
     /// Replaces `old` by `new` in a file; returns the number of replacements.
-    pub async fn edit(&self, path: &str, old: &str, new: &str, replace_all: bool) -> Result<u64, ClientError> {
-        let op = Op::Edit { path: path.into(), old: old.into(), new: new.into(), replace_all };
+    pub async fn edit(
+        &self,
+        path: &str,
+        old: &str,
+        new: &str,
+        replace_all: bool,
+    ) -> Result<u64, ClientError> {
+        let op = Op::Edit {
+            path: path.into(),
+            old: old.into(),
+            new: new.into(),
+            replace_all,
+        };
         match self.request(op).await? {
             Reply::Edited { replacements } => Ok(replacements),
             other => Err(unexpected(&other)),
@@ -95,7 +139,11 @@ impl Session {
     /// Reads a whole file into memory.
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>, ClientError> {
         let mut buf = Vec::new();
-        let op = Op::Read { path: path.into(), offset: 0, len: None };
+        let op = Op::Read {
+            path: path.into(),
+            offset: 0,
+            len: None,
+        };
         self.download(op, &mut buf, |_| {}).await?;
         Ok(buf)
     }
@@ -175,7 +223,12 @@ impl Session {
 
     /// Starts watching a directory; read events with [`Watch::next`].
     pub async fn watch(&self, path: &str, recursive: bool) -> Result<Watch, ClientError> {
-        let stream = self.open(Op::Watch { path: path.into(), recursive }).await?;
+        let stream = self
+            .open(Op::Watch {
+                path: path.into(),
+                recursive,
+            })
+            .await?;
         Ok(Watch { stream })
     }
 

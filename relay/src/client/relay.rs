@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::api::{CreateRequest, RenewRequest, SandboxInfo, TokenRequest, TokenResponse};
+use crate::api::{CreateRequest, PreviewInfo, RenewRequest, SandboxInfo, TokenRequest, TokenResponse};
 
 use super::session::Session;
 use super::ClientError;
@@ -24,7 +24,9 @@ pub fn default_data_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("XDG_DATA_HOME") {
         return PathBuf::from(dir).join("tether");
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root"));
     home.join(".local/share/tether")
 }
 
@@ -72,18 +74,27 @@ impl RelayClient {
 
     /// Creates a sandbox (or, with `get_or_create`, finds the one with these labels).
     pub async fn create(&self, req: &CreateRequest) -> Result<SandboxInfo, ClientError> {
-        self.send(self.http.post(self.url("/v1/sandboxes")).json(req)).await
+        self.send(self.http.post(self.url("/v1/sandboxes")).json(req))
+            .await
     }
 
     /// One sandbox.
     pub async fn get(&self, id: &str) -> Result<SandboxInfo, ClientError> {
-        self.send(self.http.get(self.url(&format!("/v1/sandboxes/{id}")))).await
+        self.send(self.http.get(self.url(&format!("/v1/sandboxes/{id}"))))
+            .await
     }
 
     /// The tenant's sandboxes carrying all of `labels`.
-    pub async fn list(&self, labels: &BTreeMap<String, String>) -> Result<Vec<SandboxInfo>, ClientError> {
-        let query: Vec<(&str, String)> = labels.iter().map(|(k, v)| ("label", format!("{k}={v}"))).collect();
-        self.send(self.http.get(self.url("/v1/sandboxes")).query(&query)).await
+    pub async fn list(
+        &self,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<SandboxInfo>, ClientError> {
+        let query: Vec<(&str, String)> = labels
+            .iter()
+            .map(|(k, v)| ("label", format!("{k}={v}")))
+            .collect();
+        self.send(self.http.get(self.url("/v1/sandboxes")).query(&query))
+            .await
     }
 
     /// Deletes a sandbox and everything in it.
@@ -97,25 +108,51 @@ impl RelayClient {
             Ok(())
         } else {
             let status = resp.status().as_u16();
-            Err(ClientError::from_http(status, &resp.text().await.unwrap_or_default()))
+            Err(ClientError::from_http(
+                status,
+                &resp.text().await.unwrap_or_default(),
+            ))
         }
     }
 
     /// Extends a sandbox's TTL to `ttl` from now.
     pub async fn renew(&self, id: &str, ttl: Duration) -> Result<SandboxInfo, ClientError> {
-        let body = RenewRequest { ttl_secs: ttl.as_secs().max(1) };
-        self.send(self.http.post(self.url(&format!("/v1/sandboxes/{id}/renew"))).json(&body)).await
+        let body = RenewRequest {
+            ttl_secs: ttl.as_secs().max(1),
+        };
+        self.send(
+            self.http
+                .post(self.url(&format!("/v1/sandboxes/{id}/renew")))
+                .json(&body),
+        )
+        .await
+    }
+
+    /// How a browser reaches the sandbox's ports: its preview URLs and token.
+    pub async fn preview(&self, id: &str) -> Result<PreviewInfo, ClientError> {
+        self.send(self.http.get(self.url(&format!("/v1/sandboxes/{id}/preview")))).await
     }
 
     /// Mints a token for `tenant` (admin tokens only).
-    pub async fn create_token(&self, tenant: &str, admin: bool) -> Result<TokenResponse, ClientError> {
-        let body = TokenRequest { tenant: tenant.into(), admin };
-        self.send(self.http.post(self.url("/v1/tokens")).json(&body)).await
+    pub async fn create_token(
+        &self,
+        tenant: &str,
+        admin: bool,
+    ) -> Result<TokenResponse, ClientError> {
+        let body = TokenRequest {
+            tenant: tenant.into(),
+            admin,
+        };
+        self.send(self.http.post(self.url("/v1/tokens")).json(&body))
+            .await
     }
 
     /// Opens a protocol session to a sandbox's agent through the relay.
     pub async fn connect(&self, id: &str) -> Result<Session, ClientError> {
-        let ws = format!("{}/v1/sandboxes/{id}/ws", self.base.replacen("http", "ws", 1));
+        let ws = format!(
+            "{}/v1/sandboxes/{id}/ws",
+            self.base.replacen("http", "ws", 1)
+        );
         Session::connect(&ws, self.token.as_deref()).await
     }
 
@@ -139,8 +176,15 @@ impl RelayClient {
         }
     }
 
-    async fn send<T: serde::de::DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Result<T, ClientError> {
-        let resp = self.authed(req).send().await.map_err(|e| self.unreachable(e))?;
+    async fn send<T: serde::de::DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
+        let resp = self
+            .authed(req)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
         let status = resp.status().as_u16();
         let body = resp.text().await.map_err(|e| self.unreachable(e))?;
         if !(200..300).contains(&status) {

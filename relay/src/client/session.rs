@@ -7,7 +7,7 @@
 //! that stream alone.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,10 +20,14 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 use tether_proto::control::ExitStatus;
-use tether_proto::limits::{DATA_CHUNK, HEADER_LEN, INITIAL_WINDOW, MAX_PAYLOAD, PING_INTERVAL_SECS};
+use tether_proto::limits::{
+    DATA_CHUNK, HEADER_LEN, INITIAL_WINDOW, MAX_PAYLOAD, PING_INTERVAL_SECS,
+};
 use tether_proto::op::{Op, Reply, WatchEvent};
 use tether_proto::window::RecvWindow;
-use tether_proto::{frame, ByteOffset, Channel, Control, Frame, ProcessId, StreamId, PROTOCOL_VERSION};
+use tether_proto::{
+    frame, ByteOffset, Channel, Control, Frame, ProcessId, StreamId, PROTOCOL_VERSION,
+};
 
 use super::ClientError;
 
@@ -79,6 +83,8 @@ struct Inner {
     outbox: mpsc::Sender<Bytes>,
     streams: Mutex<HashMap<StreamId, Slot>>,
     next_id: AtomicU32,
+    /// Set when the connection is gone; streams opened after that fail at once.
+    closed: AtomicBool,
     agent_version: String,
     capabilities: Vec<String>,
 }
@@ -135,7 +141,9 @@ impl Session {
     }
 
     /// Speaks the protocol over an already open WebSocket (any transport).
-    pub async fn handshake<S>(ws: tokio_tungstenite::WebSocketStream<S>) -> Result<Session, ClientError>
+    pub async fn handshake<S>(
+        ws: tokio_tungstenite::WebSocketStream<S>,
+    ) -> Result<Session, ClientError>
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
@@ -181,6 +189,7 @@ impl Session {
             outbox,
             streams: Mutex::new(HashMap::new()),
             next_id: AtomicU32::new(1),
+            closed: AtomicBool::new(false),
             agent_version,
             capabilities,
         });
@@ -197,6 +206,12 @@ impl Session {
     /// The agent's capabilities, from its welcome.
     pub fn capabilities(&self) -> &[String] {
         &self.inner.capabilities
+    }
+
+    /// Whether the connection is known to be gone: every stream then fails with
+    /// [`ClientError::Disconnected`], and a new session is needed.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
     }
 
     /// Opens a stream running `op`. The low-level entry point the helpers build on.
@@ -226,6 +241,17 @@ impl Session {
             );
             id
         };
+        // Checked after the slot is in the table: the reader clears the table after setting
+        // the flag, so a stream opened as the connection dies is either cleared or refused,
+        // never left waiting for events that cannot come.
+        if self.is_closed() {
+            self.inner
+                .streams
+                .lock()
+                .expect("stream table lock")
+                .remove(&id);
+            return Err(ClientError::Disconnected);
+        }
         let msg = Control::Open {
             stream: id,
             window: (window != INITIAL_WINDOW).then_some(window),
@@ -314,6 +340,7 @@ where
     }
     // The connection is gone: every open stream learns it from its queue closing.
     if let Some(inner) = inner.upgrade() {
+        inner.closed.store(true, Ordering::Release);
         inner.streams.lock().expect("stream table lock").clear();
     }
 }
@@ -481,7 +508,9 @@ pub struct StreamSender {
 
 impl std::fmt::Debug for StreamSender {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StreamSender").field("id", &self.id).finish()
+        f.debug_struct("StreamSender")
+            .field("id", &self.id)
+            .finish()
     }
 }
 
@@ -505,7 +534,8 @@ impl StreamSender {
                 }
             }
             let (chunk, rest) = data.split_at(n);
-            self.raw(frame::encode_data(self.id, Channel::In, chunk)).await?;
+            self.raw(frame::encode_data(self.id, Channel::In, chunk))
+                .await?;
             data = rest;
         }
         Ok(())
@@ -562,7 +592,8 @@ impl Drop for RawStream {
     fn drop(&mut self) {
         if !self.finished {
             let cancel = frame::encode_control(&Control::Cancel { stream: self.id });
-            if let Err(mpsc::error::TrySendError::Full(cancel)) = self.inner.outbox.try_send(cancel) {
+            if let Err(mpsc::error::TrySendError::Full(cancel)) = self.inner.outbox.try_send(cancel)
+            {
                 let outbox = self.inner.outbox.clone();
                 if let Ok(rt) = tokio::runtime::Handle::try_current() {
                     rt.spawn(async move { outbox.send(cancel).await });

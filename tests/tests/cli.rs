@@ -1,0 +1,665 @@
+//! The `tether` command line against a real relay and real local sandboxes: the lifecycle
+//! commands and their `--json`, exec's streams and exit statuses, `cp` both ways, `run`
+//! with its embedded relay, and `shell` driven through a real terminal (tmux).
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tether_e2e::{bin, sha256_hex, Relay};
+
+/// How long a terminal test waits for the screen to show what it expects.
+const SCREEN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs `tether ARGS` against `relay`, feeding `stdin`.
+fn tether_with(relay: &Relay, args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = relay
+        .tether()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tether");
+    let mut input = child.stdin.take().expect("piped stdin");
+    let data = stdin.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let out = child.wait_with_output().expect("wait for tether");
+    feeder.join().expect("stdin feeder");
+    out
+}
+
+fn tether(relay: &Relay, args: &[&str]) -> Output {
+    tether_with(relay, args, b"")
+}
+
+/// Runs `tether ARGS`, asserts it succeeded, and returns its stdout.
+fn ok(relay: &Relay, args: &[&str]) -> String {
+    let out = tether(relay, args);
+    assert!(
+        out.status.success(),
+        "tether {args:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+fn json(relay: &Relay, args: &[&str]) -> Value {
+    let out = ok(relay, args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("tether {args:?}: {e}: {out}"))
+}
+
+fn create(relay: &Relay) -> String {
+    ok(relay, &["create"]).trim().to_string()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn create_ls_info_rm_with_json() {
+    let relay = Relay::start();
+    let made = json(
+        &relay,
+        &["create", "--label", "suite=cli", "--ttl", "30m", "--json"],
+    );
+    let id = made["id"].as_str().expect("id").to_string();
+    assert_eq!(made["labels"]["suite"], "cli");
+    assert_eq!(made["state"], "running");
+    assert!(made["expires_ms"].as_i64().is_some(), "{made}");
+
+    let again = json(
+        &relay,
+        &[
+            "create",
+            "--label",
+            "suite=cli",
+            "--get-or-create",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        again["id"],
+        id.as_str(),
+        "get-or-create found the same sandbox"
+    );
+    assert_eq!(again["created"], false);
+
+    let other = create(&relay);
+    let listed = json(&relay, &["ls", "--label", "suite=cli", "--json"]);
+    let ids: Vec<&str> = listed
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [id.as_str()],
+        "the label filter keeps only the labelled one"
+    );
+
+    let table = ok(&relay, &["ls"]);
+    let header = table.lines().next().unwrap();
+    let columns: Vec<&str> = header.split_whitespace().collect();
+    assert_eq!(columns, ["ID", "PROVIDER", "STATE", "AGE", "LABELS"]);
+    let row = table.lines().find(|l| l.starts_with(&id)).expect("row");
+    assert!(row.contains("local") && row.contains("running") && row.contains("suite=cli"));
+
+    let info = json(&relay, &["info", &id, "--json"]);
+    assert_eq!(info["id"], id.as_str());
+    assert!(info["agent"]["agent_version"].is_string(), "{info}");
+    assert!(info["agent"]["cpus"].as_u64().unwrap() >= 1);
+    assert!(info["agent"]["memory_bytes"].as_u64().unwrap() > 0);
+    let text = ok(&relay, &["info", &id]);
+    assert!(text.contains("os:") && text.contains("Linux"), "{text}");
+
+    assert_eq!(ok(&relay, &["rm", &id]).trim(), id);
+    let removed = json(&relay, &["rm", "--all", "--json"]);
+    assert_eq!(removed["deleted"], serde_json::json!([other]));
+    assert_eq!(ok(&relay, &["ls", "-q"]), "");
+
+    let gone = tether(&relay, &["info", &id]);
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(
+        stderr(&gone).contains(&format!("no sandbox {id}")),
+        "{}",
+        stderr(&gone)
+    );
+    let gone = tether(&relay, &["rm", &id]);
+    assert_eq!(gone.status.code(), Some(1));
+}
+
+#[test]
+fn errors_say_what_to_do() {
+    let relay = Relay::start();
+    let out = relay
+        .tether()
+        .args(["ls"])
+        .env("TETHER_RELAY", "http://127.0.0.1:1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(
+            "no relay at http://127.0.0.1:1: start one with `tether serve` (or use `tether run`, \
+             which needs none)"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    let out = tether(&relay, &["exec", "sb-nosuch", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(stderr(&out).contains("tether ls"), "{}", stderr(&out));
+
+    let out = relay
+        .tether()
+        .args(["ls"])
+        .env("TETHER_TOKEN", "tether_wrong")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("TETHER_TOKEN"), "{}", stderr(&out));
+}
+
+#[test]
+fn exec_streams_and_statuses() {
+    let relay = Relay::start();
+    let id = create(&relay);
+
+    let out = tether(
+        &relay,
+        &["exec", &id, "-c", "echo out; echo err >&2; exit 3"],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.stdout, b"out\n");
+    assert_eq!(out.stderr, b"err\n");
+
+    let out = tether(
+        &relay,
+        &["exec", &id, "--", "printf", "%s|", "a b", "$HOME", "*"],
+    );
+    assert_eq!(
+        out.stdout, b"a b|$HOME|*|",
+        "argv words reach the command untouched"
+    );
+
+    // Binary stdin with -i, end-of-file passed on; without -i the command reads nothing.
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let out = tether_with(&relay, &["exec", "-i", &id, "--", "cat"], &data);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sha256_hex(&out.stdout), sha256_hex(&data));
+    let out = tether_with(&relay, &["exec", &id, "--", "cat"], b"ignored");
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty());
+
+    let out = tether(&relay, &["exec", &id, "-c", "kill -TERM $$"]);
+    assert_eq!(out.status.code(), Some(128 + 15));
+    let out = tether(&relay, &["exec", &id, "-c", "kill -KILL $$"]);
+    assert_eq!(out.status.code(), Some(128 + 9));
+
+    let start = Instant::now();
+    let out = tether(
+        &relay,
+        &["exec", "--timeout", "1s", &id, "--", "sleep", "60"],
+    );
+    assert_eq!(out.status.code(), Some(124));
+    assert!(start.elapsed() < Duration::from_secs(20));
+
+    let out = tether(&relay, &["exec", &id, "--", "no-such-command-xyz"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(
+        stderr(&out).contains("command not found"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = tether(
+        &relay,
+        &[
+            "exec",
+            "-e",
+            "GREETING=hi there",
+            "-w",
+            "/tmp",
+            &id,
+            "-c",
+            "echo \"$GREETING\" $(pwd)",
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi there /tmp\n");
+}
+
+#[test]
+fn exec_forwards_local_interrupts() {
+    let relay = Relay::start();
+    let id = create(&relay);
+    let mut child = relay
+        .tether()
+        .args(["exec", &id, "-c", "echo ready; exec sleep 100"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        assert!(Instant::now() < deadline, "exec did not end after SIGINT");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(code, Some(128 + 2), "the remote sleep died of SIGINT");
+}
+
+#[test]
+fn cp_files_both_ways() {
+    let relay = Relay::start();
+    let id = create(&relay);
+    let local = tempfile::tempdir().unwrap();
+    let src = local.path().join("data.bin");
+    let data: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o751)).unwrap();
+
+    ok(&relay, &["exec", &id, "--", "mkdir", "-p", "/tmp/in"]);
+    ok(
+        &relay,
+        &["cp", src.to_str().unwrap(), &format!("{id}:/tmp/in")],
+    );
+    let remote = ok(
+        &relay,
+        &[
+            "exec",
+            &id,
+            "-c",
+            "stat -c %a /tmp/in/data.bin; sha256sum < /tmp/in/data.bin",
+        ],
+    );
+    assert_eq!(remote, format!("751\n{}  -\n", sha256_hex(&data)));
+
+    let back = local.path().join("back.bin");
+    ok(
+        &relay,
+        &[
+            "cp",
+            &format!("{id}:/tmp/in/data.bin"),
+            back.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(std::fs::read(&back).unwrap(), data);
+    let mode = std::fs::metadata(&back).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o751);
+    let leftovers: Vec<_> = std::fs::read_dir(local.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with(".tether-cp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+
+    // Into an existing local directory: the file keeps its name.
+    ok(
+        &relay,
+        &[
+            "cp",
+            &format!("{id}:/tmp/in/data.bin"),
+            local.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(std::fs::read(local.path().join("data.bin")).unwrap(), data);
+
+    let out = tether(
+        &relay,
+        &[
+            "cp",
+            &format!("{id}:/no/such/file"),
+            local.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("/no/such/file"), "{}", stderr(&out));
+}
+
+fn tree(root: &Path) {
+    std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+    std::fs::write(root.join("run.sh"), "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(root.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(root.join("sub/secret"), "s3cret").unwrap();
+    std::fs::set_permissions(
+        root.join("sub/secret"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::write(root.join("sub/deeper/empty"), "").unwrap();
+    std::fs::create_dir(root.join("void")).unwrap();
+    std::os::unix::fs::symlink("sub/secret", root.join("link")).unwrap();
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[test]
+fn cp_directories_both_ways_keeping_modes_and_symlinks() {
+    let relay = Relay::start();
+    let id = create(&relay);
+    let local = tempfile::tempdir().unwrap();
+    let src = local.path().join("proj");
+    tree(&src);
+
+    // Into an existing remote directory: it lands under its own name.
+    ok(
+        &relay,
+        &["cp", src.to_str().unwrap(), &format!("{id}:/tmp")],
+    );
+    let listing = ok(
+        &relay,
+        &[
+            "exec",
+            &id,
+            "-c",
+            "cd /tmp/proj && stat -c '%n %a' run.sh sub/secret && readlink link && cat link && echo \
+             && test -d void && test -f sub/deeper/empty && ./run.sh",
+        ],
+    );
+    assert_eq!(
+        listing,
+        "run.sh 755\nsub/secret 600\nsub/secret\ns3cret\nhi\n"
+    );
+
+    // Back into an existing local directory, and to a new path.
+    let into = local.path().join("into");
+    std::fs::create_dir(&into).unwrap();
+    ok(
+        &relay,
+        &["cp", &format!("{id}:/tmp/proj"), into.to_str().unwrap()],
+    );
+    let fresh = local.path().join("fresh");
+    ok(
+        &relay,
+        &["cp", &format!("{id}:/tmp/proj"), fresh.to_str().unwrap()],
+    );
+    for copy in [into.join("proj"), fresh] {
+        assert_eq!(mode(&copy.join("run.sh")), 0o755);
+        assert_eq!(mode(&copy.join("sub/secret")), 0o600);
+        assert_eq!(
+            std::fs::read_link(copy.join("link")).unwrap(),
+            Path::new("sub/secret")
+        );
+        assert_eq!(
+            std::fs::read_to_string(copy.join("link")).unwrap(),
+            "s3cret"
+        );
+        assert!(copy.join("void").is_dir());
+        assert!(copy.join("sub/deeper/empty").is_file());
+    }
+}
+
+/// A `tether` command with no relay configured, its data and temporary directories in
+/// `home`: the embedded relay is the only one it can use.
+fn isolated_tether(home: &Path) -> Command {
+    let mut cmd = Command::new(bin("tether"));
+    cmd.env_remove("TETHER_RELAY")
+        .env_remove("TETHER_TOKEN")
+        .env("HOME", home)
+        .env("TETHER_HOME", home.join("data"))
+        .env("TMPDIR", home.join("tmp"))
+        .env("TETHER_AGENT_BIN", bin("tether-agent"));
+    cmd
+}
+
+#[test]
+fn run_works_with_no_relay() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir(home.path().join("tmp")).unwrap();
+    let out = isolated_tether(home.path())
+        .args([
+            "run",
+            "--embedded",
+            "--",
+            "sh",
+            "-c",
+            "uname -s; echo oops >&2; exit 4",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert_eq!(out.stdout, b"Linux\n");
+    assert_eq!(out.stderr, b"oops\n");
+
+    let mut child = isolated_tether(home.path())
+        .args(["run", "--embedded", "--", "sha256sum"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"piped through")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{}  -\n", sha256_hex(b"piped through"))
+    );
+
+    // The embedded relay cleaned up after itself.
+    let left: Vec<_> = std::fs::read_dir(home.path().join("tmp"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "the embedded relay left {left:?}");
+}
+
+#[test]
+fn run_deletes_its_sandbox_on_a_configured_relay() {
+    let relay = Relay::start();
+    let out = tether(
+        &relay,
+        &["run", "--label", "by=run", "--", "sh", "-c", "exit 9"],
+    );
+    assert_eq!(out.status.code(), Some(9), "{}", stderr(&out));
+    let out = tether(&relay, &["run", "--", "no-such-command-xyz"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert_eq!(ok(&relay, &["ls", "-q"]), "", "run left no sandbox behind");
+}
+
+#[test]
+fn tokens_are_minted_per_tenant() {
+    let relay = Relay::start();
+    let id = create(&relay);
+    let minted = json(&relay, &["token", "create", "--tenant", "team-b", "--json"]);
+    assert_eq!(minted["tenant"], "team-b");
+    let token = minted["token"].as_str().unwrap();
+    let theirs = relay
+        .tether()
+        .env("TETHER_TOKEN", token)
+        .args(["ls", "-q"])
+        .output()
+        .unwrap();
+    assert!(theirs.status.success(), "{}", stderr(&theirs));
+    assert!(
+        theirs.stdout.is_empty(),
+        "another tenant's sandbox {id} is hidden"
+    );
+    let plain = ok(&relay, &["token", "create", "--tenant", "team-c"]);
+    assert!(plain.trim().starts_with("tether_"), "{plain}");
+}
+
+/// A tmux server of its own, killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(relay: &Relay, cols: u16, rows: u16) -> Option<Tmux> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            eprintln!("tmux is not installed: skipping the terminal test");
+            return None;
+        }
+        let tmux = Tmux {
+            socket: format!("tether-cli-test-{}", std::process::id()),
+        };
+        let status = Command::new("tmux")
+            .args(["-L", &tmux.socket, "-f", "/dev/null", "new-session", "-d"])
+            .args(["-x", &cols.to_string(), "-y", &rows.to_string()])
+            .args(["-e", &format!("TETHER_RELAY={}", relay.url)])
+            .args(["-e", &format!("TETHER_TOKEN={}", relay.admin_token)])
+            .args(["-e", "PS1=outer$ "])
+            .args(["bash", "--norc", "--noprofile"])
+            .status()
+            .expect("run tmux");
+        assert!(status.success(), "tmux new-session failed");
+        Some(tmux)
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .expect("run tmux");
+        assert!(out.status.success(), "tmux {args:?}: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn type_line(&self, line: &str) {
+        self.tmux(&["send-keys", "-l", line]);
+        self.tmux(&["send-keys", "Enter"]);
+    }
+
+    fn screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p"])
+    }
+
+    /// Polls the screen until `check` accepts it.
+    fn wait_for(&self, what: &str, check: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + SCREEN_TIMEOUT;
+        loop {
+            let screen = self.screen();
+            if check(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn wait_for_line(&self, line: &str) -> String {
+        self.wait_for(line, |s| s.lines().any(|l| l.trim_end() == line))
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+#[test]
+fn shell_is_a_real_terminal() {
+    let relay = Relay::start();
+    let id = create(&relay);
+    let Some(tmux) = Tmux::start(&relay, 120, 40) else {
+        return;
+    };
+    tmux.wait_for("the outer prompt", |s| s.contains("outer$"));
+
+    tmux.type_line(&format!("{} shell {id}", bin("tether").display()));
+    // The sandbox's hostname is its id: this line can only come from inside it.
+    tmux.type_line("echo \"$(hostname)-$((6*7))\"");
+    let screen = tmux.wait_for_line(&format!("{id}-42"));
+    let prompt = screen.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
+    assert!(
+        !prompt.starts_with("outer$"),
+        "a remote prompt follows: {screen}"
+    );
+
+    tmux.type_line("stty size");
+    tmux.wait_for_line("40 120");
+    tmux.tmux(&["resize-window", "-x", "100", "-y", "30"]);
+    tmux.wait_for("the pane to shrink", |s| s.lines().count() <= 30);
+    // SIGWINCH reaches tether asynchronously: ask until the remote size follows.
+    let deadline = Instant::now() + SCREEN_TIMEOUT;
+    for probe in 0.. {
+        tmux.type_line(&format!("echo \"probe{probe}-$(stty size | tr ' ' x)\""));
+        let prefix = format!("probe{probe}-");
+        let screen = tmux.wait_for("stty's answer", |s| {
+            s.lines().any(|l| l.starts_with(&prefix))
+        });
+        if screen
+            .lines()
+            .any(|l| l.trim_end() == format!("{prefix}30x100"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the remote size never followed:\n{screen}"
+        );
+    }
+
+    tmux.type_line("sleep 100");
+    // Ctrl-C once the sleep runs in the sandbox (the shell's children share its namespace).
+    let deadline = Instant::now() + SCREEN_TIMEOUT;
+    while !tether(&relay, &["exec", &id, "--", "pgrep", "-x", "sleep"])
+        .status
+        .success()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "sleep never started: {}",
+            tmux.screen()
+        );
+    }
+    tmux.tmux(&["send-keys", "C-c"]);
+    tmux.type_line("echo after-$((1+1))");
+    let screen = tmux.wait_for_line("after-2");
+    assert!(
+        screen.contains("^C"),
+        "Ctrl-C reached the remote terminal: {screen}"
+    );
+
+    tmux.type_line("exit 5");
+    tmux.wait_for("the outer prompt again", |s| {
+        s.lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .is_some_and(|l| l.starts_with("outer$"))
+    });
+    tmux.type_line("echo status=$?");
+    tmux.wait_for_line("status=5");
+    // The local terminal is back in cooked mode: canonical input and echo.
+    tmux.type_line("stty -a | tr ' ;' '\\n\\n' | grep -x -e -icanon -e icanon -e -echo -e echo | tr '\\n' ,; echo");
+    tmux.wait_for_line("icanon,echo,");
+}
