@@ -118,11 +118,14 @@ pub(super) async fn run(cmd: ImageCommand) -> anyhow::Result<()> {
 
 async fn build_image(args: BuildArgs) -> anyhow::Result<()> {
     if args.target != Target::Oci {
+        let name = args
+            .target
+            .to_possible_value()
+            .expect("no variant is skipped");
+        let name = name.get_name();
         bail!(
-            "--target {:?} is not available yet: build an OCI image with --target oci and follow \
-             images/{}/README.md",
-            args.target,
-            format!("{:?}", args.target).to_lowercase()
+            "--target {name} is not available yet: build with --target oci, push the image, and \
+             make it a {name} image as images/{name}/README.md describes"
         );
     }
     let Some(output) = args.output.clone() else {
@@ -159,10 +162,13 @@ async fn build_image(args: BuildArgs) -> anyhow::Result<()> {
     let path = std::fs::canonicalize(&built.output).unwrap_or(built.output.clone());
     let kind = if built.tarball { "tarball" } else { "layout" };
     println!("{}", built.digest);
+    let layers = match built.layers.len() {
+        1 => "1 layer".to_string(),
+        n => format!("{n} layers"),
+    };
     eprintln!(
-        "built the OCI {kind} {} ({} layers, tag {})\n  run it:  tether create --image oci:{}\n  push it: tether image push {} REGISTRY/NAME:TAG",
+        "built the OCI {kind} {} ({layers}, tag {})\n  run it:  tether create --image oci:{}\n  push it: tether image push {} REGISTRY/NAME:TAG",
         path.display(),
-        built.layers.len(),
         built.tag,
         path.display(),
         path.display(),

@@ -18,6 +18,7 @@ mod attach;
 mod cp;
 mod embedded;
 mod exec;
+mod image;
 mod lifecycle;
 mod output;
 mod remote;
@@ -74,6 +75,9 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Build and push sandbox images with the agent baked in.
+    #[command(subcommand)]
+    Image(image::ImageCommand),
 }
 
 /// Parses the arguments, runs the command, and returns the process's exit status.
@@ -97,6 +101,7 @@ fn dispatch(cli: Cli) -> i32 {
         Command::Exec(args) => status(client(relay, |r| exec::run(r, args))),
         Command::Shell(args) => status(client(relay, |r| shell::run(r, args))),
         Command::Run(args) => status(run::run(relay, args)),
+        Command::Image(cmd) => done(current_thread().and_then(|rt| block_on(rt, image::run(cmd)))),
     }
 }
 

@@ -10,6 +10,8 @@ pub const INIT_SUBCOMMAND: &str = "__sandbox-init";
 
 /// The provider's folder under the relay's data directory.
 pub(super) const PROVIDER_DIR: &str = "local";
+/// The folder under the provider's that caches unpacked OCI images, one per manifest digest.
+pub(super) const IMAGE_CACHE_DIR: &str = "images";
 /// The folder under each cgroup hierarchy that holds one cgroup per sandbox.
 pub(super) const CGROUP_PARENT: &str = "tether";
 

@@ -4,9 +4,11 @@
 //!
 //! # Layout
 //!
-//! - Relay side: [`LocalProvider`] (this file) checks a request (`plan`), makes the sandbox's
-//!   directory (`layout`) and cgroup (`hierarchy` finds v1 or v2, `cgroup` creates, kills and
-//!   removes), and starts the sandbox init (`spawn`), handing it an `InitConfig` (`config`).
+//! - Relay side: [`LocalProvider`] (this file) unpacks an `oci:` image into a root file
+//!   system cached by digest ([`crate::image::unpack`]; the image's environment and static
+//!   agent are used), checks a request (`plan`), makes the sandbox's directory (`layout`) and
+//!   cgroup (`hierarchy` finds v1 or v2, `cgroup` creates, kills and removes), and starts the
+//!   sandbox init (`spawn`), handing it an `InitConfig` (`config`).
 //!   It keeps `Meta` (`meta`) in the registry, answers `state` from it (`process`), connects
 //!   to the agent (`connect`) and removes everything on delete (`teardown`).
 //! - Sandbox side: the relay binary re-executed as `tether __sandbox-init` (`init`) creates
@@ -53,6 +55,7 @@ pub use constants::INIT_SUBCOMMAND;
 pub use init::{run_if_sandbox_init, sandbox_init_main};
 
 use self::config::{IdMap, InitConfig};
+use self::constants::{IMAGE_CACHE_DIR, PROVIDER_DIR};
 use self::error::LocalError;
 use self::hierarchy::Hierarchy;
 use self::layout::Layout;
@@ -63,6 +66,7 @@ use super::{
     AgentSocket, Created, Provider, ProviderContext, ProviderError, SandboxHandle, SandboxSpec,
     SandboxState,
 };
+use crate::image::{self, PreparedImage};
 
 /// Runs sandboxes as namespaces and cgroups on this machine.
 #[derive(Clone, Debug)]
@@ -123,6 +127,17 @@ impl LocalProvider {
         }
     }
 
+    /// Unpacks the OCI image `image` (`oci:PATH[:TAG]`) into the provider's image cache, or
+    /// finds it there (keyed by manifest digest).
+    async fn prepare_image(&self, image: &str) -> Result<PreparedImage, LocalError> {
+        let cache = self.ctx.data_dir.join(PROVIDER_DIR).join(IMAGE_CACHE_DIR);
+        let image = image.to_string();
+        tokio::task::spawn_blocking(move || image::prepare_rootfs(&image, &cache))
+            .await
+            .map_err(|e| LocalError::Unavailable(format!("unpacking the image stopped: {e}")))?
+            .map_err(|e| LocalError::BadSpec(e.to_string()))
+    }
+
     async fn try_create(
         &self,
         id: &str,
@@ -130,10 +145,26 @@ impl LocalProvider {
         spec: &SandboxSpec,
     ) -> Result<Meta, LocalError> {
         plan::check_id(id)?;
-        let rootfs = plan::rootfs(spec)?;
+        let prepared = match spec
+            .image
+            .as_deref()
+            .filter(|i| image::unpack::is_oci_ref(i))
+        {
+            Some(oci) => Some(self.prepare_image(oci).await?),
+            None => None,
+        };
+        let rootfs = match (&prepared, spec.image.as_deref()) {
+            (Some(p), Some(oci)) => plan::image_dir(oci, &p.rootfs)?,
+            _ => plan::rootfs(spec)?,
+        };
         let limits = plan::limits(spec)?;
-        let env = plan::environment(id, agent_token, spec)?;
-        let agent_binary = self.agent_binary()?;
+        let image_env = prepared.as_ref().map(|p| p.env()).unwrap_or_default();
+        let env = plan::environment(id, agent_token, spec, image_env)?;
+        // An image built by `tether image build` carries its own static agent.
+        let agent_binary = match prepared.as_ref().and_then(|p| p.agent()) {
+            Some(agent) => agent,
+            None => self.agent_binary()?,
+        };
         let program = self.init_program()?;
         let cgroup = Hierarchy::detect()?.sandbox(id);
 

@@ -3,7 +3,7 @@
 //! Everything a user can get wrong is refused here, before anything is made on the host.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -58,19 +58,20 @@ pub(super) fn rootfs(spec: &SandboxSpec) -> Result<Rootfs, LocalError> {
     let Some(image) = spec.image.as_deref() else {
         return Ok(Rootfs::Host);
     };
-    if image.starts_with("oci:") {
-        return Err(LocalError::BadSpec(format!(
-            "image {image:?}: OCI images are not supported by the local provider yet; pass the \
-             path of a root file system directory instead"
-        )));
-    }
     let bad = |why: &str| LocalError::BadSpec(format!("image {image:?} {why}"));
     if !image.starts_with('/') {
         return Err(bad(
-            "must be an absolute path to a root file system directory",
+            "must be an absolute path to a root file system directory, or oci:PATH",
         ));
     }
-    let dir = std::fs::canonicalize(image)
+    image_dir(image, Path::new(image))
+}
+
+/// The root file system directory `dir` of the image `image` (a directory, or an unpacked
+/// OCI image), checked for use as an overlay's lower layer.
+pub(super) fn image_dir(image: &str, dir: &Path) -> Result<Rootfs, LocalError> {
+    let bad = |why: &str| LocalError::BadSpec(format!("image {image:?} {why}"));
+    let dir = std::fs::canonicalize(dir)
         .map_err(|e| bad(&format!("cannot be used as a root file system: {e}")))?;
     if !dir.is_dir() {
         return Err(bad("is not a directory; pass a root file system directory"));
@@ -123,12 +124,14 @@ pub(super) fn limits(spec: &SandboxSpec) -> Result<Limits, LocalError> {
     })
 }
 
-/// The agent's environment as `KEY=VALUE` strings: a clean base, then the spec's variables,
-/// then the agent token (which the spec may not set).
+/// The agent's environment as `KEY=VALUE` strings: a clean base, then the image's variables
+/// (`KEY=VALUE` entries of an OCI image's config), then the spec's, then the agent token
+/// (which neither may set).
 pub(super) fn environment(
     id: &str,
     agent_token: &str,
     spec: &SandboxSpec,
+    image_env: &[String],
 ) -> Result<Vec<String>, LocalError> {
     let mut env: BTreeMap<&str, &str> = BTreeMap::from([
         ("PATH", SANDBOX_PATH),
@@ -137,6 +140,12 @@ pub(super) fn environment(
         ("TERM", "xterm-256color"),
         ("HOSTNAME", id),
     ]);
+    for (key, value) in image_env.iter().filter_map(|e| e.split_once('=')) {
+        if !key.is_empty() && key != AGENT_TOKEN_ENV && !key.contains('\0') && !value.contains('\0')
+        {
+            env.insert(key, value);
+        }
+    }
     for (key, value) in &spec.env {
         if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
             return Err(LocalError::BadSpec(format!(
@@ -180,13 +189,18 @@ mod tests {
     }
 
     #[test]
-    fn oci_images_are_refused_with_a_pointer() {
-        let spec = SandboxSpec {
-            image: Some("oci:/images/ubuntu".into()),
-            ..Default::default()
-        };
-        let err = rootfs(&spec).unwrap_err().to_string();
-        assert!(err.contains("OCI images are not supported"), "{err}");
+    fn image_environments_sit_under_the_specs() {
+        let mut spec = SandboxSpec::default();
+        spec.env.insert("FOO".into(), "spec".into());
+        let image = [
+            "PATH=/opt/bin".to_string(),
+            "FOO=image".into(),
+            "TETHER_AGENT_TOKEN=x".into(),
+        ];
+        let env = environment("sb-1", "tok", &spec, &image).unwrap();
+        assert!(env.contains(&"PATH=/opt/bin".to_string()));
+        assert!(env.contains(&"FOO=spec".to_string()));
+        assert!(env.contains(&"TETHER_AGENT_TOKEN=tok".to_string()));
     }
 
     #[test]
@@ -258,7 +272,7 @@ mod tests {
         let mut spec = SandboxSpec::default();
         spec.env.insert("PATH".into(), "/opt/bin".into());
         spec.env.insert("FOO".into(), "bar=baz".into());
-        let env = environment("sb-1", "tok", &spec).unwrap();
+        let env = environment("sb-1", "tok", &spec, &[]).unwrap();
         assert!(env.contains(&"PATH=/opt/bin".to_string()));
         assert!(env.contains(&"FOO=bar=baz".to_string()));
         assert!(env.contains(&"HOSTNAME=sb-1".to_string()));
@@ -266,9 +280,9 @@ mod tests {
         assert_eq!(env.iter().filter(|e| e.starts_with("PATH=")).count(), 1);
 
         spec.env.insert(AGENT_TOKEN_ENV.into(), "mine".into());
-        assert!(environment("sb-1", "tok", &spec).is_err());
+        assert!(environment("sb-1", "tok", &spec, &[]).is_err());
         let mut spec = SandboxSpec::default();
         spec.env.insert("A=B".into(), "x".into());
-        assert!(environment("sb-1", "tok", &spec).is_err());
+        assert!(environment("sb-1", "tok", &spec, &[]).is_err());
     }
 }
