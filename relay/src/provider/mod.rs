@@ -6,6 +6,7 @@ mod cloud;
 mod daytona;
 mod e2b;
 pub mod local;
+mod modal;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -157,10 +158,11 @@ pub struct ProviderContext {
 pub fn build(ctx: &ProviderContext) -> BTreeMap<&'static str, Arc<dyn Provider>> {
     let mut all: BTreeMap<&'static str, Arc<dyn Provider>> = BTreeMap::new();
     let settings = cloud::settings::Settings::load(&ctx.data_dir);
-    let providers: [Arc<dyn Provider>; 3] = [
+    let providers: [Arc<dyn Provider>; 4] = [
         Arc::new(local::LocalProvider::new(ctx.clone())),
         Arc::new(e2b::E2bProvider::new(&settings)),
         Arc::new(daytona::DaytonaProvider::new(&settings)),
+        Arc::new(modal::ModalProvider::new(&settings)),
     ];
     for provider in providers {
         all.insert(provider.name(), provider);

@@ -1,0 +1,218 @@
+//! A fake Daytona: the REST API under `/api` (`Authorization: Bearer <key>`, NestJS error
+//! bodies, 200 on POSTs, `{items, nextCursor}` lists, JSON `labels` filters, 409 on a taken
+//! name, 400 for resources with a snapshot) and the preview proxy ([`preview`]): one local
+//! listener per sandbox port, demanding `X-Daytona-Preview-Token` and answering 307 without
+//! it, like Daytona's proxy.
+//!
+//! A snapshot's ENTRYPOINT is started as Daytona's daemon does, with the sandbox's `env`: the
+//! default snapshot (none given) runs `sleep infinity`; every named snapshot is taken to be a
+//! Tether image whose exec-form ENTRYPOINT is `--entrypoint` (by default `tether-agent serve
+//! --listen 0.0.0.0:7421`). Stopping removes the local sandbox (its files are not kept);
+//! starting makes a new one and a new preview token. `ttlMinutes` is enforced.
+
+mod api;
+mod preview;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use serde_json::json;
+use tower::ServiceExt;
+
+use crate::faults::{Fault, Faults};
+use crate::sandboxes::Sandboxes;
+use crate::serve::rfc3339;
+
+/// How often expired sandboxes are looked for.
+const REAP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How the fake is set up.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The only API key accepted.
+    pub api_key: String,
+    /// The ENTRYPOINT of every named snapshot.
+    pub entrypoint: Vec<String>,
+}
+
+/// One fake sandbox.
+#[derive(Clone, Debug)]
+struct Sandbox {
+    id: String,
+    name: String,
+    snapshot: Option<String>,
+    user: String,
+    env: BTreeMap<String, String>,
+    labels: BTreeMap<String, String>,
+    public: bool,
+    network_block_all: bool,
+    auto_stop_interval: i64,
+    auto_archive_interval: i64,
+    auto_delete_interval: i64,
+    ttl_minutes: Option<i64>,
+    state: &'static str,
+    error_reason: Option<String>,
+    /// The preview token; a new one at every start.
+    auth_token: String,
+    created_at: SystemTime,
+    updated_at: SystemTime,
+}
+
+/// The fake's state.
+pub struct Daytona {
+    config: Config,
+    sandboxes: Arc<Sandboxes>,
+    faults: Faults,
+    table: Mutex<BTreeMap<String, Sandbox>>,
+    /// Preview listeners by (sandbox id, port): their URL and task.
+    previews: Mutex<HashMap<(String, u16), crate::edge::PortListener>>,
+}
+
+impl Daytona {
+    /// A fake running its sandboxes in `sandboxes`.
+    pub fn new(config: Config, sandboxes: Arc<Sandboxes>) -> Arc<Daytona> {
+        Arc::new(Daytona {
+            config,
+            sandboxes,
+            faults: Faults::default(),
+            table: Mutex::new(BTreeMap::new()),
+            previews: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The fake's HTTP service, and its reaper of sandboxes past their TTL.
+    pub fn router(self: &Arc<Self>) -> Router {
+        tokio::spawn(reap(Arc::downgrade(self)));
+        Router::new().fallback(dispatch).with_state(self.clone())
+    }
+
+    /// The sandbox with this id or name.
+    fn find(&self, id_or_name: &str) -> Option<Sandbox> {
+        let table = self.table.lock().expect("sandbox table");
+        table
+            .get(id_or_name)
+            .or_else(|| table.values().find(|s| s.name == id_or_name))
+            .cloned()
+    }
+
+    fn update(&self, id: &str, change: impl FnOnce(&mut Sandbox)) -> Option<Sandbox> {
+        let mut table = self.table.lock().expect("sandbox table");
+        let s = table.get_mut(id)?;
+        change(s);
+        s.updated_at = SystemTime::now();
+        Some(s.clone())
+    }
+
+    /// Makes the local sandbox and starts the snapshot's ENTRYPOINT in it.
+    async fn boot(&self, s: &Sandbox) -> anyhow::Result<()> {
+        self.sandboxes.create(&s.id).await?;
+        let entrypoint = match s.snapshot.as_deref() {
+            None | Some("") => vec!["sleep".to_string(), "infinity".to_string()],
+            Some(_) => self.config.entrypoint.clone(),
+        };
+        let mut env = s.env.clone();
+        env.insert("DAYTONA_SANDBOX_ID".into(), s.id.clone());
+        env.insert(
+            "DAYTONA_SANDBOX_SNAPSHOT".into(),
+            s.snapshot.clone().unwrap_or_default(),
+        );
+        env.insert("DAYTONA_SANDBOX_USER".into(), s.user.clone());
+        drop(self.sandboxes.start(&s.id, entrypoint, env, None).await?);
+        Ok(())
+    }
+}
+
+/// Every request: the fake's controls, an injected failure, or the API.
+async fn dispatch(State(fake): State<Arc<Daytona>>, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    if path.starts_with("/__fake/") {
+        return fake.faults.control(req).await;
+    }
+    if let Some(fault) = fake.faults.take(&path) {
+        return fault_response(&fault, &path);
+    }
+    let bearer = req
+        .headers()
+        .get("authorization")
+        .and_then(|a| a.to_str().ok())
+        .and_then(|a| a.strip_prefix("Bearer "));
+    if bearer != Some(fake.config.api_key.as_str()) {
+        return error(StatusCode::UNAUTHORIZED, &path, "Invalid credentials");
+    }
+    match api::router(fake).oneshot(req).await {
+        Ok(resp) => resp,
+        Err(never) => match never {},
+    }
+}
+
+/// An injected failure in Daytona's format; 429 carries the per-throttler headers.
+fn fault_response(fault: &Fault, path: &str) -> Response {
+    let status = StatusCode::from_u16(fault.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let message = match fault.status {
+        429 => "ThrottlerException: Too Many Requests",
+        503 => "Service Unavailable",
+        _ => "injected failure",
+    };
+    let mut resp = error(status, path, message);
+    if let Some(secs) = fault.retry_after {
+        let throttler = if path == "/api/sandbox" {
+            "sandbox-create"
+        } else {
+            "authenticated"
+        };
+        let headers = resp.headers_mut();
+        headers.insert(
+            axum::http::HeaderName::try_from(format!("retry-after-{throttler}"))
+                .expect("a valid name"),
+            secs.into(),
+        );
+        headers.insert(
+            axum::http::HeaderName::try_from(format!("x-ratelimit-remaining-{throttler}"))
+                .expect("a valid name"),
+            0.into(),
+        );
+    }
+    resp
+}
+
+/// NestJS's error body: `{path, timestamp, statusCode, error, message}`.
+fn error(status: StatusCode, path: &str, message: &str) -> Response {
+    let body = json!({
+        "path": path,
+        "timestamp": rfc3339(SystemTime::now()),
+        "statusCode": status.as_u16(),
+        "error": status.canonical_reason().unwrap_or(""),
+        "message": message,
+    });
+    (status, Json(body)).into_response()
+}
+
+/// Destroys sandboxes past their `ttlMinutes`, until the fake is dropped.
+async fn reap(fake: std::sync::Weak<Daytona>) {
+    loop {
+        tokio::time::sleep(REAP_INTERVAL).await;
+        let Some(fake) = fake.upgrade() else { return };
+        let now = SystemTime::now();
+        let expired: Vec<String> = fake
+            .table
+            .lock()
+            .expect("sandbox table")
+            .values()
+            .filter(|s| {
+                s.ttl_minutes.is_some_and(|m| m > 0)
+                    && s.created_at + Duration::from_secs(60 * s.ttl_minutes.unwrap_or(0) as u64)
+                        <= now
+            })
+            .map(|s| s.id.clone())
+            .collect();
+        for id in expired {
+            tracing::info!("sandbox {id} reached its TTL; destroying it");
+            api::destroy(&fake, &id).await;
+        }
+    }
+}

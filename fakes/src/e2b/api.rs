@@ -1,0 +1,383 @@
+//! The fake E2B control plane's routes, with E2B's field names, statuses and error bodies.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{error, E2b, Sandbox};
+use crate::sandboxes::{random_hex, random_id};
+use crate::serve::rfc3339;
+
+/// Sandbox ids: 20 characters of `[a-z0-9]`, as E2B makes them.
+const ID_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+const ID_LEN: usize = 20;
+/// The timeout when a create gives none (the server's default).
+const DEFAULT_TIMEOUT_SECS: i64 = 15;
+/// The longest timeout the fake's "plan" allows (E2B Pro: 24 hours).
+const MAX_TIMEOUT_SECS: i64 = 24 * 3600;
+/// The envd version reported: what the SDKs check features against.
+const ENVD_VERSION: &str = "0.6.13";
+/// The resources every fake template has.
+const CPU_COUNT: u32 = 2;
+const MEMORY_MB: u32 = 1024;
+const DISK_SIZE_MB: u32 = 4096;
+
+/// The routes.
+pub(super) fn router(fake: Arc<E2b>) -> Router {
+    Router::new()
+        .route("/sandboxes", post(create_v1).get(list))
+        .route("/v2/sandboxes", post(create_v2).get(list))
+        .route("/sandboxes/{id}", get(detail).delete(kill))
+        .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/connect", post(connect))
+        .route("/v2/sandboxes/{id}/connect", post(connect))
+        .route("/sandboxes/{id}/pause", post(pause))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "Not found") })
+        .with_state(fake)
+}
+
+/// `NewSandbox` / `NewSandboxV2`.
+#[derive(Debug, Deserialize)]
+struct NewSandbox {
+    #[serde(rename = "templateID")]
+    template_id: Option<String>,
+    timeout: Option<i64>,
+    #[serde(default)]
+    secure: Option<bool>,
+    #[serde(default)]
+    allow_internet_access: Option<bool>,
+    #[serde(default)]
+    network: Option<Network>,
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, String>>,
+    #[serde(rename = "envVars", default)]
+    env_vars: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Network {
+    #[serde(default)]
+    allow_public_traffic: Option<bool>,
+}
+
+async fn create_v1(
+    State(fake): State<Arc<E2b>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    create(fake, headers, body, false).await
+}
+
+async fn create_v2(
+    State(fake): State<Arc<E2b>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    create(fake, headers, body, true).await
+}
+
+async fn create(fake: Arc<E2b>, headers: HeaderMap, body: axum::body::Bytes, v2: bool) -> Response {
+    let req: NewSandbox = match serde_json::from_slice(&body) {
+        Ok(req) => req,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("Error when parsing request: {e}"),
+            )
+        }
+    };
+    let Some(template_id) = req.template_id.filter(|t| !t.is_empty()) else {
+        return error(StatusCode::BAD_REQUEST, "templateID is required");
+    };
+    let timeout = req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS);
+    if timeout <= 0 {
+        return error(StatusCode::BAD_REQUEST, "Timeout must be greater than 0");
+    }
+    if timeout > MAX_TIMEOUT_SECS {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Timeout cannot be greater than 24 hours",
+        );
+    }
+    let secure = v2 || req.secure.unwrap_or(false);
+    let public = req
+        .network
+        .as_ref()
+        .and_then(|n| n.allow_public_traffic)
+        .unwrap_or(true);
+    if !public && !secure {
+        return error(StatusCode::BAD_REQUEST, "You cannot create a sandbox without public access unless you enable secure envd access via 'secure' flag.");
+    }
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|k| k.to_str().ok())
+        .map(str::to_string);
+    if let Some(key) = &key {
+        if !key
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            || key.len() > 255
+        {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "Idempotency-Key must match [a-z0-9-]{1,255}",
+            );
+        }
+        let existing = fake
+            .idempotency
+            .lock()
+            .expect("idempotency")
+            .get(key)
+            .cloned();
+        if let Some(id) = existing {
+            if let Some(sandbox) = fake.sandbox(&id) {
+                return (
+                    StatusCode::CREATED,
+                    Json(sandbox_json(&fake, &id, &sandbox)),
+                )
+                    .into_response();
+            }
+        }
+    }
+
+    let id = random_id(ID_LEN, ID_ALPHABET);
+    if let Err(e) = fake.sandboxes.create(&id).await {
+        let body = json!({
+            "code": 500,
+            "message": format!("Failed to create sandbox: {e:#}"),
+            "error_code": "sandbox_create_failed",
+        });
+        return (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response();
+    }
+    let now = SystemTime::now();
+    let sandbox = Sandbox {
+        template_id,
+        metadata: req.metadata.unwrap_or_default(),
+        env_vars: req.env_vars.unwrap_or_default(),
+        started_at: now,
+        end_at: now + Duration::from_secs(timeout as u64),
+        paused: false,
+        envd_access_token: random_hex(16),
+        traffic_access_token: (!public).then(|| random_hex(16)),
+        allow_internet_access: req.allow_internet_access.unwrap_or(true),
+    };
+    // Unsecured (v1 without `secure`) sandboxes have no envd token in E2B; the fake keeps one
+    // internally but reports none, and envd then accepts requests without it.
+    let mut reported = sandbox.clone();
+    if !secure {
+        reported.envd_access_token.clear();
+    }
+    fake.table
+        .lock()
+        .expect("sandbox table")
+        .insert(id.clone(), reported.clone());
+    if let Some(key) = key {
+        fake.idempotency
+            .lock()
+            .expect("idempotency")
+            .insert(key, id.clone());
+    }
+    (
+        StatusCode::CREATED,
+        Json(sandbox_json(&fake, &id, &reported)),
+    )
+        .into_response()
+}
+
+/// The `Sandbox` answer of create and connect.
+fn sandbox_json(fake: &E2b, id: &str, s: &Sandbox) -> Value {
+    json!({
+        "templateID": s.template_id,
+        "sandboxID": id,
+        "alias": s.template_id,
+        "clientID": "6532622b",
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": (!s.envd_access_token.is_empty()).then_some(&s.envd_access_token),
+        "trafficAccessToken": s.traffic_access_token,
+        "domain": fake.config.domain,
+    })
+}
+
+/// A `ListedSandbox`; `SandboxDetail` adds a few fields.
+fn listed_json(id: &str, s: &Sandbox) -> Value {
+    json!({
+        "templateID": s.template_id,
+        "alias": s.template_id,
+        "sandboxID": id,
+        "clientID": "6532622b",
+        "startedAt": rfc3339(s.started_at),
+        "endAt": rfc3339(s.end_at),
+        "cpuCount": CPU_COUNT,
+        "memoryMB": MEMORY_MB,
+        "diskSizeMB": DISK_SIZE_MB,
+        "metadata": s.metadata,
+        "state": if s.paused { "paused" } else { "running" },
+        "envdVersion": ENVD_VERSION,
+        "volumeMounts": [],
+    })
+}
+
+/// `GET /sandboxes` and `GET /v2/sandboxes?metadata=k%3Dv&state=running`.
+async fn list(State(fake): State<Arc<E2b>>, RawQuery(query): RawQuery) -> Response {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.as_deref().unwrap_or("")).unwrap_or_default();
+    let mut wanted_meta: BTreeMap<String, String> = BTreeMap::new();
+    let mut states: Vec<String> = Vec::new();
+    for (key, value) in pairs {
+        match key.as_str() {
+            // `metadata` is itself a URL-encoded query of (URL-encoded) keys and values.
+            "metadata" => {
+                let inner: Vec<(String, String)> =
+                    serde_urlencoded::from_str(&value).unwrap_or_default();
+                wanted_meta.extend(inner);
+            }
+            "state" => states.extend(value.split(',').map(str::to_string)),
+            _ => {}
+        }
+    }
+    let table = fake.table.lock().expect("sandbox table");
+    let items: Vec<Value> = table
+        .iter()
+        .filter(|(_, s)| {
+            wanted_meta
+                .iter()
+                .all(|(k, v)| s.metadata.get(k) == Some(v))
+        })
+        .filter(|(_, s)| {
+            let state = if s.paused { "paused" } else { "running" };
+            states.is_empty() || states.iter().any(|w| w == state)
+        })
+        .map(|(id, s)| listed_json(id, s))
+        .collect();
+    let running = table.values().filter(|s| !s.paused).count();
+    let mut resp = Json(items).into_response();
+    resp.headers_mut().insert("x-total-running", running.into());
+    resp
+}
+
+/// `GET /sandboxes/{id}`.
+async fn detail(State(fake): State<Arc<E2b>>, Path(id): Path<String>) -> Response {
+    let Some(s) = fake.sandbox(&id) else {
+        return not_found(&id);
+    };
+    let mut body = listed_json(&id, &s);
+    body["envdAccessToken"] =
+        json!((!s.envd_access_token.is_empty()).then_some(&s.envd_access_token));
+    body["domain"] = json!(fake.config.domain);
+    body["allowInternetAccess"] = json!(s.allow_internet_access);
+    body["lifecycle"] = json!({ "autoResume": false, "onTimeout": "kill" });
+    Json(body).into_response()
+}
+
+/// `DELETE /sandboxes/{id}`.
+async fn kill(State(fake): State<Arc<E2b>>, Path(id): Path<String>) -> Response {
+    if fake
+        .table
+        .lock()
+        .expect("sandbox table")
+        .remove(&id)
+        .is_none()
+    {
+        return not_found(&id);
+    }
+    if let Err(e) = fake.sandboxes.delete(&id).await {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("Error killing sandbox: {e}"),
+        );
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct Timeout {
+    timeout: Option<i64>,
+}
+
+/// `POST /sandboxes/{id}/timeout`: the sandbox ends `timeout` seconds from now.
+async fn set_timeout(
+    State(fake): State<Arc<E2b>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let Some(timeout) = serde_json::from_slice::<Timeout>(&body)
+        .ok()
+        .and_then(|t| t.timeout)
+    else {
+        return error(StatusCode::BAD_REQUEST, "timeout is required");
+    };
+    if timeout <= 0 {
+        return error(StatusCode::BAD_REQUEST, "Timeout must be greater than 0");
+    }
+    let mut table = fake.table.lock().expect("sandbox table");
+    let Some(s) = table.get_mut(&id) else {
+        return not_found(&id);
+    };
+    s.end_at = SystemTime::now() + Duration::from_secs(timeout as u64);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `POST /[v2/]sandboxes/{id}/connect`: 200 when running (the timeout only grows), 201 after
+/// resuming a paused sandbox.
+async fn connect(
+    State(fake): State<Arc<E2b>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let timeout = serde_json::from_slice::<Timeout>(&body)
+        .ok()
+        .and_then(|t| t.timeout)
+        .unwrap_or(DEFAULT_TIMEOUT_SECS);
+    if timeout <= 0 {
+        return error(StatusCode::BAD_REQUEST, "Timeout must be greater than 0");
+    }
+    let (status, s) = {
+        let mut table = fake.table.lock().expect("sandbox table");
+        let Some(s) = table.get_mut(&id) else {
+            return not_found(&id);
+        };
+        let until = SystemTime::now() + Duration::from_secs(timeout as u64);
+        let status = if s.paused {
+            s.paused = false;
+            s.end_at = until;
+            StatusCode::CREATED
+        } else {
+            s.end_at = s.end_at.max(until);
+            StatusCode::OK
+        };
+        (status, s.clone())
+    };
+    (status, Json(sandbox_json(&fake, &id, &s))).into_response()
+}
+
+/// `POST /sandboxes/{id}/pause`: 409 when already paused.
+async fn pause(State(fake): State<Arc<E2b>>, Path(id): Path<String>) -> Response {
+    let mut table = fake.table.lock().expect("sandbox table");
+    let Some(s) = table.get_mut(&id) else {
+        return not_found(&id);
+    };
+    if s.paused {
+        return error(
+            StatusCode::CONFLICT,
+            &format!("Sandbox {id} is already paused"),
+        );
+    }
+    s.paused = true;
+    StatusCode::NO_CONTENT.into_response()
+}
+
+fn not_found(id: &str) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        &format!("sandbox \"{id}\" doesn't exist or you don't have access to it"),
+    )
+}

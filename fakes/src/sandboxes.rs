@@ -1,0 +1,208 @@
+//! The real sandboxes behind every fake: each fake sandbox is a local sandbox made by the
+//! relay's `local` provider (namespaces and a cgroup on this machine, no network beyond its
+//! own loopback), whose PID 1 is the real `tether-agent`. A fake starts the provider's
+//! "entrypoint" (`tether-agent serve --listen 0.0.0.0:7421`, as a real image would) as a
+//! background process through that agent, and its edge dials ports inside the sandbox
+//! through the agent's port forwarding.
+//!
+//! The fake's binary must call [`tether_relay::provider::local::run_if_sandbox_init`] first
+//! thing: the local provider re-executes it to build each sandbox.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use anyhow::{anyhow, Context};
+use tether_proto::op::ExecSpec;
+use tether_relay::client::{Process, RawStream, Session};
+use tether_relay::provider::local::LocalProvider;
+use tether_relay::provider::{
+    NetworkPolicy, Provider, ProviderContext, ProviderError, SandboxHandle, SandboxSpec,
+};
+
+/// `PATH` inside fake sandboxes: the agent's directory first, so an entrypoint that names
+/// `tether-agent` finds it as it would in a real image.
+const SANDBOX_PATH: &str = "/.tether:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Random bytes in the token of a sandbox's PID-1 agent (known only to the fake).
+const TOKEN_BYTES: usize = 16;
+
+/// Every local sandbox a fake runs, by the fake's sandbox id.
+pub struct Sandboxes {
+    provider: LocalProvider,
+    live: Mutex<HashMap<String, SandboxHandle>>,
+}
+
+/// Why a port inside a sandbox could not be dialled.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    /// No such sandbox (any more).
+    #[error("sandbox {0} is not running")]
+    NoSandbox(String),
+    /// Nothing listens on the port.
+    #[error("nothing listens on port {port} in sandbox {id}: {reason}")]
+    NotListening {
+        /// The sandbox.
+        id: String,
+        /// The port.
+        port: u16,
+        /// The agent's explanation.
+        reason: String,
+    },
+}
+
+impl Sandboxes {
+    /// Sandboxes kept under `data_dir/local/`, running `agent_binary`.
+    pub fn new(data_dir: PathBuf, agent_binary: PathBuf) -> Sandboxes {
+        let ctx = ProviderContext {
+            data_dir,
+            agent_binary,
+        };
+        Sandboxes {
+            provider: LocalProvider::new(ctx),
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Makes the local sandbox `id` (a hostname-safe name of the fake's choosing).
+    pub async fn create(&self, id: &str) -> anyhow::Result<()> {
+        let token = random_hex(TOKEN_BYTES);
+        let spec = SandboxSpec {
+            env: BTreeMap::from([("PATH".to_string(), SANDBOX_PATH.to_string())]),
+            network: NetworkPolicy::None,
+            ..Default::default()
+        };
+        let created = self
+            .provider
+            .create(id, &token, &spec)
+            .await
+            .map_err(|e| anyhow!("the local sandbox behind {id} cannot start: {e}"))?;
+        let handle = SandboxHandle {
+            id: id.to_string(),
+            provider_ref: created.provider_ref,
+            agent_token: token,
+            meta: created.meta,
+        };
+        self.live
+            .lock()
+            .expect("sandbox table")
+            .insert(id.to_string(), handle);
+        Ok(())
+    }
+
+    /// Whether `id` exists and its agent is alive.
+    pub async fn is_running(&self, id: &str) -> bool {
+        let Some(handle) = self.handle(id) else {
+            return false;
+        };
+        matches!(
+            self.provider.state(&handle).await,
+            Ok(tether_relay::provider::SandboxState::Running)
+        )
+    }
+
+    /// A protocol session with the sandbox's PID-1 agent.
+    pub async fn session(&self, id: &str) -> anyhow::Result<Session> {
+        let handle = self
+            .handle(id)
+            .ok_or_else(|| anyhow!("sandbox {id} is not running"))?;
+        let socket = self
+            .provider
+            .connect(&handle)
+            .await
+            .map_err(|e| anyhow!("sandbox {id}: {e}"))?;
+        Session::handshake(socket)
+            .await
+            .map_err(|e| anyhow!("sandbox {id}: {e}"))
+    }
+
+    /// Starts `argv` with `env` in the background (it outlives the returned handle).
+    pub async fn start(
+        &self,
+        id: &str,
+        argv: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<String>,
+    ) -> anyhow::Result<Process> {
+        let session = self.session(id).await?;
+        let mut spec = ExecSpec::argv(argv);
+        spec.env = env;
+        spec.cwd = cwd;
+        spec.background = true;
+        session
+            .exec(spec)
+            .await
+            .context("the agent refused to start the process")
+    }
+
+    /// A TCP connection to `port` on the sandbox's loopback, refused (as an edge would) when
+    /// nothing listens there.
+    pub async fn dial(&self, id: &str, port: u16) -> Result<RawStream, DialError> {
+        let session = self
+            .session(id)
+            .await
+            .map_err(|_| DialError::NoSandbox(id.to_string()))?;
+        let not_listening = |reason: String| DialError::NotListening {
+            id: id.to_string(),
+            port,
+            reason,
+        };
+        let ports = session
+            .ports()
+            .await
+            .map_err(|e| not_listening(e.to_string()))?;
+        if !ports.iter().any(|p| p.port == port) {
+            return Err(not_listening("no listener".into()));
+        }
+        session
+            .connect_port(port)
+            .await
+            .map_err(|e| not_listening(e.to_string()))
+    }
+
+    /// Removes every sandbox (when the fake stops).
+    pub async fn delete_all(&self) {
+        let ids: Vec<String> = self
+            .live
+            .lock()
+            .expect("sandbox table")
+            .keys()
+            .cloned()
+            .collect();
+        for id in ids {
+            if let Err(e) = self.delete(&id).await {
+                tracing::warn!("cannot remove the local sandbox {id}: {e}");
+            }
+        }
+    }
+
+    /// Removes the sandbox and everything in it; an unknown id is already gone.
+    pub async fn delete(&self, id: &str) -> Result<(), ProviderError> {
+        let handle = self.live.lock().expect("sandbox table").remove(id);
+        match handle {
+            Some(handle) => self.provider.delete(&handle).await,
+            None => Ok(()),
+        }
+    }
+
+    fn handle(&self, id: &str) -> Option<SandboxHandle> {
+        self.live.lock().expect("sandbox table").get(id).cloned()
+    }
+}
+
+/// `n` random bytes as lower-case hex.
+pub fn random_hex(n: usize) -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| format!("{:02x}", rng.random::<u8>()))
+        .collect()
+}
+
+/// `n` random characters from `alphabet`.
+pub fn random_id(n: usize, alphabet: &[u8]) -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| alphabet[rng.random_range(0..alphabet.len())] as char)
+        .collect()
+}

@@ -1,0 +1,165 @@
+//! Which provider failures are passing, and how long to wait before trying again: exponential
+//! backoff with jitter, overridden by the server's `Retry-After` when it sends one.
+//!
+//! Passing: HTTP 429 (rate limited), 502, 503 and 504 (a gateway or the service is busy), and
+//! failing to connect at all. Everything else is reported at once.
+
+use std::time::{Duration, SystemTime};
+
+use rand::Rng;
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+
+use super::constants::{BACKOFF_MAX, BACKOFF_START, MAX_RETRY_AFTER, RETRY_ATTEMPTS};
+
+/// Whether an HTTP status is worth retrying.
+pub(crate) fn is_retryable(status: u16) -> bool {
+    matches!(status, 429 | 502 | 503 | 504)
+}
+
+/// The wait a response asks for, if any: `Retry-After` (delta-seconds or an HTTP date), or
+/// the longest of Daytona's per-throttler `Retry-After-{name}` headers.
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.as_str();
+            name == RETRY_AFTER.as_str() || name.starts_with("retry-after-")
+        })
+        .filter_map(|(_, value)| parse_retry_after(value.to_str().ok()?.trim()))
+        .max()
+}
+
+fn parse_retry_after(value: &str) -> Option<Duration> {
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let when = httpdate(value)?;
+    Some(when.duration_since(SystemTime::now()).unwrap_or_default())
+}
+
+/// The tries of one call: how many are left and how long to wait before the next.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    tries: u32,
+}
+
+impl Backoff {
+    /// A call about to make its first try.
+    pub(crate) fn new() -> Backoff {
+        Backoff { tries: 1 }
+    }
+
+    /// The wait before the next try, or `None` when the call has had all its tries (or the
+    /// server asks for a longer wait than we are willing to sit through).
+    pub(crate) fn next(&mut self, retry_after: Option<Duration>) -> Option<Duration> {
+        if self.tries >= RETRY_ATTEMPTS {
+            return None;
+        }
+        let wait = match retry_after {
+            Some(wait) if wait > MAX_RETRY_AFTER => return None,
+            Some(wait) => wait,
+            None => {
+                let full = BACKOFF_START
+                    .saturating_mul(1 << (self.tries - 1).min(16))
+                    .min(BACKOFF_MAX);
+                // Half fixed, half random: spread out clients that failed together.
+                let half = full / 2;
+                half + half.mul_f64(rand::rng().random::<f64>())
+            }
+        };
+        self.tries += 1;
+        Some(wait)
+    }
+
+    /// Tries made so far.
+    pub(crate) fn tries(&self) -> u32 {
+        self.tries
+    }
+}
+
+/// Parses an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the only form servers send now.
+fn httpdate(value: &str) -> Option<SystemTime> {
+    let parts: Vec<&str> = value.split_whitespace().collect();
+    let [_, day, month, year, time, "GMT"] = parts.as_slice() else {
+        return None;
+    };
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| m == month)? as i64
+        + 1;
+    let (day, year): (i64, i64) = (day.parse().ok()?, year.parse().ok()?);
+    let hms: Vec<i64> = time
+        .split(':')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let [h, m, s] = hms.as_slice() else {
+        return None;
+    };
+    // Days since the epoch (Howard Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + m * 60 + s;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_takes_seconds_and_dates() {
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, "3".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(3)));
+        headers.insert(
+            RETRY_AFTER,
+            "Sun, 06 Nov 1994 08:49:37 GMT".parse().unwrap(),
+        );
+        assert_eq!(retry_after(&headers), Some(Duration::ZERO));
+        assert_eq!(
+            httpdate("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777))
+        );
+        headers.insert(RETRY_AFTER, "soon".parse().unwrap());
+        assert_eq!(retry_after(&headers), None);
+        headers.insert("retry-after-sandbox-create", "4".parse().unwrap());
+        headers.insert("retry-after-authenticated", "2".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(4)));
+    }
+
+    #[test]
+    fn backoff_grows_is_capped_and_ends() {
+        let mut backoff = Backoff::new();
+        let first = backoff.next(None).unwrap();
+        assert!(
+            first >= BACKOFF_START / 2 && first <= BACKOFF_START,
+            "{first:?}"
+        );
+        assert_eq!(
+            backoff.next(Some(Duration::from_secs(2))),
+            Some(Duration::from_secs(2))
+        );
+        assert!(backoff
+            .next(Some(MAX_RETRY_AFTER + Duration::from_secs(1)))
+            .is_none());
+        while backoff.next(None).is_some() {}
+        assert_eq!(backoff.tries(), RETRY_ATTEMPTS);
+    }
+
+    #[test]
+    fn only_passing_statuses_are_retried() {
+        for s in [429, 502, 503, 504] {
+            assert!(is_retryable(s));
+        }
+        for s in [400, 401, 403, 404, 409, 500] {
+            assert!(!is_retryable(s));
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Opening an agent's WebSocket through a provider's edge (E2B's proxy, Daytona's preview
+//! proxy, a Modal tunnel): an HTTP/1.1 upgrade sent with the provider's routing and access
+//! headers plus the agent token as a bearer token. An edge that refuses answers with a plain
+//! HTTP status, which [`EdgeError::Refused`] keeps for the provider to interpret.
+
+use std::pin::Pin;
+
+use reqwest::header::{self, HeaderMap, HeaderValue};
+use tokio_tungstenite::tungstenite::handshake::client::generate_key;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+
+use super::constants::HANDSHAKE_TIMEOUT;
+use super::http::message_of;
+use crate::provider::{AgentIo, AgentSocket};
+
+/// Largest WebSocket message accepted from an agent: the agent's own limit.
+const MAX_MESSAGE: usize =
+    2 * (tether_proto::limits::MAX_PAYLOAD + tether_proto::limits::HEADER_LEN);
+
+/// Why the agent's WebSocket could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum EdgeError {
+    /// The edge (or the agent) answered the upgrade with this status.
+    #[error("HTTP {status}: {message}")]
+    Refused {
+        /// The status.
+        status: u16,
+        /// The body's message.
+        message: String,
+        /// Its `Location`, for redirects.
+        location: Option<String>,
+    },
+    /// The edge could not be reached, or the upgrade broke.
+    #[error("{0}")]
+    Network(String),
+}
+
+impl EdgeError {
+    /// The status, when the edge answered.
+    pub(crate) fn status(&self) -> Option<u16> {
+        match self {
+            EdgeError::Refused { status, .. } => Some(*status),
+            EdgeError::Network(_) => None,
+        }
+    }
+}
+
+/// Opens a WebSocket to `url` (`http(s)://` or `ws(s)://`) with `headers` and the agent token.
+pub(crate) async fn open(
+    http: &reqwest::Client,
+    url: &str,
+    mut headers: HeaderMap,
+    agent_token: &str,
+) -> Result<AgentSocket, EdgeError> {
+    let url = match url.split_once("://") {
+        Some(("ws", rest)) => format!("http://{rest}"),
+        Some(("wss", rest)) => format!("https://{rest}"),
+        _ => url.to_string(),
+    };
+    let key = generate_key();
+    let bearer = HeaderValue::from_str(&format!("Bearer {agent_token}"))
+        .map_err(|_| EdgeError::Network("the agent token is not a valid header value".into()))?;
+    headers.insert(header::AUTHORIZATION, bearer);
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(
+        header::SEC_WEBSOCKET_VERSION,
+        HeaderValue::from_static("13"),
+    );
+    headers.insert(
+        header::SEC_WEBSOCKET_KEY,
+        HeaderValue::from_str(&key).expect("base64 is a valid header value"),
+    );
+    let upgrade = async {
+        let resp = http
+            .get(&url)
+            .headers(headers)
+            .send()
+            .await
+            .map_err(|e| EdgeError::Network(format!("cannot reach {url}: {e}")))?;
+        let status = resp.status().as_u16();
+        if status != 101 {
+            let location = resp
+                .headers()
+                .get(header::LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .map(str::to_string);
+            let body = resp.bytes().await.unwrap_or_default();
+            return Err(EdgeError::Refused {
+                status,
+                message: message_of(&body),
+                location,
+            });
+        }
+        let accept = resp.headers().get(header::SEC_WEBSOCKET_ACCEPT).cloned();
+        if accept.as_ref().and_then(|a| a.to_str().ok()) != Some(&derive_accept_key(key.as_bytes()))
+        {
+            return Err(EdgeError::Network(format!(
+                "{url} answered the WebSocket upgrade without the right Sec-WebSocket-Accept"
+            )));
+        }
+        resp.upgrade()
+            .await
+            .map_err(|e| EdgeError::Network(format!("the WebSocket upgrade at {url} failed: {e}")))
+    };
+    let upgraded = tokio::time::timeout(HANDSHAKE_TIMEOUT, upgrade)
+        .await
+        .map_err(|_| {
+            EdgeError::Network(format!(
+                "{url} did not complete the WebSocket upgrade within {HANDSHAKE_TIMEOUT:?}"
+            ))
+        })??;
+    let io: Pin<Box<dyn AgentIo>> = Box::pin(upgraded);
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE))
+        .max_frame_size(Some(MAX_MESSAGE));
+    Ok(tokio_tungstenite::WebSocketStream::from_raw_socket(io, Role::Client, Some(config)).await)
+}

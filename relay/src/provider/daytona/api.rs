@@ -1,0 +1,155 @@
+//! Daytona's REST API (`{DAYTONA_API_URL}/sandbox...`, `Authorization: Bearer <key>`): the
+//! bodies we use, with Daytona's field names, and one function per call.
+
+use std::collections::BTreeMap;
+
+use reqwest::Method;
+use serde::{Deserialize, Serialize};
+
+use crate::provider::cloud::http::{CallError, ControlPlane};
+use crate::provider::ProviderError;
+
+/// `POST /sandbox`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct CreateSandbox<'a> {
+    /// Unique per organization: the relay's id, so a retried create finds its sandbox.
+    pub name: &'a str,
+    /// The snapshot (the `--image`).
+    pub snapshot: &'a str,
+    /// The container's environment, which the entrypoint (our agent) sees.
+    pub env: &'a BTreeMap<String, String>,
+    /// Our labels, plus the relay's id.
+    pub labels: &'a BTreeMap<String, String>,
+    /// Previews need the token.
+    pub public: bool,
+    /// No outbound network.
+    pub network_block_all: bool,
+    /// Minutes without activity before Daytona stops it (0: never).
+    pub auto_stop_interval: u64,
+    /// Minutes after a stop before Daytona deletes it (0: at once; -1: never).
+    pub auto_delete_interval: i64,
+    /// Minutes of wall-clock life before Daytona destroys it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_minutes: Option<u64>,
+}
+
+/// A `Sandbox` answer (the part we read).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Sandbox {
+    /// Daytona's id (a UUID).
+    pub id: String,
+    /// `started`, `stopped`, `error`, ...
+    #[serde(default)]
+    pub state: String,
+    /// Why it is in `error` or `build_failed`.
+    #[serde(default)]
+    pub error_reason: Option<String>,
+}
+
+/// `GET /sandbox/{id}/ports/{port}/preview-url`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct Preview {
+    /// Where the port is served (always use it: domains vary by region).
+    pub url: String,
+    /// `X-Daytona-Preview-Token`; a new one after every start.
+    pub token: String,
+}
+
+/// `POST /sandbox`. A name that exists (a retry whose first try got through) answers 409:
+/// the sandbox by that name is ours.
+pub(super) async fn create(
+    api: &ControlPlane,
+    body: &CreateSandbox<'_>,
+) -> Result<Sandbox, ProviderError> {
+    let json = serde_json::to_value(body).map_err(anyhow::Error::new)?;
+    match api
+        .call(Method::POST, "/sandbox", Some(&json), "create")
+        .await
+    {
+        Ok(answer) => answer.json("create"),
+        Err(e) if e.status() == Some(409) => match get(api, body.name).await? {
+            Some(sandbox) => Ok(sandbox),
+            None => Err(e.into()),
+        },
+        // Unknown or inactive snapshot, resources with a snapshot, a failed start.
+        Err(
+            e @ CallError::Status {
+                status: 400 | 404 | 422,
+                ..
+            },
+        ) => Err(ProviderError::InvalidSpec(e.to_string())),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `GET /sandbox/{idOrName}`: `None` when Daytona does not know it.
+pub(super) async fn get(api: &ControlPlane, id: &str) -> Result<Option<Sandbox>, ProviderError> {
+    match api
+        .call(
+            Method::GET,
+            &format!("/sandbox/{id}"),
+            None,
+            "a sandbox lookup",
+        )
+        .await
+    {
+        Ok(answer) => Ok(Some(answer.json("a sandbox lookup")?)),
+        Err(e) if e.status() == Some(404) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `DELETE /sandbox/{id}`; a sandbox Daytona does not know is already deleted.
+pub(super) async fn delete(api: &ControlPlane, id: &str) -> Result<(), ProviderError> {
+    match api
+        .call(Method::DELETE, &format!("/sandbox/{id}"), None, "delete")
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.status() == Some(404) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `POST /sandbox/{id}/start`.
+pub(super) async fn start(api: &ControlPlane, id: &str) -> Result<Sandbox, ProviderError> {
+    let answer = api
+        .call(Method::POST, &format!("/sandbox/{id}/start"), None, "start")
+        .await?;
+    answer.json("start")
+}
+
+/// `POST /sandbox/{id}/ttl/{minutes}`: re-anchored from now. `false` when unknown.
+pub(super) async fn set_ttl(
+    api: &ControlPlane,
+    id: &str,
+    minutes: u64,
+) -> Result<bool, ProviderError> {
+    match api
+        .call(
+            Method::POST,
+            &format!("/sandbox/{id}/ttl/{minutes}"),
+            None,
+            "a TTL change",
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if e.status() == Some(404) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `GET /sandbox/{id}/ports/{port}/preview-url`.
+pub(super) async fn preview(
+    api: &ControlPlane,
+    id: &str,
+    port: u16,
+) -> Result<Preview, ProviderError> {
+    let path = format!("/sandbox/{id}/ports/{port}/preview-url");
+    api.call(Method::GET, &path, None, "a preview URL")
+        .await?
+        .json("a preview URL")
+}

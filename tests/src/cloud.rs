@@ -1,0 +1,295 @@
+//! Support for the cloud-provider tests: a fake provider (`tether-fake e2b|daytona|modal`)
+//! on an ephemeral port, failures injected into it, and a relay pointed at it.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use tether_proto::op::{ExecSpec, PtySpec};
+use tether_relay::client::files::splice;
+
+use super::{bin, spawn_ready, Relay};
+
+/// A running `tether-fake`, stopped (and its sandboxes removed) on drop.
+pub struct Fake {
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// Its data directory.
+    pub dir: tempfile::TempDir,
+}
+
+/// The `tether-fake` binary: `TETHER_FAKE_BIN`, or beside the test executable's `deps/`
+/// directory (cargo builds it for `cargo test --workspace`).
+pub fn fake_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TETHER_FAKE_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("tether-fake");
+    assert!(
+        path.exists(),
+        "{} not found: run the tests with `cargo test --workspace` so cargo builds it",
+        path.display()
+    );
+    path
+}
+
+impl Fake {
+    /// Starts the fake `provider` with extra arguments.
+    pub fn start(provider: &str, extra: &[&str]) -> Fake {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut cmd = Command::new(fake_bin());
+        cmd.args([provider, "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .arg("--agent-bin")
+            .arg(bin("tether-agent"))
+            .args(extra)
+            .env(
+                "TETHER_LOG",
+                std::env::var("TETHER_LOG").unwrap_or_else(|_| "warn".into()),
+            );
+        let (child, url) = spawn_ready(cmd, "listening ");
+        Fake {
+            child: Some(child),
+            url,
+            dir,
+        }
+    }
+
+    /// The next `count` API requests under `path` (all, when `None`) answer `status`, with
+    /// `Retry-After: retry_after` when given.
+    pub fn inject(&self, status: u16, count: u32, retry_after: Option<u64>, path: Option<&str>) {
+        let body = serde_json::json!({
+            "status": status, "count": count, "retry_after": retry_after, "path": path,
+        });
+        let (code, text) = self.request("POST", "/__fake/faults", &body.to_string());
+        assert_eq!(code, 204, "injecting a fault failed: {text}");
+    }
+
+    /// A plain HTTP/1.1 request to the fake; returns the status and body.
+    pub fn request(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        http(&self.url, method, path, &[], body)
+    }
+}
+
+/// A minimal blocking HTTP/1.1 client: one request, `Connection: close`.
+pub fn http(
+    base: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let addr = base.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = TcpStream::connect(addr).expect("connect to the fake");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        req.push_str(&format!("{name}: {value}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    stream.write_all(req.as_bytes()).expect("send to the fake");
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let code = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGTERM: the fake removes its sandboxes before exiting.
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Relay {
+    /// Starts a relay on a fresh data directory with extra environment variables (a cloud
+    /// provider's credentials and endpoints).
+    pub fn start_with_env(env: &[(&str, &str)]) -> Relay {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data_dir = dir.path().to_path_buf();
+        let mut relay = relay_on(&data_dir, env);
+        relay._owned_dir = Some(dir);
+        relay
+    }
+}
+
+fn relay_on(data_dir: &Path, env: &[(&str, &str)]) -> Relay {
+    let mut cmd = Command::new(bin("tether"));
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .env("TETHER_AGENT_BIN", bin("tether-agent"))
+        .env(
+            "TETHER_LOG",
+            std::env::var("TETHER_LOG").unwrap_or_else(|_| "warn".into()),
+        );
+    // The relay must see only the credentials a test gives it.
+    for (key, _) in std::env::vars() {
+        if ["E2B_", "DAYTONA_", "MODAL_"]
+            .iter()
+            .any(|p| key.starts_with(p))
+        {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.envs(env.iter().copied());
+    let (child, url) = spawn_ready(cmd, "listening ");
+    let admin_token = std::fs::read_to_string(data_dir.join("admin.token"))
+        .expect("relay wrote admin.token")
+        .trim()
+        .to_string();
+    Relay {
+        child: Some(child),
+        url,
+        admin_token,
+        data_dir: data_dir.to_path_buf(),
+        _owned_dir: None,
+    }
+}
+
+/// Runs `tether ARGS` against `relay`; returns stdout, panicking with stderr on failure.
+pub fn tether(relay: &Relay, args: &[&str]) -> String {
+    let out = relay.tether().args(args).output().expect("run tether");
+    assert!(
+        out.status.success(),
+        "tether {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `tether ARGS` expecting failure; returns stderr.
+pub fn tether_fails(relay: &Relay, args: &[&str]) -> String {
+    let out = relay.tether().args(args).output().expect("run tether");
+    assert!(
+        !out.status.success(),
+        "tether {args:?} succeeded unexpectedly"
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// What every provider must carry end to end, checked on sandbox `id`: exec (CLI), cp both
+/// ways (CLI), a PTY exec (the shell's transport), and reaching a port inside (forwarding).
+pub async fn exercise(relay: &Relay, id: &str) {
+    // exec
+    let out = tether(
+        relay,
+        &[
+            "exec",
+            id,
+            "--",
+            "sh",
+            "-c",
+            "echo hello from the cloud; echo oops >&2",
+        ],
+    );
+    assert_eq!(out, "hello from the cloud\n");
+
+    // cp both ways
+    let local = tempfile::tempdir().unwrap();
+    let src = local.path().join("in.txt");
+    std::fs::write(&src, b"payload \x00\xff bytes").unwrap();
+    tether(
+        relay,
+        &["cp", src.to_str().unwrap(), &format!("{id}:/tmp/in.txt")],
+    );
+    let back = local.path().join("back.txt");
+    tether(
+        relay,
+        &["cp", &format!("{id}:/tmp/in.txt"), back.to_str().unwrap()],
+    );
+    assert_eq!(std::fs::read(&back).unwrap(), b"payload \x00\xff bytes");
+
+    let client = relay.client();
+    let session = client.connect(id).await.expect("session through the relay");
+
+    // shell: a PTY exec
+    let mut spec = ExecSpec::argv(["sh", "-c", "tty; echo cols=$(stty size)"]);
+    spec.pty = Some(PtySpec {
+        cols: 100,
+        rows: 30,
+        term: None,
+    });
+    let out = session.exec(spec).await.unwrap().output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("/dev/pts/"), "{text}");
+    assert!(text.contains("cols=30 100"), "{text}");
+
+    // forward-port reachability: a server inside, reached through a forwarded stream
+    let server = ExecSpec::argv([
+        "tether-agent",
+        "serve",
+        "--listen",
+        "127.0.0.1:9123",
+        "--insecure-no-token",
+    ]);
+    let server = session
+        .exec(ExecSpec {
+            background: true,
+            ..server
+        })
+        .await
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let ports = session.ports().await.unwrap();
+        if ports.iter().any(|p| p.port == 9123) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the server inside never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stream = session.connect_port(9123).await.unwrap();
+    let (mut near, far) = tokio::io::duplex(1 << 16);
+    tokio::spawn(splice(stream, far));
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A WebSocket upgrade: the agent answers nothing else.
+    let upgrade = "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+                   Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    near.write_all(upgrade.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 12];
+    near.read_exact(&mut answer).await.unwrap();
+    assert_eq!(
+        &answer,
+        b"HTTP/1.1 101",
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let _ = server.signal("TERM", true).await;
+}

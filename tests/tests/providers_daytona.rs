@@ -1,0 +1,149 @@
+//! The `daytona` provider end to end: a real relay whose Daytona is `tether-fake daytona`
+//! (Daytona's REST API and token-checking preview proxy, with real local sandboxes whose
+//! snapshot ENTRYPOINT starts the agent), driven by the `tether` CLI and the client library.
+
+use std::time::{Duration, Instant};
+
+use tether_e2e::cloud::{http, tether, tether_fails, Fake};
+use tether_e2e::Relay;
+
+/// The key the fake accepts.
+const KEY: &str = "dtn_fake_key";
+/// Any named snapshot: the fake starts the agent as its ENTRYPOINT.
+const SNAPSHOT: &str = "tether-e2e-snapshot";
+
+fn relay_for(fake: &Fake, key: &str) -> Relay {
+    let api = format!("{}/api", fake.url);
+    Relay::start_with_env(&[("DAYTONA_API_KEY", key), ("DAYTONA_API_URL", &api)])
+}
+
+fn create(relay: &Relay) -> String {
+    tether(
+        relay,
+        &["create", "--provider", "daytona", "--image", SNAPSHOT],
+    )
+    .trim()
+    .to_string()
+}
+
+fn provider_ref(relay: &Relay, id: &str) -> String {
+    let json = tether(relay, &["ls", "--json"]);
+    let all: serde_json::Value = serde_json::from_str(&json).expect("ls --json");
+    let found = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id)
+        .expect("listed");
+    found["provider_ref"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daytona_create_exec_cp_shell_forward_restart_and_rm() {
+    let fake = Fake::start("daytona", &["--api-key", KEY]);
+    let relay = relay_for(&fake, KEY);
+    let id = create(&relay);
+    let daytona_id = provider_ref(&relay, &id);
+    let auth = format!("Bearer {KEY}");
+    let (code, listed) = http(
+        &fake.url,
+        "GET",
+        "/api/sandbox",
+        &[("Authorization", &auth)],
+        "",
+    );
+    assert_eq!(code, 200, "{listed}");
+    assert!(
+        listed.contains(&format!("\"tether.sandbox\":\"{id}\"")),
+        "{listed}"
+    );
+
+    tether_e2e::cloud::exercise(&relay, &id).await;
+
+    // A stop at Daytona (auto-stop, or by hand) invalidates the preview token: the next
+    // session starts the sandbox again and fetches a fresh token.
+    let (code, body) = http(
+        &fake.url,
+        "POST",
+        &format!("/api/sandbox/{daytona_id}/stop"),
+        &[("Authorization", &auth)],
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    let out = tether(&relay, &["exec", &id, "--", "echo", "restarted"]);
+    assert_eq!(out, "restarted\n");
+
+    tether(&relay, &["rm", &id]);
+    let (_, listed) = http(
+        &fake.url,
+        "GET",
+        "/api/sandbox",
+        &[("Authorization", &auth)],
+        "",
+    );
+    assert!(!listed.contains(&id), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daytona_rate_limits_and_busy_answers_are_retried() {
+    let fake = Fake::start("daytona", &["--api-key", KEY]);
+    let relay = relay_for(&fake, KEY);
+    // Daytona names its Retry-After per throttler (`Retry-After-sandbox-create`).
+    fake.inject(429, 2, Some(1), Some("/api/sandbox"));
+    fake.inject(503, 1, None, None);
+    let started = Instant::now();
+    let id = create(&relay);
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(tether(&relay, &["exec", &id, "--", "echo", "ok"]), "ok\n");
+    tether(&relay, &["rm", &id]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daytona_permanent_failures_and_wrong_keys_are_explained() {
+    let fake = Fake::start("daytona", &["--api-key", KEY]);
+    let relay = relay_for(&fake, KEY);
+    fake.inject(503, 100, Some(0), Some("/api/sandbox"));
+    let err = tether_fails(
+        &relay,
+        &["create", "--provider", "daytona", "--image", SNAPSHOT],
+    );
+    assert!(
+        err.contains("HTTP 503") && err.contains("after 5 tries"),
+        "{err}"
+    );
+    fake.request("DELETE", "/__fake/faults", "");
+
+    let wrong = relay_for(&fake, "dtn_wrong");
+    let err = tether_fails(
+        &wrong,
+        &["create", "--provider", "daytona", "--image", SNAPSHOT],
+    );
+    assert!(
+        err.contains("DAYTONA_API_KEY") && err.contains("401"),
+        "{err}"
+    );
+
+    // A snapshot that does not start the agent is reported, and the sandbox not left behind.
+    let sleepy = Fake::start(
+        "daytona",
+        &["--api-key", KEY, "--entrypoint", "sleep", "infinity"],
+    );
+    let relay = relay_for(&sleepy, KEY);
+    let err = tether_fails(
+        &relay,
+        &["create", "--provider", "daytona", "--image", SNAPSHOT],
+    );
+    assert!(err.contains("ENTRYPOINT"), "{err}");
+    let (_, listed) = http(
+        &sleepy.url,
+        "GET",
+        "/api/sandbox",
+        &[("Authorization", &format!("Bearer {KEY}"))],
+        "",
+    );
+    assert!(listed.contains("\"items\":[]"), "{listed}");
+}

@@ -1,0 +1,146 @@
+//! The `e2b` provider end to end: a real relay whose E2B is `tether-fake e2b` (E2B's REST
+//! API, envd and edge, with real local sandboxes behind them), driven by the `tether` CLI and
+//! the client library.
+
+use std::time::{Duration, Instant};
+
+use tether_e2e::cloud::{tether, tether_fails, Fake};
+use tether_e2e::Relay;
+
+/// The key the fake accepts.
+const KEY: &str = "e2b_fake_key";
+/// Any template name: the fake runs every template as a local sandbox with the agent.
+const TEMPLATE: &str = "tether-e2e-template";
+
+fn relay_for(fake: &Fake, key: &str) -> Relay {
+    Relay::start_with_env(&[
+        ("E2B_API_KEY", key),
+        ("E2B_API_URL", &fake.url),
+        ("E2B_SANDBOX_URL", &fake.url),
+    ])
+}
+
+fn create(relay: &Relay) -> String {
+    tether(relay, &["create", "--provider", "e2b", "--image", TEMPLATE])
+        .trim()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_create_exec_cp_shell_forward_and_rm() {
+    let fake = Fake::start("e2b", &["--api-key", KEY]);
+    let relay = relay_for(&fake, KEY);
+    let id = create(&relay);
+
+    // The sandbox is an E2B sandbox, labelled with the relay's id.
+    let ls = tether(&relay, &["ls"]);
+    assert!(ls.contains(&id) && ls.contains("e2b"), "{ls}");
+    let (code, listed) =
+        tether_e2e::cloud::http(&fake.url, "GET", "/v2/sandboxes", &[("X-API-Key", KEY)], "");
+    assert_eq!(code, 200, "{listed}");
+    assert!(
+        listed.contains(&format!("\"tether.sandbox\":\"{id}\"")),
+        "{listed}"
+    );
+
+    tether_e2e::cloud::exercise(&relay, &id).await;
+
+    // rm removes it at E2B too
+    tether(&relay, &["rm", &id]);
+    let (_, listed) =
+        tether_e2e::cloud::http(&fake.url, "GET", "/v2/sandboxes", &[("X-API-Key", KEY)], "");
+    assert!(!listed.contains(&id), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_paused_sandboxes_are_resumed_by_a_session() {
+    let fake = Fake::start("e2b", &["--api-key", KEY]);
+    let relay = relay_for(&fake, KEY);
+    // With a TTL the provider connects straight to the agent, and resumes only on failure.
+    let out = tether(
+        &relay,
+        &[
+            "create",
+            "--provider",
+            "e2b",
+            "--image",
+            TEMPLATE,
+            "--ttl",
+            "10m",
+            "--json",
+        ],
+    );
+    let info: serde_json::Value = serde_json::from_str(&out).expect("create --json");
+    let (id, e2b_id) = (
+        info["id"].as_str().unwrap(),
+        info["provider_ref"].as_str().unwrap(),
+    );
+    let key = [("X-API-Key", KEY)];
+    let (code, body) = tether_e2e::cloud::http(
+        &fake.url,
+        "POST",
+        &format!("/sandboxes/{e2b_id}/pause"),
+        &key,
+        "{}",
+    );
+    assert_eq!(code, 204, "{body}");
+    assert_eq!(
+        tether(&relay, &["exec", id, "--", "echo", "resumed"]),
+        "resumed\n"
+    );
+    let (_, detail) =
+        tether_e2e::cloud::http(&fake.url, "GET", &format!("/sandboxes/{e2b_id}"), &key, "");
+    assert!(detail.contains("\"state\":\"running\""), "{detail}");
+    tether(&relay, &["rm", id]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_rate_limits_and_busy_answers_are_retried() {
+    let fake = Fake::start("e2b", &["--api-key", KEY]);
+    let relay = relay_for(&fake, KEY);
+    fake.inject(429, 2, Some(1), Some("/v2/sandboxes"));
+    fake.inject(503, 1, None, Some("/v2/sandboxes"));
+    let started = Instant::now();
+    let id = create(&relay);
+    // Two Retry-After: 1 waits, at least.
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let out = tether(&relay, &["exec", &id, "--", "echo", "after retries"]);
+    assert_eq!(out, "after retries\n");
+    tether(&relay, &["rm", &id]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_permanent_failures_and_wrong_keys_are_explained() {
+    let fake = Fake::start("e2b", &["--api-key", KEY]);
+    let relay = relay_for(&fake, KEY);
+    fake.inject(503, 100, Some(0), Some("/v2/sandboxes"));
+    let err = tether_fails(
+        &relay,
+        &["create", "--provider", "e2b", "--image", TEMPLATE],
+    );
+    assert!(
+        err.contains("HTTP 503") && err.contains("after 5 tries"),
+        "{err}"
+    );
+    fake.request("DELETE", "/__fake/faults", "");
+
+    let wrong = relay_for(&fake, "e2b_wrong_key");
+    let err = tether_fails(
+        &wrong,
+        &["create", "--provider", "e2b", "--image", TEMPLATE],
+    );
+    assert!(err.contains("E2B_API_KEY") && err.contains("401"), "{err}");
+
+    let unset = Relay::start_with_env(&[]);
+    let err = tether_fails(
+        &unset,
+        &["create", "--provider", "e2b", "--image", TEMPLATE],
+    );
+    assert!(err.contains("set E2B_API_KEY"), "{err}");
+    // Listing needs no cloud credentials.
+    tether(&unset, &["ls"]);
+}
