@@ -121,7 +121,8 @@ impl Read for Exactly<'_> {
         };
         if n == 0 {
             if !self.shrank {
-                warn!(path = %self.path.display(), "file shrank while archiving; padding with zeros");
+                let path = self.path.display();
+                warn!(%path, "file shrank while archiving; padding with zeros");
                 self.shrank = true;
             }
             buf[..want].fill(0);

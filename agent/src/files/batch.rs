@@ -69,7 +69,8 @@ fn write_one(
             let err = OpError::new(
                 ErrorCode::InvalidArgument,
                 format!(
-                    "the upload ended {left} bytes short of this file's {} bytes; it was not written",
+                    "the upload ended {left} bytes short of this file's {} bytes; \
+                     it was not written",
                     spec.size
                 ),
             );
@@ -121,7 +122,8 @@ pub async fn read_batch(mut ctx: StreamCtx, paths: Vec<Entry<String>>) -> OpResu
                 return Err(OpError::new(
                     ErrorCode::Internal,
                     format!(
-                        "{}: the file changed size while reading ({size} bytes announced, {n} read)",
+                        "{}: the file changed size while reading \
+                         ({size} bytes announced, {n} read)",
                         path.display()
                     ),
                 ));

@@ -15,7 +15,7 @@ use tether_proto::op::Reply;
 use tether_proto::ErrorCode;
 
 use super::atomic::{AtomicFile, Options};
-use super::{blocking, fail, refuse, MAX_EDIT_BYTES};
+use super::{fail, refuse, respond, MAX_EDIT_BYTES};
 use crate::stream::{OpError, OpResult, StreamCtx};
 
 /// `edit`: replies `edited` with the number of replacements.
@@ -32,9 +32,11 @@ pub async fn edit(
             "`old` is empty; give the text to replace",
         ));
     }
-    let replacements =
-        blocking(move || rewrite(&path, old.as_bytes(), new.as_bytes(), replace_all)).await?;
-    ctx.out.reply(Reply::Edited { replacements }).await
+    respond(ctx, move || {
+        let replacements = rewrite(&path, old.as_bytes(), new.as_bytes(), replace_all)?;
+        Ok(Reply::Edited { replacements })
+    })
+    .await
 }
 
 fn rewrite(path: &Path, old: &[u8], new: &[u8], replace_all: bool) -> Result<u64, OpError> {
@@ -47,7 +49,8 @@ fn rewrite(path: &Path, old: &[u8], new: &[u8], replace_all: bool) -> Result<u64
             ErrorCode::TooLarge,
             path,
             &format!(
-                "{} bytes is larger than edit handles ({MAX_EDIT_BYTES} bytes); write the file instead",
+                "{} bytes is larger than edit handles ({MAX_EDIT_BYTES} bytes); \
+                 write the file instead",
                 meta.len()
             ),
         ));

@@ -15,7 +15,7 @@ use walkdir::WalkDir;
 
 use super::atomic::rename_no_replace;
 use super::{
-    blocking, encoded_len, fail, refuse, relative, DEFAULT_DIR_MODE, MAX_LIST_ENTRIES, REPLY_BUDGET,
+    encoded_len, fail, refuse, relative, respond, DEFAULT_DIR_MODE, MAX_LIST_ENTRIES, REPLY_BUDGET,
 };
 use crate::stream::{OpError, OpResult, StreamCtx};
 
@@ -49,18 +49,21 @@ fn link_target(path: &Path, meta: &Metadata) -> Option<String> {
 
 /// `stat`: the path's own metadata (a symlink is reported, not followed).
 pub async fn stat(ctx: StreamCtx, asked: String, path: PathBuf) -> OpResult {
-    let stat = blocking(move || {
+    respond(ctx, move || {
         let meta = fs::symlink_metadata(&path).map_err(fail(&path))?;
-        Ok(file_stat(asked, &meta, link_target(&path, &meta)))
+        let stat = file_stat(asked, &meta, link_target(&path, &meta));
+        Ok(Reply::Stat(stat))
     })
-    .await?;
-    ctx.out.reply(Reply::Stat(stat)).await
+    .await
 }
 
 /// `list`: the directory's entries to `depth` levels, sorted by relative path.
 pub async fn list(ctx: StreamCtx, path: PathBuf, depth: u32) -> OpResult {
-    let entries = blocking(move || list_dir(&path, depth)).await?;
-    ctx.out.reply(Reply::Entries { entries }).await
+    respond(ctx, move || {
+        let entries = list_dir(&path, depth)?;
+        Ok(Reply::Entries { entries })
+    })
+    .await
 }
 
 fn list_dir(root: &Path, depth: u32) -> Result<Vec<FileStat>, OpError> {
@@ -114,92 +117,98 @@ fn list_dir(root: &Path, depth: u32) -> Result<Vec<FileStat>, OpError> {
 
 /// `mkdir`: creates the directory and its parents; an existing directory is fine.
 pub async fn mkdir(ctx: StreamCtx, path: PathBuf, mode: Option<u32>) -> OpResult {
-    blocking(move || {
-        // The nearest existing ancestor (or the path itself) must be a directory.
-        for (i, existing) in path.ancestors().enumerate() {
-            match fs::metadata(existing) {
-                Ok(meta) if meta.is_dir() && i == 0 => return Ok(()),
-                Ok(meta) if meta.is_dir() => break,
-                Ok(_) => {
-                    return Err(refuse(
-                        ErrorCode::AlreadyExists,
-                        existing,
-                        "File exists and is not a directory",
-                    ))
-                }
-                Err(_) => {}
+    respond(ctx, move || make_dir(&path, mode).map(|()| Reply::Ok)).await
+}
+
+fn make_dir(path: &Path, mode: Option<u32>) -> Result<(), OpError> {
+    // The nearest existing ancestor (or the path itself) must be a directory.
+    for (i, existing) in path.ancestors().enumerate() {
+        match fs::metadata(existing) {
+            Ok(meta) if meta.is_dir() && i == 0 => return Ok(()),
+            Ok(meta) if meta.is_dir() => break,
+            Ok(_) => {
+                return Err(refuse(
+                    ErrorCode::AlreadyExists,
+                    existing,
+                    "File exists and is not a directory",
+                ))
             }
+            Err(_) => {}
         }
-        let mode = mode.unwrap_or(DEFAULT_DIR_MODE) & 0o7777;
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(mode)
-            .create(&path)
-            .map_err(fail(&path))?;
-        // Exactly the asked mode, whatever the umask (as `mkdir -m` does for the last one).
-        fs::set_permissions(&path, Permissions::from_mode(mode)).map_err(fail(&path))
-    })
-    .await?;
-    ctx.out.reply(Reply::Ok).await
+    }
+    let mode = mode.unwrap_or(DEFAULT_DIR_MODE) & 0o7777;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+        .map_err(fail(path))?;
+    // Exactly the asked mode, whatever the umask (as `mkdir -m` does for the last one).
+    fs::set_permissions(path, Permissions::from_mode(mode)).map_err(fail(path))
 }
 
 /// `remove`: a file or symlink, an empty directory, or with `recursive` a whole tree.
 pub async fn remove(ctx: StreamCtx, path: PathBuf, recursive: bool) -> OpResult {
-    blocking(move || {
-        if path.parent().is_none() {
-            return Err(refuse(
-                ErrorCode::InvalidArgument,
-                &path,
-                "refusing to remove the root directory",
-            ));
-        }
-        let meta = fs::symlink_metadata(&path).map_err(fail(&path))?;
-        if !meta.is_dir() {
-            return fs::remove_file(&path).map_err(fail(&path));
-        }
-        if recursive {
-            // std's remove_dir_all unlinks symlinks rather than following them, and opens
-            // each directory relative to its parent, so a link swapped in cannot redirect it.
-            return fs::remove_dir_all(&path).map_err(fail(&path));
-        }
-        let not_empty = rustix::io::Errno::NOTEMPTY.raw_os_error();
-        fs::remove_dir(&path).map_err(|e| match e.raw_os_error() {
-            Some(n) if n == not_empty => refuse(
-                ErrorCode::from_io(&e),
-                &path,
-                "Directory not empty (pass recursive to remove it and everything in it)",
-            ),
-            _ => fail(&path)(e),
-        })
+    respond(ctx, move || {
+        remove_path(&path, recursive).map(|()| Reply::Ok)
     })
-    .await?;
-    ctx.out.reply(Reply::Ok).await
+    .await
+}
+
+fn remove_path(path: &Path, recursive: bool) -> Result<(), OpError> {
+    if path.parent().is_none() {
+        return Err(refuse(
+            ErrorCode::InvalidArgument,
+            path,
+            "refusing to remove the root directory",
+        ));
+    }
+    let meta = fs::symlink_metadata(path).map_err(fail(path))?;
+    if !meta.is_dir() {
+        return fs::remove_file(path).map_err(fail(path));
+    }
+    if recursive {
+        // std's remove_dir_all unlinks symlinks rather than following them, and opens each
+        // directory relative to its parent, so a link swapped in cannot redirect it.
+        return fs::remove_dir_all(path).map_err(fail(path));
+    }
+    let not_empty = rustix::io::Errno::NOTEMPTY.raw_os_error();
+    fs::remove_dir(path).map_err(|e| match e.raw_os_error() {
+        Some(n) if n == not_empty => refuse(
+            ErrorCode::from_io(&e),
+            path,
+            "Directory not empty (pass recursive to remove it and everything in it)",
+        ),
+        _ => fail(path)(e),
+    })
 }
 
 /// `rename`: moves `from` to `to`; without `overwrite`, fails if `to` exists.
 pub async fn rename(ctx: StreamCtx, from: PathBuf, to: PathBuf, overwrite: bool) -> OpResult {
-    blocking(move || {
-        // Name the culprit when the source is missing; the OS error cannot tell which it was.
-        fs::symlink_metadata(&from).map_err(fail(&from))?;
-        let renamed = if overwrite {
-            fs::rename(&from, &to)
-        } else {
-            rename_no_replace(&from, &to)
-        };
-        renamed.map_err(|e| match e.kind() {
-            io::ErrorKind::AlreadyExists if !overwrite => refuse(
-                ErrorCode::AlreadyExists,
-                &to,
-                "File exists (pass overwrite to replace it)",
-            ),
-            _ => OpError::io(
-                &format!("rename {} to {}", from.display(), to.display()),
-                &e,
-            ),
-        })
+    respond(ctx, move || {
+        rename_path(&from, &to, overwrite).map(|()| Reply::Ok)
     })
-    .await?;
-    ctx.out.reply(Reply::Ok).await
+    .await
+}
+
+fn rename_path(from: &Path, to: &Path, overwrite: bool) -> Result<(), OpError> {
+    // Name the culprit when the source is missing; the OS error cannot tell which it was.
+    fs::symlink_metadata(from).map_err(fail(from))?;
+    let renamed = if overwrite {
+        fs::rename(from, to)
+    } else {
+        rename_no_replace(from, to)
+    };
+    renamed.map_err(|e| match e.kind() {
+        io::ErrorKind::AlreadyExists if !overwrite => refuse(
+            ErrorCode::AlreadyExists,
+            to,
+            "File exists (pass overwrite to replace it)",
+        ),
+        _ => OpError::io(
+            &format!("rename {} to {}", from.display(), to.display()),
+            &e,
+        ),
+    })
 }
 
 /// `chmod`: sets the permission bits (of the file a symlink points to, as chmod(1) does).
@@ -210,9 +219,12 @@ pub async fn chmod(ctx: StreamCtx, path: PathBuf, mode: u32) -> OpResult {
             format!("mode {mode:#o} has bits beyond 0o7777"),
         ));
     }
-    blocking(move || fs::set_permissions(&path, Permissions::from_mode(mode)).map_err(fail(&path)))
-        .await?;
-    ctx.out.reply(Reply::Ok).await
+    respond(ctx, move || {
+        fs::set_permissions(&path, Permissions::from_mode(mode))
+            .map(|()| Reply::Ok)
+            .map_err(fail(&path))
+    })
+    .await
 }
 
 #[cfg(test)]

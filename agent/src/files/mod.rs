@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tether_proto::limits::MAX_PAYLOAD;
-use tether_proto::op::Op;
+use tether_proto::op::{Op, Reply};
 use tether_proto::ErrorCode;
 
 use crate::agent::Agent;
@@ -196,6 +196,19 @@ where
     tokio::task::spawn_blocking(work)
         .await
         .map_err(worker_failed)?
+}
+
+/// Runs a request/response operation's blocking work and sends its reply. If the client
+/// cancels first, the stream closes at once and the reply is dropped (the work, already
+/// running, may still finish, as the protocol allows).
+async fn respond<F>(mut ctx: StreamCtx, work: F) -> OpResult
+where
+    F: FnOnce() -> Result<Reply, OpError> + Send + 'static,
+{
+    tokio::select! {
+        reply = blocking(work) => ctx.out.reply(reply?).await,
+        () = pump::cancelled(&mut ctx.input) => Ok(()),
+    }
 }
 
 /// A blocking worker panicked or was lost: a bug, reported rather than hidden.

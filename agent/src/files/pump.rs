@@ -26,7 +26,7 @@ enum Piece {
 }
 
 /// The error a blocking side sees once its stream is cancelled; the pump discards its result.
-fn cancelled() -> io::Error {
+fn aborted() -> io::Error {
     io::Error::new(io::ErrorKind::ConnectionAborted, "the stream was cancelled")
 }
 
@@ -53,7 +53,7 @@ impl Incoming {
             let _ = self.taken.send(std::mem::take(&mut self.unacked));
         }
         if self.cancelled.load(Ordering::Acquire) {
-            return Err(cancelled());
+            return Err(aborted());
         }
         while self.current.is_empty() {
             if self.at_eof {
@@ -62,7 +62,7 @@ impl Incoming {
             match self.pieces.blocking_recv() {
                 Some(Piece::Data(bytes)) => self.current = bytes,
                 Some(Piece::Eof) => self.at_eof = true,
-                None => return Err(cancelled()),
+                None => return Err(aborted()),
             }
         }
         let chunk = self.current.split_to(max.min(self.current.len()));
@@ -149,6 +149,16 @@ where
     }
 }
 
+/// Waits until the client cancels the stream or the connection goes away, ignoring any
+/// other input (an operation that takes none has nothing to do with it).
+pub async fn cancelled(input: &mut StreamIn) {
+    loop {
+        if let Some(Inbound::Cancel) | None = input.recv().await {
+            return;
+        }
+    }
+}
+
 /// Where a blocking producer puts the bytes for `out`.
 pub struct Outgoing {
     chunks: mpsc::Sender<Bytes>,
@@ -161,7 +171,7 @@ impl Outgoing {
         if chunk.is_empty() {
             return Ok(());
         }
-        self.chunks.blocking_send(chunk).map_err(|_| cancelled())
+        self.chunks.blocking_send(chunk).map_err(|_| aborted())
     }
 }
 
@@ -199,16 +209,9 @@ where
         }
         Ok::<(), OpError>(())
     };
-    let cancelled = async {
-        loop {
-            if let Some(Inbound::Cancel) | None = input.recv().await {
-                return;
-            }
-        }
-    };
     let finished = tokio::select! {
         sent = send => Some(sent),
-        () = cancelled => None,
+        () = cancelled(input) => None,
     };
     // Both futures are dropped now, the queue's receiver with them, so a producer blocked
     // on a full queue wakes up and ends.

@@ -16,7 +16,7 @@ use tether_proto::ErrorCode;
 use walkdir::WalkDir;
 
 use super::{
-    blocking, encoded_len, fail, refuse, relative, BINARY_PROBE, DEFAULT_GLOB_LIMIT,
+    encoded_len, fail, refuse, relative, respond, BINARY_PROBE, DEFAULT_GLOB_LIMIT,
     DEFAULT_GREP_LIMIT, GREP_WHOLE_FILE, MAX_MATCH_TEXT, MAX_VISITED, REPLY_BUDGET,
 };
 use crate::stream::{OpError, OpResult, StreamCtx};
@@ -69,8 +69,11 @@ impl NameOrPath {
 /// `glob`: paths under `root` matching `pattern`, relative to it, sorted.
 pub async fn glob(ctx: StreamCtx, root: PathBuf, pattern: String, limit: Option<u32>) -> OpResult {
     let limit = limit.unwrap_or(DEFAULT_GLOB_LIMIT) as usize;
-    let (paths, truncated) = blocking(move || find(&root, &pattern, limit)).await?;
-    ctx.out.reply(Reply::Paths { paths, truncated }).await
+    respond(ctx, move || {
+        let (paths, truncated) = find(&root, &pattern, limit)?;
+        Ok(Reply::Paths { paths, truncated })
+    })
+    .await
 }
 
 fn find(root: &Path, pattern: &str, limit: usize) -> Result<(Vec<String>, bool), OpError> {
@@ -115,8 +118,11 @@ fn find(root: &Path, pattern: &str, limit: usize) -> Result<(Vec<String>, bool),
 
 /// `grep`: matching lines of the file, or of every file under the directory.
 pub async fn grep(ctx: StreamCtx, root: PathBuf, spec: GrepSpec) -> OpResult {
-    let (matches, truncated) = blocking(move || search(&root, &spec)).await?;
-    ctx.out.reply(Reply::Matches { matches, truncated }).await
+    respond(ctx, move || {
+        let (matches, truncated) = search(&root, &spec)?;
+        Ok(Reply::Matches { matches, truncated })
+    })
+    .await
 }
 
 /// A pattern compiled for single lines, and for a quick pass over a whole file.

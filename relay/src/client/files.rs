@@ -223,13 +223,21 @@ impl Session {
 
     /// Starts watching a directory; read events with [`Watch::next`].
     pub async fn watch(&self, path: &str, recursive: bool) -> Result<Watch, ClientError> {
-        let stream = self
-            .open(Op::Watch {
-                path: path.into(),
-                recursive,
-            })
-            .await?;
-        Ok(Watch { stream })
+        let op = Op::Watch {
+            path: path.into(),
+            recursive,
+        };
+        let mut stream = self.open(op).await?;
+        // The agent replies `ok` once its watches are armed; return only then, so no change
+        // made after this call can be missed.
+        loop {
+            match stream.next().await {
+                Some(Event::Reply(_)) => return Ok(Watch { stream }),
+                Some(Event::Error(e)) => return Err(e),
+                Some(Event::Closed) | None => return Err(ClientError::Disconnected),
+                Some(_) => {}
+            }
+        }
     }
 
     /// Opens a TCP connection to `port` inside the sandbox.
