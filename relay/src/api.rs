@@ -10,6 +10,7 @@
 //! - `DELETE /v1/sandboxes/{id}`       delete (204).
 //! - `POST   /v1/sandboxes/{id}/renew` extend the TTL ([`RenewRequest`] → [`SandboxInfo`]).
 //! - `GET    /v1/sandboxes/{id}/ws`    WebSocket: the Tether protocol, tunneled to the agent.
+//! - `GET    /v1/sandboxes/{id}/preview` the sandbox's preview URLs and token ([`PreviewInfo`]).
 //! - `POST   /v1/tokens`               admin only: mint a token for a tenant ([`TokenRequest`]).
 //! - `GET    /v1/health`               unauthenticated liveness.
 //!
@@ -109,4 +110,40 @@ pub struct ErrorDetail {
     pub code: String,
     /// A sentence saying what to do.
     pub message: String,
+}
+
+/// Answer to `GET /v1/sandboxes/{id}/preview`: how a browser reaches ports inside the sandbox.
+///
+/// Preview requests are not authenticated with an API token but with the sandbox's preview
+/// token: the `X-Tether-Preview-Token` header, the `tether_preview_token` query parameter
+/// (answered with a cookie and a redirect that drops it), or that cookie.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviewInfo {
+    /// The sandbox's preview token.
+    pub token: String,
+    /// The URL of port `{port}` by host name, e.g. `http://{port}-sb-1.localhost:7420/`.
+    pub host_url: String,
+    /// The same by path, for clients that cannot resolve `*.localhost`:
+    /// `http://127.0.0.1:7420/preview/sb-1/{port}/`.
+    pub path_url: String,
+}
+
+impl PreviewInfo {
+    /// The host-form URL of `port`, carrying the token so a browser can open it as is.
+    pub fn url(&self, port: u16) -> String {
+        format!(
+            "{}?tether_preview_token={}",
+            self.host_url.replace("{port}", &port.to_string()),
+            self.token
+        )
+    }
+
+    /// The path-form URL of `port`, carrying the token.
+    pub fn path(&self, port: u16) -> String {
+        format!(
+            "{}?tether_preview_token={}",
+            self.path_url.replace("{port}", &port.to_string()),
+            self.token
+        )
+    }
 }

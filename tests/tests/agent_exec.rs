@@ -206,6 +206,30 @@ async fn runs_as_another_user_when_root() {
 }
 
 #[tokio::test]
+async fn children_do_not_inherit_the_agents_oom_shield() {
+    // The agent shields itself (-1000 when privileged); here it inherits a raised score
+    // instead, which is as visible and needs no privilege. Other tests starting agents
+    // meanwhile inherit it too, which changes nothing they check.
+    let own = "/proc/self/oom_score_adj";
+    let before = std::fs::read_to_string(own).unwrap();
+    if before.trim() != "0" || std::fs::write(own, "500").is_err() {
+        eprintln!("skipped: cannot raise this process's OOM score from 0");
+        return;
+    }
+    let agent = Agent::start();
+    let _ = std::fs::write(own, before.trim());
+    let agent_score = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", agent.pid()));
+    assert_ne!(agent_score.unwrap().trim(), "0");
+    let session = agent.session().await;
+    let out = run(
+        &session,
+        ExecSpec::argv(["cat", "/proc/self/oom_score_adj"]),
+    )
+    .await;
+    assert_eq!(out.stdout, b"0\n");
+}
+
+#[tokio::test]
 async fn stdin_streams_and_half_close_ends_it() {
     let agent = Agent::start();
     let session = agent.session().await;
@@ -248,8 +272,19 @@ async fn signals_are_delivered_and_reported_by_number() {
         .await
         .unwrap();
     let id = sleep.process;
+    // Open the wait before the kill: once a stream delivered the exit (this exec stream
+    // will), the process is collected and a later wait finds nothing.
+    let mut waiter = session.open(Op::Wait { process: id }).await.unwrap();
     session.kill(id, Some("TERM"), true).await.unwrap();
-    let status = within("wait", session.wait(id)).await.unwrap();
+    let status = within("wait", async {
+        loop {
+            match waiter.next().await {
+                Some(Event::Exit(status)) => return status,
+                other => assert!(matches!(other, Some(Event::Data(..))), "{other:?}"),
+            }
+        }
+    })
+    .await;
     assert_eq!(status.signal, Some(15));
     eventually(STEP, "the group to be gone", || {
         group_members(sleep.pid).is_empty().then_some(())
@@ -366,7 +401,7 @@ async fn ctrl_c_on_a_terminal_interrupts_the_foreground_job() {
     let session = agent.session().await;
     let mut spec = ExecSpec::argv(["sleep", "100"]);
     spec.pty = pty("", 80, 24).pty;
-    let mut sh = session.exec(spec).await.unwrap();
+    let sh = session.exec(spec).await.unwrap();
     // Type Ctrl-C only once `sleep` runs (a shell between fork and exec would catch it).
     let comm = format!("/proc/{}/comm", sh.pid);
     eventually(STEP, "sleep to run", || {
@@ -393,11 +428,13 @@ async fn half_close_is_end_of_file_on_a_terminal() {
     read_until(&mut cat, "cat-done").await;
 }
 
+type BoxFuture<T> = std::pin::Pin<Box<dyn Future<Output = T> + Send>>;
+
 /// Runs `body` on its own runtime and then drops that runtime, which closes the connection
 /// abruptly (no cancel, no close frame), as a crashed client or a network cut would.
 fn on_a_connection_that_dies<T: Send + 'static>(
     agent: &Agent,
-    body: impl FnOnce(Session) -> std::pin::Pin<Box<dyn Future<Output = T> + Send>> + Send + 'static,
+    body: impl FnOnce(Session) -> BoxFuture<T> + Send + 'static,
 ) -> T {
     let (url, token) = (agent.url.clone(), agent.token.clone());
     std::thread::spawn(move || {
@@ -475,6 +512,28 @@ async fn reattaching_after_a_dropped_connection_yields_the_rest_exactly() {
     // Delivering the exit collected the process.
     let listed = session.processes().await.unwrap();
     assert!(listed.iter().all(|p| p.process != id), "{listed:?}");
+}
+
+#[tokio::test]
+async fn an_attach_can_feed_stdin() {
+    let agent = Agent::start();
+    let session = agent.session().await;
+    let mut spec = background(shell("echo ready; cat; echo done"));
+    spec.stdin = true;
+    let mut first = session.exec(spec).await.unwrap();
+    let id = first.process;
+    read_until(&mut first, "ready").await;
+    drop(first); // detach; `cat` keeps waiting for input
+
+    let second = session.attach(id, [6, 0], true).await.unwrap();
+    assert_eq!(second.offsets(), [6, 0]);
+    second.write_stdin(b"fed later\n").await.unwrap();
+    second.close_stdin().await.unwrap();
+    let out = within("the attached process ends", second.output())
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, b"fed later\ndone\n");
+    assert!(out.status.success());
 }
 
 #[tokio::test]
@@ -713,8 +772,14 @@ async fn benchmark_output_throughput() {
     let agent = Agent::start();
     let session = agent.session().await;
     for (name, spec) in [
-        ("pipe, head", ExecSpec::argv(["head", "-c", "1073741824", "/dev/zero"])),
-        ("pipe, dd", shell("dd if=/dev/zero bs=1M count=1024 status=none")),
+        (
+            "pipe, head",
+            ExecSpec::argv(["head", "-c", "1073741824", "/dev/zero"]),
+        ),
+        (
+            "pipe, dd",
+            shell("dd if=/dev/zero bs=1M count=1024 status=none"),
+        ),
         ("pty", {
             let mut spec = ExecSpec::argv(["head", "-c", "268435456", "/dev/zero"]);
             spec.pty = pty("", 80, 24).pty;

@@ -16,8 +16,10 @@
 
 mod attach;
 mod cp;
+mod dev;
 mod embedded;
 mod exec;
+mod forward;
 mod image;
 mod lifecycle;
 mod output;
@@ -25,6 +27,7 @@ mod remote;
 mod run;
 mod serve;
 mod shell;
+mod sync;
 mod terminal;
 mod token;
 
@@ -75,6 +78,12 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Mirror a local directory into a sandbox (`--watch` keeps it in sync), or pull one back.
+    Sync(sync::SyncArgs),
+    /// Carry local TCP ports to ports inside a sandbox.
+    Forward(forward::ForwardArgs),
+    /// Work on a local folder in its own sandbox: synced, ports forwarded, a shell.
+    Dev(dev::DevArgs),
     /// Build and push sandbox images with the agent baked in.
     #[command(subcommand)]
     Image(image::ImageCommand),
@@ -101,6 +110,9 @@ fn dispatch(cli: Cli) -> i32 {
         Command::Exec(args) => status(client(relay, |r| exec::run(r, args))),
         Command::Shell(args) => status(client(relay, |r| shell::run(r, args))),
         Command::Run(args) => status(run::run(relay, args)),
+        Command::Sync(args) => done(client(relay, |r| sync::run(r, args))),
+        Command::Forward(args) => done(client(relay, |r| forward::run(r, args))),
+        Command::Dev(args) => status(client(relay, |r| dev::run(r, args))),
         Command::Image(cmd) => done(current_thread().and_then(|rt| block_on(rt, image::run(cmd)))),
     }
 }

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::api::{CreateRequest, PreviewInfo, RenewRequest, SandboxInfo, TokenRequest, TokenResponse};
+use crate::api::{
+    CreateRequest, PreviewInfo, RenewRequest, SandboxInfo, TokenRequest, TokenResponse,
+};
 
 use super::session::Session;
 use super::ClientError;
@@ -130,7 +132,11 @@ impl RelayClient {
 
     /// How a browser reaches the sandbox's ports: its preview URLs and token.
     pub async fn preview(&self, id: &str) -> Result<PreviewInfo, ClientError> {
-        self.send(self.http.get(self.url(&format!("/v1/sandboxes/{id}/preview")))).await
+        self.send(
+            self.http
+                .get(self.url(&format!("/v1/sandboxes/{id}/preview"))),
+        )
+        .await
     }
 
     /// Mints a token for `tenant` (admin tokens only).

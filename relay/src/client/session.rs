@@ -292,8 +292,10 @@ async fn write_loop<S>(mut sink: S, mut queue: mpsc::Receiver<Bytes>)
 where
     S: futures_util::Sink<Message> + Unpin,
 {
-    let mut ping = tokio::time::interval(Duration::from_secs(PING_INTERVAL_SECS - 5));
-    ping.tick().await;
+    // The first ping is due one period from now; `interval` would fire at once and cost a
+    // timer-wheel tick before the first frame goes out.
+    let period = Duration::from_secs(PING_INTERVAL_SECS - 5);
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
         tokio::select! {
             next = queue.recv() => {

@@ -10,6 +10,7 @@
 //! - `locks`: get-or-create's per-label locks; `error`: the one map from errors to responses;
 //! - `constants`: every tunable.
 
+mod preview;
 mod activity;
 mod auth;
 mod constants;

@@ -3,6 +3,7 @@
 //!
 //! [`ErrorBody`]: crate::api::ErrorBody
 
+use super::preview;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -35,8 +36,14 @@ pub(super) fn router(relay: Arc<Relay>) -> Router {
         .route("/v1/sandboxes/{id}/renew", post(sandboxes::renew))
         .route("/v1/sandboxes/{id}/ws", get(tunnel::open))
         .route("/v1/tokens", post(create_token))
+        .merge(preview::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
+        // Outermost, so `{port}-{id}.localhost` hosts never reach the API routes.
+        .layer(axum::middleware::from_fn_with_state(
+            relay.clone(),
+            preview::by_host,
+        ))
         .with_state(relay)
 }
 

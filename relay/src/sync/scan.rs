@@ -1,0 +1,148 @@
+//! Walking the local tree: every path the rules do not ignore, with the metadata the plan
+//! compares. Ignored directories are pruned, never entered. Runs on a blocking thread.
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+
+use ignore::WalkBuilder;
+
+use super::rules::Rules;
+use super::tree::{Entry, Tree};
+
+/// What a walk found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// The entries, relative to the synced root.
+    pub tree: Tree,
+    /// Paths that could not be read or named (not UTF-8), in words, to report.
+    pub problems: Vec<String>,
+}
+
+/// Walks `root/under` (the whole tree when `under` is empty; then the root itself is not an
+/// entry), calling `on_dir` with each directory's absolute path as it is found, the root
+/// included: the watcher adds a watch there before its contents are read, so nothing
+/// created meanwhile is missed.
+pub fn scan(root: &Path, under: &str, rules: &Arc<Rules>, mut on_dir: impl FnMut(&Path)) -> Scan {
+    let mut out = Scan::default();
+    let start = if under.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(under)
+    };
+    let filter_rules = rules.clone();
+    let filter_root = root.to_path_buf();
+    let walk = WalkBuilder::new(&start)
+        .standard_filters(false)
+        .follow_links(false)
+        .filter_entry(move |e| match relative(&filter_root, e.path()) {
+            Some(rel) => {
+                let is_dir = e.file_type().is_some_and(|t| t.is_dir());
+                !filter_rules.ignored_entry(&rel, is_dir)
+            }
+            None => false,
+        })
+        .build();
+    for item in walk {
+        let entry = match item {
+            Ok(entry) => entry,
+            Err(e) => {
+                out.problems.push(e.to_string());
+                continue;
+            }
+        };
+        let path = entry.path();
+        let Some(rel) = relative(root, path) else {
+            out.problems.push(format!(
+                "{}: the name is not UTF-8; skipped",
+                path.display()
+            ));
+            continue;
+        };
+        let meta = match fs::symlink_metadata(path) {
+            Ok(meta) => meta,
+            // Vanished since it was listed: the watcher will report it.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                out.problems.push(format!("{}: {e}", path.display()));
+                continue;
+            }
+        };
+        if meta.is_dir() {
+            on_dir(path);
+        }
+        if rel.is_empty() {
+            continue;
+        }
+        let target = match meta.file_type().is_symlink() {
+            true => match fs::read_link(path) {
+                Ok(t) => Some(t.to_string_lossy().into_owned()),
+                Err(_) => continue,
+            },
+            false => None,
+        };
+        if let Some(e) = Entry::from_metadata(&meta, target) {
+            out.tree.insert(rel, e);
+        }
+    }
+    out
+}
+
+/// One local path's entry, if it exists and is something the sync carries.
+pub fn stat(root: &Path, rel: &str) -> Option<Entry> {
+    let path = root.join(rel);
+    let meta = fs::symlink_metadata(&path).ok()?;
+    let target = match meta.file_type().is_symlink() {
+        true => Some(fs::read_link(&path).ok()?.to_string_lossy().into_owned()),
+        false => None,
+    };
+    Entry::from_metadata(&meta, target)
+}
+
+/// `path` relative to `root`, `/`-separated; `None` outside it or when not UTF-8.
+pub fn relative(root: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(root).ok()?;
+    let s = rel.to_str()?;
+    Some(s.trim_end_matches('/').to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::tree::Kind;
+
+    #[test]
+    fn walks_what_the_rules_keep_and_reports_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::create_dir_all(root.join("src/deep")).unwrap();
+        fs::create_dir_all(root.join("target/debug")).unwrap();
+        fs::create_dir_all(root.join(".git")).unwrap();
+        fs::write(root.join(".gitignore"), "target/\n").unwrap();
+        fs::write(root.join("src/deep/a.rs"), "fn a() {}").unwrap();
+        fs::write(root.join("target/debug/app"), "bin").unwrap();
+        fs::write(root.join(".git/HEAD"), "ref").unwrap();
+        std::os::unix::fs::symlink("src", root.join("link")).unwrap();
+        let rules = Arc::new(Rules::new(root, &["*.tmp".into()]).unwrap());
+        fs::write(root.join("x.tmp"), "").unwrap();
+
+        let mut dirs = Vec::new();
+        let found = scan(root, "", &rules, |d| dirs.push(relative(root, d).unwrap()));
+        let keys: Vec<&str> = found.tree.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [".gitignore", "link", "src", "src/deep", "src/deep/a.rs"]
+        );
+        assert_eq!(found.tree["src/deep/a.rs"].size, 9);
+        assert_eq!(found.tree["link"].kind, Kind::Symlink);
+        assert_eq!(found.tree["link"].target.as_deref(), Some("src"));
+        dirs.sort();
+        assert_eq!(dirs, ["", "src", "src/deep"]);
+
+        let sub = scan(root, "src", &rules, |_| {});
+        let keys: Vec<&str> = sub.tree.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["src", "src/deep", "src/deep/a.rs"]);
+        assert!(stat(root, "src/deep/a.rs").is_some());
+        assert!(stat(root, "nope").is_none());
+    }
+}

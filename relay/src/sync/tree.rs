@@ -1,0 +1,274 @@
+//! The vocabulary both sides share: a tree is a map from relative path (`/`-separated, no
+//! leading slash, `""` never present) to an [`Entry`], sorted, so a directory's descendants
+//! are one contiguous range of keys.
+
+use std::collections::BTreeMap;
+use std::fs::Metadata;
+use std::os::unix::fs::MetadataExt;
+
+use serde::{Deserialize, Serialize};
+use tether_proto::op::{FileKind, FileStat};
+
+/// A tree: relative path to entry.
+pub type Tree = BTreeMap<String, Entry>;
+
+/// What kind of thing a synced path is. Anything else (sockets, fifos, devices) is not synced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link (never followed).
+    Symlink,
+}
+
+/// What the sync knows of one path on one side.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The kind.
+    pub kind: Kind,
+    /// Size in bytes (files only; 0 otherwise).
+    #[serde(default)]
+    pub size: u64,
+    /// Modification time in whole seconds since the Unix epoch: what a tar header carries,
+    /// so it is the precision the remote copy gets.
+    #[serde(default)]
+    pub mtime_s: i64,
+    /// The nanoseconds of the modification time, on the local side only: they tell a file
+    /// edited twice within one second (same size) from one left alone since it was sent.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mtime_ns: u32,
+    /// Permission bits.
+    #[serde(default)]
+    pub mode: u32,
+    /// A symlink's target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+impl Entry {
+    /// A local path's entry from its (not followed) metadata; `None` for what is not synced.
+    pub fn from_metadata(meta: &Metadata, target: Option<String>) -> Option<Entry> {
+        let kind = match meta.file_type() {
+            t if t.is_symlink() => Kind::Symlink,
+            t if t.is_dir() => Kind::Dir,
+            t if t.is_file() => Kind::File,
+            _ => return None,
+        };
+        Some(Entry::normalized(Entry {
+            kind,
+            size: meta.len(),
+            mtime_s: meta.mtime(),
+            mtime_ns: meta.mtime_nsec() as u32,
+            mode: meta.mode() & 0o7777,
+            target,
+        }))
+    }
+
+    /// A remote path's entry from the agent's listing; `None` for what is not synced.
+    pub fn from_stat(stat: &FileStat) -> Option<Entry> {
+        let kind = match stat.kind {
+            FileKind::File => Kind::File,
+            FileKind::Dir => Kind::Dir,
+            FileKind::Symlink => Kind::Symlink,
+            FileKind::Other => return None,
+        };
+        Some(Entry::normalized(Entry {
+            kind,
+            size: stat.size,
+            mtime_s: stat.mtime_ms.div_euclid(1000),
+            mtime_ns: 0,
+            mode: stat.mode & 0o7777,
+            target: stat.target.clone(),
+        }))
+    }
+
+    /// Keeps only what the comparison uses. An mtime of 0 becomes 1, as the tar unpacker
+    /// writes it, so such files do not look changed forever.
+    fn normalized(mut e: Entry) -> Entry {
+        if e.kind != Kind::File {
+            e.size = 0;
+        }
+        if e.kind != Kind::Symlink {
+            e.target = None;
+        }
+        if e.mtime_s == 0 {
+            e.mtime_s = 1;
+        }
+        e
+    }
+
+    /// Whether the two sides hold the same thing, as far as metadata can tell: the quick
+    /// check rsync makes. Files: size, mtime second and mode. Symlinks: the target.
+    /// Directories: the mode (their mtimes change with their contents).
+    pub fn same(&self, other: &Entry) -> bool {
+        if self.kind != other.kind {
+            return false;
+        }
+        match self.kind {
+            Kind::File => {
+                self.size == other.size && self.mtime_s == other.mtime_s && self.mode == other.mode
+            }
+            Kind::Symlink => self.target == other.target,
+            Kind::Dir => self.mode == other.mode,
+        }
+    }
+
+    /// Whether this local file is exactly as it was when `sent` was recorded, to the
+    /// nanosecond: the quick check alone cannot see an edit within the same second.
+    pub fn unchanged_since(&self, sent: &Entry) -> bool {
+        self.same(sent) && (self.kind != Kind::File || self.mtime_ns == sent.mtime_ns)
+    }
+
+    /// Whether this is a directory.
+    pub fn is_dir(&self) -> bool {
+        self.kind == Kind::Dir
+    }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Whether `entry` matches `known`, where `None` (never synced) matches nothing.
+pub fn same_as(entry: &Entry, known: Option<&Entry>) -> bool {
+    known.is_some_and(|k| entry.same(k))
+}
+
+/// `parent/name`, or `name` at the top.
+pub fn join(parent: &str, name: &str) -> String {
+    match (parent.is_empty(), name.is_empty()) {
+        (true, _) => name.to_string(),
+        (_, true) => parent.to_string(),
+        _ => format!("{parent}/{name}"),
+    }
+}
+
+/// The paths strictly above `path`, nearest first: `a/b/c` gives `a/b`, `a`.
+pub fn ancestors(path: &str) -> impl Iterator<Item = &str> {
+    let mut rest = path;
+    std::iter::from_fn(move || {
+        let cut = rest.rfind('/')?;
+        rest = &rest[..cut];
+        Some(rest)
+    })
+}
+
+/// Whether `path` is `root` or below it (`""` is the root of everything).
+pub fn within(path: &str, root: &str) -> bool {
+    root.is_empty()
+        || path == root
+        || (path.len() > root.len()
+            && path.starts_with(root)
+            && path.as_bytes()[root.len()] == b'/')
+}
+
+/// The entries of `tree` at or below `root`, in order.
+pub fn subtree<'a>(tree: &'a Tree, root: &'a str) -> impl Iterator<Item = (&'a String, &'a Entry)> {
+    let own = tree.get_key_value(root).filter(|_| !root.is_empty());
+    // Descendants are the keys from `root/` up to (excluding) `root0`: '0' follows '/'.
+    let below = if root.is_empty() {
+        tree.range::<str, _>(..)
+    } else {
+        tree.range::<str, _>((
+            std::ops::Bound::Excluded(format!("{root}/").as_str()),
+            std::ops::Bound::Excluded(format!("{root}0").as_str()),
+        ))
+    };
+    own.into_iter().chain(below)
+}
+
+/// Removes every entry at or below `root`.
+pub fn remove_subtree(tree: &mut Tree, root: &str) {
+    if root.is_empty() {
+        tree.clear();
+        return;
+    }
+    let keys: Vec<String> = subtree(tree, root).map(|(k, _)| k.clone()).collect();
+    for k in keys {
+        tree.remove(&k);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(size: u64, mtime_s: i64) -> Entry {
+        Entry {
+            kind: Kind::File,
+            size,
+            mtime_s,
+            mtime_ns: 0,
+            mode: 0o644,
+            target: None,
+        }
+    }
+
+    #[test]
+    fn the_quick_check_compares_what_each_kind_keeps() {
+        assert!(file(3, 10).same(&file(3, 10)));
+        assert!(!file(3, 10).same(&file(4, 10)));
+        assert!(!file(3, 10).same(&file(3, 11)));
+        let mut exec = file(3, 10);
+        exec.mode = 0o755;
+        assert!(!file(3, 10).same(&exec));
+        let link = |t: &str| Entry {
+            kind: Kind::Symlink,
+            size: 0,
+            mtime_s: 5,
+            mtime_ns: 0,
+            mode: 0o777,
+            target: Some(t.into()),
+        };
+        assert!(link("a").same(&Entry {
+            mtime_s: 99,
+            ..link("a")
+        }));
+        assert!(!link("a").same(&link("b")));
+        assert!(!same_as(&file(1, 1), None));
+        let later = Entry {
+            mtime_ns: 5,
+            ..file(3, 10)
+        };
+        assert!(later.same(&file(3, 10)) && !later.unchanged_since(&file(3, 10)));
+    }
+
+    #[test]
+    fn remote_stats_lose_the_milliseconds() {
+        let stat = FileStat {
+            path: "x".into(),
+            kind: FileKind::File,
+            size: 3,
+            mode: 0o100644,
+            mtime_ms: 10_999,
+            target: None,
+        };
+        assert!(Entry::from_stat(&stat).unwrap().same(&file(3, 10)));
+    }
+
+    #[test]
+    fn subtrees_are_contiguous_ranges() {
+        let mut tree = Tree::new();
+        for p in ["a", "a-b", "a/x", "a/y/z", "ab", "b"] {
+            tree.insert(p.into(), file(0, 1));
+        }
+        let keys: Vec<&str> = subtree(&tree, "a").map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["a", "a/x", "a/y/z"]);
+        assert_eq!(subtree(&tree, "").count(), 6);
+        remove_subtree(&mut tree, "a");
+        assert_eq!(tree.keys().collect::<Vec<_>>(), ["a-b", "ab", "b"]);
+    }
+
+    #[test]
+    fn paths_know_their_ancestors() {
+        assert_eq!(ancestors("a/b/c").collect::<Vec<_>>(), ["a/b", "a"]);
+        assert_eq!(ancestors("a").count(), 0);
+        assert!(within("a/b", "a") && within("a", "a") && within("x", ""));
+        assert!(!within("ab", "a"));
+        assert_eq!(join("", "a"), "a");
+        assert_eq!(join("a", "b"), "a/b");
+    }
+}

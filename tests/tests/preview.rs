@@ -1,0 +1,167 @@
+//! Preview URLs: headless Chromium opens a page served inside a sandbox through the relay,
+//! a missing or wrong token is refused, and WebSocket upgrades pass through, by host name
+//! and by path.
+//!
+//! Needs Debian's `chromium` package (`apt-get install -y chromium`).
+
+#[path = "support/servers.rs"]
+mod servers;
+
+use std::process::Command;
+
+use futures_util::{SinkExt, StreamExt};
+use tether_e2e::Relay;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+const PAGE: &str = "<!doctype html><title>preview</title><h1>hello from the sandbox</h1>\
+                    <script>document.body.insertAdjacentHTML('beforeend', '<p>script ran</p>')</script>";
+
+/// The DOM headless Chromium ends up with at `url`.
+fn browser_dom(url: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--virtual-time-budget=5000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(url)
+        .output()
+        .expect("run chromium: install Debian's `chromium` package (apt-get install -y chromium)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn a_browser_opens_the_preview_and_wrong_tokens_are_refused() {
+    let relay = Relay::start();
+    let client = relay.client();
+    let id = client.create(&Default::default()).await.unwrap().id;
+    let s = client.connect(&id).await.unwrap();
+    servers::http_site(&s, 8000, PAGE).await;
+    let preview = client.preview(&id).await.unwrap();
+
+    let dom = browser_dom(&preview.url(8000));
+    assert!(
+        dom.contains("hello from the sandbox"),
+        "the page did not load: {dom}"
+    );
+    assert!(
+        dom.contains("script ran"),
+        "the page's script did not run: {dom}"
+    );
+    let dom = browser_dom(&preview.path(8000));
+    assert!(
+        dom.contains("hello from the sandbox"),
+        "the path form did not load: {dom}"
+    );
+
+    let addr = relay.url.trim_start_matches("http://");
+    let port = addr.rsplit(':').next().unwrap();
+    let host = format!("8000-{id}.localhost:{port}");
+    let none = servers::get(addr, &host, "/", &[]).await;
+    assert_eq!(none.status, 401, "{none:?}");
+    assert!(none.body.contains("needs its token"), "{none:?}");
+    let wrong = servers::get(
+        addr,
+        &host,
+        "/?tether_preview_token=0123456789abcdef0123456789abcdef",
+        &[],
+    )
+    .await;
+    assert_eq!(wrong.status, 403, "{wrong:?}");
+    assert!(!wrong.body.contains("hello from the sandbox"));
+    let forged = servers::get(addr, &host, "/", &[("Cookie", "tether_preview=forged")]).await;
+    assert_eq!(forged.status, 401, "{forged:?}");
+
+    // The query token becomes a cookie and leaves the URL.
+    let first = servers::get(
+        addr,
+        &host,
+        &format!("/index.html?tether_preview_token={}", preview.token),
+        &[],
+    )
+    .await;
+    assert_eq!(first.status, 303, "{first:?}");
+    assert!(
+        first.head.contains("location: /index.html\r\n"),
+        "{first:?}"
+    );
+    assert!(
+        first
+            .head
+            .contains(&format!("set-cookie: tether_preview={}", preview.token)),
+        "{first:?}"
+    );
+    let cookie = format!("tether_preview={}", preview.token);
+    let page = servers::get(addr, &host, "/index.html", &[("Cookie", &cookie)]).await;
+    assert_eq!((page.status, page.body.as_str()), (200, PAGE));
+    // The header works too, on the path form.
+    let path = format!("/preview/{id}/8000/index.html");
+    let page = servers::get(
+        addr,
+        addr,
+        &path,
+        &[("X-Tether-Preview-Token", &preview.token)],
+    )
+    .await;
+    assert_eq!((page.status, page.body.as_str()), (200, PAGE));
+}
+
+#[tokio::test]
+async fn websockets_pass_through_previews() {
+    let relay = Relay::start();
+    let client = relay.client();
+    let id = client.create(&Default::default()).await.unwrap().id;
+    let s = client.connect(&id).await.unwrap();
+    servers::ws_echo(&s, 9001).await;
+    let preview = client.preview(&id).await.unwrap();
+    let addr = relay.url.trim_start_matches("http://").to_string();
+
+    // By path, the token in the query (a WebSocket is proxied, not redirected).
+    let url = preview.path(9001).replace("http://", "ws://");
+    let (mut ws, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("WebSocket by path");
+    ws.send(Message::Text("by path".into())).await.unwrap();
+    assert_eq!(
+        ws.next().await.unwrap().unwrap(),
+        Message::Text("by path".into())
+    );
+    ws.close(None).await.unwrap();
+
+    // By host name (sent by hand: the resolver need not know `*.localhost`), token in a header.
+    let port = addr.rsplit(':').next().unwrap();
+    let mut request = format!("ws://9001-{id}.localhost:{port}/")
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("x-tether-preview-token", preview.token.parse().unwrap());
+    let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(request, tcp)
+        .await
+        .expect("WebSocket by host");
+    ws.send(Message::Binary(vec![1u8, 2, 3].into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        ws.next().await.unwrap().unwrap(),
+        Message::Binary(vec![1u8, 2, 3].into())
+    );
+    ws.close(None).await.unwrap();
+
+    // Without the token the upgrade is refused.
+    let bad = format!("ws://{addr}/preview/{id}/9001/")
+        .into_client_request()
+        .unwrap();
+    assert!(tokio_tungstenite::connect_async(bad).await.is_err());
+}
