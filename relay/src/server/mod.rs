@@ -10,12 +10,12 @@
 //! - `locks`: get-or-create's per-label locks; `error`: the one map from errors to responses;
 //! - `constants`: every tunable.
 
-mod preview;
 mod activity;
 mod auth;
 mod constants;
 mod error;
 mod locks;
+mod preview;
 mod reaper;
 mod routes;
 mod sandboxes;

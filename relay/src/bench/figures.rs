@@ -1,0 +1,127 @@
+//! The figures `tether bench` reports, in the order it prints them: each with the floor it
+//! is compared with and the target it should meet (issue 5's targets, on a 2-core VM).
+
+use std::time::Duration;
+
+use super::report::Goal;
+
+/// One floor or figure: its key, what it is called, its floor, its target.
+pub struct Spec {
+    /// Stable name for scripts (the JSON `key`).
+    pub key: &'static str,
+    /// What a reader sees.
+    pub name: &'static str,
+    /// The floor it is compared with.
+    pub floor: Option<&'static str>,
+    /// The target.
+    pub goal: Option<Goal>,
+}
+
+const fn spec(
+    key: &'static str,
+    name: &'static str,
+    floor: Option<&'static str>,
+    goal: Option<Goal>,
+) -> Spec {
+    Spec {
+        key,
+        name,
+        floor,
+        goal,
+    }
+}
+
+const MS: Duration = Duration::from_millis(1);
+const MIB: u64 = 1 << 20;
+
+/// This machine's floors.
+pub const FLOORS: &[Spec] = &[
+    spec("spawn", "process spawn (`true`)", None, None),
+    spec("ws", "loopback WebSocket round trip", None, None),
+    spec("pty_echo", "local PTY echo (`cat`)", None, None),
+    spec("pty", "local PTY throughput", None, None),
+    spec("pipe", "local pipe throughput", None, None),
+];
+
+/// What Tether does. Keystroke echo's other target, a median no worse than `ssh -tt`, is
+/// checked by `bench/compare.sh`, which measures both in one run.
+pub const FIGURES: &[Spec] = &[
+    spec(
+        "exec_warm",
+        "1 exec `true`, warm connection",
+        Some("spawn"),
+        Some(Goal::MedianOverFloor(Duration::from_micros(500))),
+    ),
+    spec(
+        "exec_cli",
+        "2 `tether exec ID -- true`, new process",
+        Some("spawn"),
+        Some(Goal::Median(Duration::from_millis(10))),
+    ),
+    spec(
+        "keystroke",
+        "3 keystroke echo through a PTY",
+        Some("pty_echo"),
+        Some(Goal::P99(MS)),
+    ),
+    spec(
+        "stdout_piped",
+        "4 stdout throughput, piped",
+        Some("pipe"),
+        Some(Goal::Rate(1e9)),
+    ),
+    spec(
+        "stdout_pty",
+        "4 stdout throughput, PTY",
+        Some("pty"),
+        Some(Goal::ShareOfFloor(0.9)),
+    ),
+    spec(
+        "upload",
+        "5 upload, tmpfs to tmpfs",
+        Some("pipe"),
+        Some(Goal::Rate(1e9)),
+    ),
+    spec(
+        "download",
+        "5 download, tmpfs to tmpfs",
+        Some("pipe"),
+        Some(Goal::Rate(1e9)),
+    ),
+    spec(
+        "create",
+        "6 local sandbox create to first output",
+        Some("spawn"),
+        Some(Goal::Median(Duration::from_millis(25))),
+    ),
+    spec(
+        "sessions_keystroke",
+        "7 keystroke echo, idle sessions open",
+        Some("pty_echo"),
+        Some(Goal::P99(Duration::from_millis(5))),
+    ),
+    spec(
+        "sessions_relay_rss",
+        "7 relay RSS, idle sessions open",
+        None,
+        Some(Goal::Size(256 * MIB)),
+    ),
+    spec(
+        "sessions_agent_rss",
+        "7 agent RSS, idle sessions open",
+        None,
+        None,
+    ),
+    spec(
+        "agent_idle_rss",
+        "agent RSS, idle",
+        None,
+        Some(Goal::Size(6 * MIB)),
+    ),
+    spec(
+        "agent_binary",
+        "agent binary size",
+        None,
+        Some(Goal::Size(6 * MIB)),
+    ),
+];
