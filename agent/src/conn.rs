@@ -71,8 +71,9 @@ where
 
     let writer = tokio::spawn(async move {
         let failed = writer_failed;
-        let mut ping = tokio::time::interval(Duration::from_secs(PING_INTERVAL_SECS - 5));
-        ping.tick().await;
+        // The first ping is due one period from now; `interval` would fire at once.
+        let period = Duration::from_secs(PING_INTERVAL_SECS - 5);
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         loop {
             tokio::select! {
                 next = queue.recv() => {

@@ -229,7 +229,11 @@ async fn forward_input(input: &mut StreamIn, process: &Process, stdin: bool) {
                 }
                 Err(_) => {
                     // The process closed its input (EPIPE) or it is gone: discard the rest.
-                    let owed: usize = pending.drain(..).filter(|p| p.credit).map(|p| p.bytes.len()).sum();
+                    let owed: usize = pending
+                        .drain(..)
+                        .filter(|p| p.credit)
+                        .map(|p| p.bytes.len())
+                        .sum();
                     input.consumed(owed).await;
                     sink = None;
                 }

@@ -18,6 +18,7 @@ mod files;
 mod forward;
 mod info;
 mod ops;
+mod output;
 mod pid1;
 mod process;
 mod pty;

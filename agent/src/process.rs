@@ -1,12 +1,10 @@
 //! The agent's processes: the registry every connection shares, and each process's life from
 //! spawn to collected exit.
 //!
-//! A supervisor task per process pumps each output descriptor into that channel's replay ring
-//! (one read of up to 256 KiB per readiness event, no thread per process), enforces the
-//! timeout and the output limit, and publishes the exit status once the status is known and
-//! every output channel has ended. Streams attach to a process through its rings (see
-//! `exec`); the process does not know who is attached, which is what lets a background
-//! process outlive its connection.
+//! A supervisor task per process runs its output pumps (see `output`), enforces its timeout,
+//! and publishes the exit status once the status is known and every output channel has
+//! ended. Streams attach to a process through its replay rings (see `exec`); the process does
+//! not know who is attached, which is what lets a background process outlive its connection.
 //!
 //! A finished process stays listed until its exit is collected (delivered by an exec, attach
 //! or wait stream) or for [`EXIT_RETENTION_SECS`], whichever comes first.
@@ -18,8 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
-use nix::sys::signal::{kill, killpg, Signal};
+use bytes::Bytes;
+use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tether_proto::limits::EXIT_RETENTION_SECS;
 use tether_proto::op::{Command, ExecSpec, ProcessInfo};
@@ -32,18 +30,7 @@ use crate::reaper::{Ended, Reaper};
 use crate::replay::{Reader, Ring};
 use crate::spawn::{self, ChildIo};
 use crate::stream::OpError;
-use crate::{pty, sys};
-
-/// Most bytes read from an output descriptor at once: 256 KiB.
-const READ_BYTES: usize = 256 << 10;
-
-/// A read shorter than this is copied into a buffer of its own, so a terminal's small reads
-/// do not each pin part of a large read buffer: 4 KiB.
-const COPY_BELOW: usize = 4 << 10;
-
-/// Once the process has exited, its output is drained until EOF or until nothing has arrived
-/// for this long: 200 ms. A background descendant may hold the pipe open indefinitely.
-const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
+use crate::{output, pty, sys};
 
 /// Bounds of a spec's replay ring capacity, per channel: 4 KiB to 64 MiB.
 const RING_BYTES: (u64, u64) = (4 << 10, 64 << 20);
@@ -141,18 +128,23 @@ impl Processes {
                 .map(Arc::new)
                 .map_err(|e| OpError::io("cannot watch a process's output", &e))
         };
-        let (input, outputs) = match child.io {
+        let registered = match child.io {
             ChildIo::Pipes {
                 stdin,
                 stdout,
                 stderr,
-            } => (
-                stdin.map(register).transpose()?,
-                [Some(register(stdout)?), stderr.map(register).transpose()?],
-            ),
-            ChildIo::Pty { master } => {
-                let master = register(master)?;
-                (Some(master.clone()), [Some(master), None])
+            } => (|| {
+                let outputs = [Some(register(stdout)?), stderr.map(register).transpose()?];
+                Ok((stdin.map(register).transpose()?, outputs))
+            })(),
+            ChildIo::Pty { master } => register(master).map(|m| (Some(m.clone()), [Some(m), None])),
+        };
+        let (input, outputs) = match registered {
+            Ok(io) => io,
+            Err(e) => {
+                // Nobody would read its output: do not leave it running.
+                let _ = killpg(Pid::from_raw(child.pid), Signal::SIGKILL);
+                return Err(e);
             }
         };
         let (exit_tx, exit_rx) = watch::channel(None);
@@ -191,7 +183,10 @@ impl Processes {
         self.registry.lock().get(&id).cloned().ok_or_else(|| {
             OpError::new(
                 ErrorCode::NotFound,
-                format!("{id} not found: it never existed, or it ended and its exit was already collected or expired"),
+                format!(
+                    "{id} not found: it never existed, or it ended and its exit was already \
+                     collected or expired"
+                ),
             )
         })
     }
@@ -268,7 +263,8 @@ impl Process {
                 OpError::new(
                     ErrorCode::InvalidArgument,
                     format!(
-                        "offset {from} is past the end of the {channel:?} output of {} ({} bytes so far)",
+                        "offset {from} is past the end of the {channel:?} output of {} \
+                         ({} bytes so far)",
                         self.id,
                         ring.end()
                     ),
@@ -326,7 +322,7 @@ impl Process {
     pub fn kill_all(&self) {
         let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
         if self.pty {
-            kill_session(self.pid);
+            pty::kill_session(self.pid);
         }
     }
 
@@ -351,7 +347,7 @@ impl Process {
     }
 
     /// Cuts `chunk` to what the output limit still allows.
-    fn within_limit(&self, mut chunk: Bytes) -> Bytes {
+    pub(crate) fn within_limit(&self, mut chunk: Bytes) -> Bytes {
         let Some(left) = &self.output_left else {
             return chunk;
         };
@@ -366,7 +362,7 @@ impl Process {
         chunk
     }
 
-    fn output_exhausted(&self) -> bool {
+    pub(crate) fn output_exhausted(&self) -> bool {
         self.output_left
             .as_ref()
             .is_some_and(|left| left.load(SeqCst) == 0)
@@ -384,17 +380,36 @@ async fn supervise(
 ) {
     let (gone_tx, gone_rx) = watch::channel(false);
     let leader = async {
-        let ended = wait_leader(&process, ended, timeout).await;
+        // The reaper never drops a registered sender: a status always comes.
+        let ended = ended.await.unwrap_or(Ended::Code(255));
         process.leader_alive.store(false, SeqCst);
         let _ = gone_tx.send(true);
         ended
     };
     let [out, err] = outputs;
-    let (ended, (), ()) = tokio::join!(
-        leader,
-        pump(&process, Channel::Out, out, gone_rx.clone()),
-        pump(&process, Channel::Err, err, gone_rx),
-    );
+    let run = async {
+        tokio::join!(
+            leader,
+            output::pump(&process, Channel::Out, out, gone_rx.clone()),
+            output::pump(&process, Channel::Err, err, gone_rx),
+        )
+    };
+    // The timeout covers the process and its output: a descendant still writing after the
+    // leader exited is cut off too.
+    let (ended, (), ()) = match timeout {
+        None => run.await,
+        Some(limit) => {
+            tokio::pin!(run);
+            tokio::select! {
+                done = &mut run => done,
+                () = tokio::time::sleep(limit) => {
+                    process.timed_out.store(true, SeqCst);
+                    process.kill_all();
+                    run.await
+                }
+            }
+        }
+    };
     // Nothing reads the process's input any more; a PTY is released here.
     process.input.lock().expect("process input lock").take();
     let (code, signal) = match ended {
@@ -410,115 +425,6 @@ async fn supervise(
     if let Some(registry) = registry.upgrade() {
         registry.finished(&process);
     }
-}
-
-/// Waits for the reaper's status, killing the process group when the timeout elapses.
-async fn wait_leader(
-    process: &Process,
-    mut ended: oneshot::Receiver<Ended>,
-    timeout: Option<Duration>,
-) -> Ended {
-    // The reaper never drops a registered sender; a status is always delivered.
-    const LOST: Ended = Ended::Code(255);
-    if let Some(limit) = timeout {
-        tokio::select! {
-            status = &mut ended => return status.unwrap_or(LOST),
-            () = tokio::time::sleep(limit) => {
-                process.timed_out.store(true, SeqCst);
-                process.kill_all();
-            }
-        }
-    }
-    ended.await.unwrap_or(LOST)
-}
-
-/// Moves one output descriptor's bytes into its ring until EOF (EIO for a PTY), or until it
-/// has been idle for [`DRAIN_AFTER_EXIT`] after the process exited. Waits for ring room
-/// first, which is how an attached slow client holds the process back.
-async fn pump(
-    process: &Process,
-    channel: Channel,
-    fd: Option<Arc<AsyncFd<OwnedFd>>>,
-    mut leader_gone: watch::Receiver<bool>,
-) {
-    let ring = process.ring(channel);
-    let Some(fd) = fd else {
-        ring.close();
-        return;
-    };
-    let mut buf = BytesMut::new();
-    loop {
-        let room = if process.output_exhausted() {
-            READ_BYTES // beyond the limit output is drained and discarded, never held back
-        } else {
-            ring.room().await.min(READ_BYTES)
-        };
-        let ready = if *leader_gone.borrow() {
-            match tokio::time::timeout(DRAIN_AFTER_EXIT, fd.readable()).await {
-                Ok(ready) => ready,
-                Err(_) => break,
-            }
-        } else {
-            tokio::select! {
-                ready = fd.readable() => ready,
-                _ = leader_gone.changed() => continue,
-            }
-        };
-        let Ok(mut ready) = ready else { break };
-        match ready.try_io(|fd| sys::read_into(fd.get_ref().as_fd(), &mut buf, room)) {
-            Err(_would_block) => continue,
-            Ok(Ok(0)) => break,
-            Ok(Ok(n)) => {
-                let chunk = if n < COPY_BELOW {
-                    let small = Bytes::copy_from_slice(&buf);
-                    buf.clear();
-                    small
-                } else {
-                    buf.split().freeze()
-                };
-                ring.push(process.within_limit(chunk));
-            }
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Ok(Err(e)) => {
-                // EIO is how a PTY master reports that every slave descriptor was closed.
-                if !(process.pty && e.raw_os_error() == Some(nix::libc::EIO)) {
-                    debug!("reading {channel:?} of {} failed: {e}", process.id);
-                }
-                break;
-            }
-        }
-    }
-    ring.close();
-}
-
-/// SIGKILLs every process in session `sid`, found by scanning /proc.
-fn kill_session(sid: i32) {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        if session_of(&stat) == Some(sid) {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-    }
-}
-
-/// The session id field of a /proc/PID/stat line. The command name in parentheses may contain
-/// spaces and parentheses, so fields are counted from the last `)`.
-fn session_of(stat: &str) -> Option<i32> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // state, ppid, pgrp, session
-    rest.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// The command line for `processes`, shell-quoted where needed.
@@ -552,13 +458,6 @@ fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_the_session_of_a_stat_line() {
-        let stat = "1234 (my (odd) cmd) S 1 1234 1230 34816 1234 4194560 0";
-        assert_eq!(session_of(stat), Some(1230));
-        assert_eq!(session_of("garbage"), None);
-    }
 
     #[test]
     fn displays_commands_quoted() {

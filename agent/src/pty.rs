@@ -1,5 +1,5 @@
-//! Pseudo-terminals: opening a master/slave pair of a given size, resizing it, and the
-//! settings a child under a terminal gets.
+//! Pseudo-terminals: opening a master/slave pair of a given size, resizing it, the settings
+//! a child under a terminal gets, and killing everything in a terminal's session.
 //!
 //! The master is read without a thread: the process module wraps it in tokio's `AsyncFd`
 //! (non-blocking), so a thousand idle terminals cost a thousand registered descriptors and
@@ -12,7 +12,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use nix::libc;
+use nix::sys::signal::{kill, Signal};
 use nix::sys::termios::{self, InputFlags, SetArg};
+use nix::unistd::Pid;
 
 use crate::sys;
 
@@ -59,6 +61,37 @@ pub fn resize(master: &impl AsFd, cols: u16, rows: u16) -> io::Result<()> {
     sys::set_window_size(master.as_fd(), cols.max(1), rows.max(1))
 }
 
+/// SIGKILLs every process in session `sid` (a terminal's session: job control moves jobs into
+/// process groups of their own), found by scanning /proc.
+pub fn kill_session(sid: i32) {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if session_of(&stat) == Some(sid) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// The session id field of a /proc/PID/stat line. The command name in parentheses may contain
+/// spaces and parentheses, so fields are counted from the last `)`.
+fn session_of(stat: &str) -> Option<i32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // state, ppid, pgrp, session
+    rest.split_whitespace().nth(3)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +101,12 @@ mod tests {
         let pty = Pty::open(100, 30).expect("open a pty");
         assert!(nix::unistd::isatty(std::os::fd::AsRawFd::as_raw_fd(&pty.slave)).unwrap());
         resize(&pty.master, 120, 40).expect("resize");
+    }
+
+    #[test]
+    fn parses_the_session_of_a_stat_line() {
+        let stat = "1234 (my (odd) cmd) S 1 1234 1230 34816 1234 4194560 0";
+        assert_eq!(session_of(stat), Some(1230));
+        assert_eq!(session_of("garbage"), None);
     }
 }
