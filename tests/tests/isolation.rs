@@ -1,0 +1,138 @@
+//! The local sandbox really isolates: host files, host loopback services and host processes
+//! are out of reach, writes outside /workspace and /tmp fail, a memory hog dies alone, delete
+//! leaves nothing behind, and sandboxes survive a relay restart.
+
+use std::net::TcpListener;
+use std::process::Output;
+
+use tether_e2e::Relay;
+
+fn create(relay: &Relay, extra: &[&str]) -> String {
+    let out = relay.tether().arg("create").args(extra).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+fn sh(relay: &Relay, id: &str, script: &str) -> Output {
+    relay
+        .tether()
+        .args(["exec", id, "--", "sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn host_files_loopback_and_processes_are_out_of_reach() {
+    let relay = Relay::start();
+    let secret = format!("/root/tether-isolation-{}", std::process::id());
+    std::fs::write(&secret, "host secret").unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let id = create(&relay, &[]);
+
+    let read = sh(&relay, &id, &format!("cat {secret}"));
+    assert!(!read.status.success(), "read a host file from /root");
+    assert!(!String::from_utf8_lossy(&read.stdout).contains("host secret"));
+
+    // Python is on the host's /usr, visible read-only inside.
+    let connect = sh(
+        &relay,
+        &id,
+        &format!(
+            "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=2)'"
+        ),
+    );
+    assert!(!connect.status.success(), "reached a host loopback port");
+
+    let ps = sh(&relay, &id, "ls /proc | grep -E '^[0-9]+$' | wc -l");
+    let count: usize = String::from_utf8_lossy(&ps.stdout).trim().parse().unwrap();
+    assert!(count < 10, "the sandbox sees {count} processes");
+    let init = sh(&relay, &id, "cat /proc/1/cmdline | tr '\\0' ' '");
+    assert!(
+        String::from_utf8_lossy(&init.stdout).contains("tether-agent"),
+        "PID 1 is not the agent"
+    );
+
+    for path in [
+        "/usr/tether-x",
+        "/etc/tether-x",
+        "/tether-x",
+        "/root/tether-x",
+    ] {
+        let w = sh(&relay, &id, &format!("echo x > {path}"));
+        assert!(!w.status.success(), "wrote {path}");
+    }
+    let ok = sh(
+        &relay,
+        &id,
+        "echo x > /workspace/a && echo y > /tmp/b && cat /workspace/a /tmp/b",
+    );
+    assert!(ok.status.success());
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "x\ny\n");
+
+    std::fs::remove_file(&secret).unwrap();
+    drop(listener);
+}
+
+#[test]
+fn a_memory_hog_dies_alone_and_delete_leaves_nothing() {
+    let relay = Relay::start();
+    let id = create(&relay, &["--memory", "64M"]);
+    let hog = sh(
+        &relay,
+        &id,
+        "python3 -c 'x = bytearray(300 * 1024 * 1024); print(len(x))'",
+    );
+    assert!(
+        !hog.status.success(),
+        "a 300 MB allocation survived a 64 MB limit"
+    );
+    // The sandbox (and its agent) still answers.
+    let after = sh(&relay, &id, "echo alive");
+    assert_eq!(String::from_utf8_lossy(&after.stdout), "alive\n");
+
+    let dir = relay.data_dir.join("local").join(&id);
+    assert!(
+        dir.exists(),
+        "{} missing while the sandbox runs",
+        dir.display()
+    );
+    let rm = relay.tether().args(["rm", &id]).output().unwrap();
+    assert!(
+        rm.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rm.stderr)
+    );
+    assert!(!dir.exists(), "{} left behind", dir.display());
+    for hierarchy in ["memory", "pids", "cpu", "unified", ""] {
+        let cg = std::path::Path::new("/sys/fs/cgroup")
+            .join(hierarchy)
+            .join("tether")
+            .join(&id);
+        assert!(!cg.exists(), "cgroup {} left behind", cg.display());
+    }
+    let ps = std::process::Command::new("pgrep")
+        .args(["-f", &id])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&ps.stdout).trim().is_empty(),
+        "processes of {id} left behind"
+    );
+}
+
+#[test]
+fn sandboxes_survive_a_relay_restart() {
+    let mut relay = Relay::start();
+    let id = create(&relay, &[]);
+    let w = sh(&relay, &id, "echo kept > /workspace/f");
+    assert!(w.status.success());
+    relay.restart();
+    let r = sh(&relay, &id, "cat /workspace/f");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "kept\n");
+}
