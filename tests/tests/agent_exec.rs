@@ -305,6 +305,13 @@ async fn signals_are_delivered_and_reported_by_number() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::InvalidArgument));
+    // Dropping the handle cancels the stream, and a foreground process dies with it.
+    let pid = bad.pid;
+    drop(bad);
+    eventually(STEP, "the cancelled process to be killed", || {
+        gone(pid).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
