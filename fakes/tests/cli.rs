@@ -21,7 +21,10 @@ fn names_the_three_providers() {
 fn refuses_to_start_without_a_data_dir() {
     for provider in ["e2b", "daytona", "modal"] {
         let out = fake().arg(provider).output().unwrap();
-        assert!(!out.status.success(), "{provider} started without --data-dir");
+        assert!(
+            !out.status.success(),
+            "{provider} started without --data-dir"
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("--data-dir"), "{provider}: {err}");
     }

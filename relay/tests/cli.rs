@@ -28,7 +28,8 @@ fn help_lists_every_command_and_where_to_start() {
         "forward", "dev", "image",
     ] {
         assert!(
-            text.lines().any(|l| l.trim_start().starts_with(&format!("{cmd} "))),
+            text.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{cmd} "))),
             "`{cmd}` missing from help:\n{text}"
         );
     }
