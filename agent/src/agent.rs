@@ -11,6 +11,8 @@ pub struct Agent {
     pub token: Option<String>,
     /// The default working directory of processes and base of relative paths.
     pub workdir: PathBuf,
+    /// The user processes run as when their request names none (`--user`).
+    pub default_user: Option<String>,
     /// Replay ring capacity per output channel of a process, in bytes.
     pub ring_bytes: usize,
     /// Every process started through this agent.

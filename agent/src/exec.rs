@@ -31,7 +31,11 @@ const SEND_BYTES: usize = 256 << 10;
 /// Runs a process operation.
 pub async fn run(ctx: StreamCtx, op: Op, agent: Arc<Agent>) -> OpResult {
     match op {
-        Op::Exec(spec) => {
+        Op::Exec(mut spec) => {
+            // An image's USER: commands that name no user run as it (the agent stays root).
+            if spec.user.is_none() {
+                spec.user.clone_from(&agent.default_user);
+            }
             let process = agent
                 .processes
                 .spawn(&spec, &agent.workdir, agent.ring_bytes)?;

@@ -86,6 +86,10 @@ struct ServeArgs {
     /// Default working directory for processes and relative paths.
     #[arg(long, value_name = "DIR")]
     workdir: Option<PathBuf>,
+    /// The user (name or uid) commands run as when their request names none, like an image's
+    /// USER; the agent itself keeps running as root.
+    #[arg(long, value_name = "USER")]
+    user: Option<String>,
     /// Replay ring capacity per output channel of each process, in bytes.
     #[arg(long, default_value_t = tether_proto::limits::DEFAULT_RING)]
     ring_bytes: usize,
@@ -163,6 +167,11 @@ fn serve(args: ServeArgs, env_token: Option<String>) -> anyhow::Result<()> {
         Some(d) => d,
         None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
     };
+    if let Some(user) = &args.user {
+        if users::lookup(user).is_none() {
+            bail!("--user {user}: no such user in /etc/passwd; give an existing name or a numeric uid");
+        }
+    }
     let listen_fd = args.listen_fd.map(sys::adopt_fd).transpose()?;
     let conn_fd = args.conn_fd.map(sys::adopt_fd).transpose()?;
 
@@ -181,6 +190,7 @@ fn serve(args: ServeArgs, env_token: Option<String>) -> anyhow::Result<()> {
         let agent = Arc::new(agent::Agent {
             token,
             workdir,
+            default_user: args.user,
             ring_bytes: args.ring_bytes.max(4096),
             processes: process::Processes::start(),
         });

@@ -43,6 +43,15 @@ pub fn by_uid(uid: u32) -> Option<Account> {
 
 /// The account named `user`, or with `user` as its numeric uid.
 pub fn lookup(user: &str) -> Option<Account> {
+    // An image's USER may be `user:group` (either part a name or a number).
+    if let Some((user, group)) = user.split_once(':') {
+        let mut account = lookup(user)?;
+        account.gid = match group.parse() {
+            Ok(gid) => gid,
+            Err(_) => group_id(group)?,
+        };
+        return Some(account);
+    }
     let all = accounts();
     if let Some(a) = all.iter().find(|a| a.name == user) {
         return Some(a.clone());
@@ -55,6 +64,15 @@ pub fn lookup(user: &str) -> Option<Account> {
         home: PathBuf::from("/"),
         shell: PathBuf::from("/bin/sh"),
     }))
+}
+
+/// The id of the group `name` in /etc/group.
+fn group_id(name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines()
+        .map(|line| line.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() >= 3 && f[0] == name)
+        .and_then(|f| f[2].parse().ok())
 }
 
 /// Supplementary group ids of `name` from /etc/group.
@@ -84,5 +102,15 @@ mod tests {
         assert_eq!((a.uid, a.gid), (1000, 1001));
         assert_eq!(a.home, PathBuf::from("/home/bob"));
         assert!(parse_passwd_line("garbage").is_none());
+    }
+
+    #[test]
+    fn user_and_group_pairs_resolve_both_parts() {
+        let a = lookup("0:5").unwrap();
+        assert_eq!((a.uid, a.gid, a.name.as_str()), (0, 5, "root"));
+        assert_eq!(lookup("root:root").unwrap().gid, 0);
+        assert!(lookup("root:no-such-group-here").is_none());
+        let numeric = lookup("4242:4243").unwrap();
+        assert_eq!((numeric.uid, numeric.gid), (4242, 4243));
     }
 }

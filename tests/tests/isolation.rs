@@ -57,22 +57,23 @@ fn host_files_loopback_and_processes_are_out_of_reach() {
         "PID 1 is not the agent"
     );
 
-    for path in [
-        "/usr/tether-x",
-        "/etc/tether-x",
-        "/tether-x",
-        "/root/tether-x",
-    ] {
+    for path in ["/usr/tether-x", "/etc/tether-x", "/tether-x"] {
         let w = sh(&relay, &id, &format!("echo x > {path}"));
         assert!(!w.status.success(), "wrote {path}");
     }
+    // The workspace, /tmp and HOME (the sandbox's own /root, not the host's) are writable.
     let ok = sh(
         &relay,
         &id,
-        "echo x > /workspace/a && echo y > /tmp/b && cat /workspace/a /tmp/b",
+        "echo x > /workspace/a && echo y > /tmp/b && echo z > \"$HOME/c\" && \
+         cat /workspace/a /tmp/b /root/c",
     );
-    assert!(ok.status.success());
-    assert_eq!(String::from_utf8_lossy(&ok.stdout), "x\ny\n");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "x\ny\nz\n");
 
     std::fs::remove_file(&secret).unwrap();
     drop(listener);

@@ -93,6 +93,7 @@ pub fn prepare_rootfs(image_ref: &str, cache_dir: &Path) -> Result<PreparedImage
     let digest = source.manifest_desc.digest.clone();
     let entry = cache_dir.join(digest.hex());
     if entry.join(CONFIG).is_file() {
+        touch(&entry);
         return cached(&entry, digest, &path);
     }
 
@@ -137,6 +138,47 @@ pub fn prepare_rootfs(image_ref: &str, cache_dir: &Path) -> Result<PreparedImage
         config: source.config.config.clone().unwrap_or_default(),
         unpacked: true,
     })
+}
+
+/// Marks a cache entry as just used (its directory's mtime orders [`prune_cache`]).
+fn touch(entry: &Path) {
+    if let Ok(dir) = File::open(entry) {
+        let _ = dir.set_modified(std::time::SystemTime::now());
+    }
+}
+
+/// Removes unpacked images from `cache_dir` that no sandbox uses (`in_use`: digests in hex),
+/// keeping the `keep_unused` most recently used of them for quick re-creates. Each goes by a
+/// rename out of the cache first, so a concurrent create never finds half an entry. Returns
+/// how many were removed.
+pub fn prune_cache(
+    cache_dir: &Path,
+    in_use: &std::collections::HashSet<String>,
+    keep_unused: usize,
+) -> usize {
+    let Ok(entries) = fs::read_dir(cache_dir) else {
+        return 0;
+    };
+    let mut unused: Vec<(std::time::SystemTime, String)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let used = e.metadata().ok()?.modified().ok()?;
+            (!name.starts_with('.') && !in_use.contains(&name)).then_some((used, name))
+        })
+        .collect();
+    unused.sort_by(|a, b| b.0.cmp(&a.0));
+    let mut removed = 0;
+    for (_, name) in unused.into_iter().skip(keep_unused) {
+        let doomed = cache_dir.join(format!(".removing-{name}"));
+        if fs::rename(cache_dir.join(&name), &doomed).is_ok() {
+            match fs::remove_dir_all(&doomed) {
+                Ok(()) => removed += 1,
+                Err(e) => tracing::warn!("cannot remove {}: {e}", doomed.display()),
+            }
+        }
+    }
+    removed
 }
 
 /// A cache entry that is already complete.
@@ -198,6 +240,31 @@ mod tests {
         assert_eq!(image("/../../bin/busybox").agent(), None);
         assert_eq!(image("/host/bin/busybox").agent(), None);
         assert_eq!(image("relative").agent(), None);
+    }
+
+    #[test]
+    fn pruning_keeps_images_in_use_and_the_most_recent_unused() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path();
+        let base = std::time::SystemTime::now() - std::time::Duration::from_secs(100);
+        for (i, name) in ["aa", "bb", "cc", "dd"].iter().enumerate() {
+            let entry = cache.join(name);
+            fs::create_dir_all(entry.join(ROOTFS)).unwrap();
+            File::open(&entry)
+                .unwrap()
+                .set_modified(base + std::time::Duration::from_secs(i as u64))
+                .unwrap();
+        }
+        fs::create_dir(cache.join(".unpacking-x")).unwrap();
+        let in_use = ["aa".to_string()].into();
+        // Unused: bb (oldest), cc, dd (newest); keep one.
+        assert_eq!(prune_cache(cache, &in_use, 1), 2);
+        let mut left: Vec<String> = fs::read_dir(cache)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".unpacking-x", "aa", "dd"]);
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub(super) struct InitConfig {
     pub user_map: Option<IdMap>,
     /// The agent's complete environment, `KEY=VALUE`.
     pub env: Vec<String>,
+    /// Arguments after the agent's fixed ones: an image's working directory and user.
+    #[serde(default)]
+    pub agent_args: Vec<String>,
 }
 
 /// The host user and group that a non-root relay maps to root inside the sandbox.
@@ -99,6 +102,7 @@ mod tests {
                 uid: 1000,
                 gid: 1000,
             }),
+            agent_args: vec!["--workdir".into(), "/srv".into()],
             env: vec!["A=B".into()],
         };
         let json = serde_json::to_string(&config).unwrap();

@@ -12,6 +12,10 @@ pub const INIT_SUBCOMMAND: &str = "__sandbox-init";
 pub(super) const PROVIDER_DIR: &str = "local";
 /// The folder under the provider's that caches unpacked OCI images, one per manifest digest.
 pub(super) const IMAGE_CACHE_DIR: &str = "images";
+/// In a sandbox's directory: the digest of the cached image it runs (keeps it from pruning).
+pub(super) const IMAGE_MARKER: &str = "image";
+/// Unpacked images that no sandbox uses are removed beyond this many, most recent kept.
+pub(super) const IMAGE_CACHE_KEEP_UNUSED: usize = 4;
 /// The folder under each cgroup hierarchy that holds one cgroup per sandbox.
 pub(super) const CGROUP_PARENT: &str = "tether";
 
@@ -33,6 +37,9 @@ pub(super) const DEV_SHM_SIZE_BYTES: u64 = 64 << 20; // 64 MiB
 pub(super) const DEV_SIZE_BYTES: u64 = 64 << 10; // 64 KiB
 /// The tmpfs root of a sandbox without an image: mount points and a few generated files.
 pub(super) const ROOT_SIZE_BYTES: u64 = 1 << 20; // 1 MiB
+/// The tmpfs at `/root` (HOME) of a sandbox on the host's system directories; its pages
+/// count against the sandbox's memory limit.
+pub(super) const HOME_SIZE_BYTES: u64 = 1 << 30; // 1 GiB
 
 /// How long a create waits for the sandbox init to report that the agent is starting.
 pub(super) const START_TIMEOUT: Duration = Duration::from_secs(10);

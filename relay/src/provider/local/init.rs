@@ -203,10 +203,14 @@ fn run_pid1(config: &InitConfig, listener: &OwnedFd, contained: OwnedFd) -> Init
     if let Err(e) = prepare_pid1(config, listener, contained) {
         return e;
     }
-    let argv: Vec<CString> = std::iter::once("tether-agent")
+    let argv: Result<Vec<CString>, _> = std::iter::once("tether-agent")
         .chain(AGENT_ARGS)
-        .map(|a| CString::new(a).expect("agent arguments hold no NUL"))
+        .chain(config.agent_args.iter().map(String::as_str))
+        .map(CString::new)
         .collect();
+    let Ok(argv) = argv else {
+        return InitError::Config("an agent argument holds a NUL byte".into());
+    };
     let env: Result<Vec<CString>, _> = config
         .env
         .iter()

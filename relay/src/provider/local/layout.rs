@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::constants::{MAX_SOCKET_PATH_LEN, PROVIDER_DIR};
+use super::constants::{IMAGE_MARKER, MAX_SOCKET_PATH_LEN, PROVIDER_DIR};
 use super::error::{IoContext, LocalError};
 
 /// The host paths of one sandbox.
@@ -59,6 +59,11 @@ impl Layout {
         self.dir.join("upper")
     }
     /// The overlay's scratch directory, for sandboxes with an image.
+    /// The file naming the cached image (its digest in hex) this sandbox runs, if any.
+    pub(super) fn image_marker(&self) -> PathBuf {
+        self.dir.join(IMAGE_MARKER)
+    }
+
     pub(super) fn work(&self) -> PathBuf {
         self.dir.join("work")
     }
@@ -97,6 +102,18 @@ impl Layout {
         }
         Ok(())
     }
+}
+
+/// The digests (hex) of the cached images that existing sandboxes run.
+pub(super) fn images_in_use(data_dir: &Path) -> std::collections::HashSet<String> {
+    let Ok(entries) = std::fs::read_dir(provider_dir(data_dir)) else {
+        return Default::default();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_to_string(e.path().join(IMAGE_MARKER)).ok())
+        .map(|digest| digest.trim().to_string())
+        .collect()
 }
 
 /// `<data_dir>/local`.

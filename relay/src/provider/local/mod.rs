@@ -55,7 +55,7 @@ pub use constants::INIT_SUBCOMMAND;
 pub use init::{run_if_sandbox_init, sandbox_init_main};
 
 use self::config::{IdMap, InitConfig};
-use self::constants::{IMAGE_CACHE_DIR, PROVIDER_DIR};
+use self::constants::{IMAGE_CACHE_DIR, IMAGE_CACHE_KEEP_UNUSED, PROVIDER_DIR};
 use self::error::LocalError;
 use self::hierarchy::Hierarchy;
 use self::layout::Layout;
@@ -127,6 +127,22 @@ impl LocalProvider {
         }
     }
 
+    /// Drops unpacked images no sandbox uses beyond the few most recently used, so the cache
+    /// does not grow with every image ever run.
+    async fn prune_images(&self) {
+        let data_dir = self.data_dir();
+        let cache = self.ctx.data_dir.join(PROVIDER_DIR).join(IMAGE_CACHE_DIR);
+        let pruned = tokio::task::spawn_blocking(move || {
+            let in_use = layout::images_in_use(&data_dir);
+            image::unpack::prune_cache(&cache, &in_use, IMAGE_CACHE_KEEP_UNUSED)
+        })
+        .await
+        .unwrap_or(0);
+        if pruned > 0 {
+            tracing::debug!("removed {pruned} unused unpacked images");
+        }
+    }
+
     /// Unpacks the OCI image `image` (`oci:PATH[:TAG]`) into the provider's image cache, or
     /// finds it there (keyed by manifest digest).
     async fn prepare_image(&self, image: &str) -> Result<PreparedImage, LocalError> {
@@ -170,6 +186,11 @@ impl LocalProvider {
 
         let layout = Layout::new(&self.data_dir(), id);
         layout.create(matches!(rootfs, Rootfs::Image(_)))?;
+        if let Some(p) = &prepared {
+            // Marks the cached image as in use while this sandbox exists.
+            std::fs::write(layout.image_marker(), p.digest.hex())
+                .map_err(|e| LocalError::io("record the sandbox's image", e))?;
+        }
         let guard = CreateGuard::new(Teardown {
             id: id.to_string(),
             layout: layout.clone(),
@@ -190,6 +211,10 @@ impl LocalProvider {
             cgroup_procs: cgroup.procs_files(),
             user_map,
             env,
+            agent_args: prepared
+                .as_ref()
+                .map(plan::image_agent_args)
+                .unwrap_or_default(),
         };
         let started = match cgroup.create(&limits) {
             Ok(()) => spawn::start(&program, &config, &layout.log()).await,
@@ -274,7 +299,9 @@ impl Provider for LocalProvider {
                 }
             }
         };
-        Ok(teardown.run_blocking().await?)
+        teardown.run_blocking().await?;
+        self.prune_images().await;
+        Ok(())
     }
 
     async fn renew(&self, _sandbox: &SandboxHandle, _ttl: Duration) -> Result<(), ProviderError> {

@@ -13,6 +13,7 @@ use super::constants::{
     SANDBOX_PATH,
 };
 use super::error::LocalError;
+use crate::image::PreparedImage;
 use crate::provider::SandboxSpec;
 
 /// What a sandbox's `/` is made of.
@@ -164,6 +165,24 @@ pub(super) fn environment(
     Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
 }
 
+/// The agent arguments that apply an image's run settings: its working directory (absolute
+/// ones only: a relative one has nothing to be relative to) and its user, whom commands run
+/// as unless they name another (the agent itself stays root, as PID 1 must).
+pub(super) fn image_agent_args(image: &PreparedImage) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(dir) = image.config.working_dir.as_deref() {
+        if dir.starts_with('/') {
+            args.extend(["--workdir".to_string(), dir.to_string()]);
+        }
+    }
+    if let Some(user) = image.config.user.as_deref() {
+        if !user.is_empty() && !matches!(user, "root" | "0" | "0:0" | "root:root") {
+            args.extend(["--user".to_string(), user.to_string()]);
+        }
+    }
+    args
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,6 +205,26 @@ mod tests {
         ] {
             assert!(check_id(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn image_work_dirs_and_users_become_agent_arguments() {
+        let mut image = PreparedImage {
+            digest: crate::image::digest::Digest::of(b""),
+            rootfs: PathBuf::from("/cache/rootfs"),
+            config: Default::default(),
+            unpacked: false,
+        };
+        assert!(image_agent_args(&image).is_empty());
+        image.config.working_dir = Some("/srv/app".into());
+        image.config.user = Some("1000:1000".into());
+        assert_eq!(
+            image_agent_args(&image),
+            ["--workdir", "/srv/app", "--user", "1000:1000"]
+        );
+        image.config.working_dir = Some("relative".into());
+        image.config.user = Some("root".into());
+        assert!(image_agent_args(&image).is_empty());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::unistd::{chdir, pivot_root};
 
 use super::config::InitConfig;
-use super::constants::{AGENT_PATH, ROOT_SIZE_BYTES, TMP_SIZE_BYTES, WORKSPACE};
+use super::constants::{AGENT_PATH, HOME_SIZE_BYTES, ROOT_SIZE_BYTES, TMP_SIZE_BYTES, WORKSPACE};
 use super::error::{InitError, Step};
 use super::layout::Layout;
 use super::plan::Rootfs;
@@ -53,6 +53,13 @@ pub(super) fn assemble(config: &InitConfig) -> Result<(), InitError> {
                     .create(&path)
                     .step(|| format!("creating {}", path.display()))?;
             }
+            // HOME is /root: tools that keep caches and settings there (pip, npm, git, shells'
+            // history) need it writable, while the rest of this root is read-only.
+            mounts::tmpfs(
+                &root.join("root"),
+                &format!("size={HOME_SIZE_BYTES},mode=700"),
+                NO_DEVICES,
+            )?;
         }
         Rootfs::Image(lower) => {
             mount_overlay(&root, lower, &config.layout, in_user_namespace)?;
