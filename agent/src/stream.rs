@@ -8,9 +8,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tether_proto::frame;
-use tether_proto::limits::DATA_CHUNK;
+use tether_proto::limits::{DATA_CHUNK, HEADER_LEN};
 use tether_proto::op::{Reply, WatchEvent};
 use tether_proto::window::RecvWindow;
 use tether_proto::{Channel, Control, ErrorCode, StreamId};
@@ -149,6 +149,32 @@ impl StreamOut {
         Ok(())
     }
 
+    /// Sends the data frame built in `frame` (from [`frame::data_buffer`], its payload
+    /// after the header's room) on `channel`. With credit for the whole payload, the
+    /// common case, the buffer itself goes out and the payload is never copied; with less,
+    /// it is sent in pieces as credit arrives, like [`Self::data`].
+    pub async fn data_in_place(&self, channel: Channel, mut frame: BytesMut) -> OpResult {
+        let len = frame.len().saturating_sub(HEADER_LEN);
+        if len == 0 {
+            return Ok(());
+        }
+        if len > DATA_CHUNK {
+            return self
+                .data(channel, frame.split_off(HEADER_LEN).freeze())
+                .await;
+        }
+        let n = self.credit.take(len).await;
+        if n == len {
+            return self
+                .raw(frame::finish_data_in_place(frame, self.id, channel))
+                .await;
+        }
+        let mut payload = frame.split_off(HEADER_LEN).freeze();
+        self.raw(frame::encode_data(self.id, channel, &payload.split_to(n)))
+            .await?;
+        self.data(channel, payload).await
+    }
+
     /// Waits for credit, then takes up to `max` bytes of it. For producers that read into
     /// a buffer sized to the credit they hold; return what was not used with [`Self::refund`].
     pub async fn reserve(&self, max: usize) -> usize {
@@ -233,6 +259,43 @@ impl StreamIn {
                 .outbox
                 .send(frame::encode_window(self.id, credit))
                 .await;
+        }
+    }
+}
+
+/// For a blocking consumer of the input (a file being written), which takes the input to
+/// its own thread so each piece of data reaches it with one wakeup instead of three.
+impl StreamIn {
+    /// Moves the input out, leaving in its place one that has ended (its `recv` says the
+    /// connection is gone); put it back with [`Self::restore`].
+    pub fn detach(&mut self) -> StreamIn {
+        let (_, ended) = mpsc::unbounded_channel();
+        StreamIn {
+            id: self.id,
+            inbound: std::mem::replace(&mut self.inbound, ended),
+            window: self.window.clone(),
+            in_credit: self.in_credit.clone(),
+            outbox: self.outbox.clone(),
+        }
+    }
+
+    /// Puts back an input moved out with [`Self::detach`].
+    pub fn restore(&mut self, detached: StreamIn) {
+        *self = detached;
+    }
+
+    /// [`Self::recv`] for a blocking thread (never on the runtime: it would panic).
+    pub fn blocking_recv(&mut self) -> Option<Inbound> {
+        self.inbound.blocking_recv()
+    }
+
+    /// [`Self::consumed`] for a blocking thread.
+    pub fn blocking_consumed(&mut self, n: usize) {
+        if let Some(credit) = self.window.consumed(n) {
+            self.in_credit.fetch_add(credit as u64, Ordering::AcqRel);
+            let _ = self
+                .outbox
+                .blocking_send(frame::encode_window(self.id, credit));
         }
     }
 }

@@ -161,13 +161,22 @@ pub fn encode_data(stream: StreamId, channel: Channel, payload: &[u8]) -> Bytes 
     buf.freeze()
 }
 
+/// A buffer for one data frame of up to `payload` bytes: the header's room, zeroed, and
+/// capacity for the payload after it. Read the payload into it (append), then seal it with
+/// [`finish_data_in_place`]: the bytes are never copied on their way to the socket.
+pub fn data_buffer(payload: usize) -> BytesMut {
+    let mut buf = BytesMut::with_capacity(HEADER_LEN + payload);
+    buf.put_bytes(0, HEADER_LEN);
+    buf
+}
+
 /// Encodes a data frame whose payload was read into `buf[HEADER_LEN..]` in place,
 /// so a sender can read from a file descriptor straight into the frame it sends.
 pub fn finish_data_in_place(mut buf: BytesMut, stream: StreamId, channel: Channel) -> Bytes {
     debug_assert!(buf.len() > HEADER_LEN);
-    let mut head = BytesMut::with_capacity(HEADER_LEN);
-    header(&mut head, FrameKind::Data, stream, channel);
-    buf[..HEADER_LEN].copy_from_slice(&head);
+    buf[0] = (FRAME_VERSION << 4) | FrameKind::Data as u8;
+    buf[1..5].copy_from_slice(&stream.0.to_be_bytes());
+    buf[5] = channel as u8;
     buf.freeze()
 }
 

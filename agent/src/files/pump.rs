@@ -1,68 +1,67 @@
 //! The bridge between a stream and the blocking thread that reads or writes its bytes.
 //!
-//! [`upload`] hands the stream's `in` bytes to a blocking consumer through [`Incoming`] and
-//! returns credit to the client only as the consumer takes them, so a slow disk slows the
-//! sender instead of filling memory. [`download`] runs a blocking producer whose chunks
-//! ([`Outgoing`]) go out on `out` within the client's credit through a queue of
-//! [`READ_AHEAD`] chunks, so the producer runs at most that far ahead of the network. Both
-//! stop the blocking side when the client cancels or the connection goes away, and wait for
-//! it, so its cleanup (removing a temp file) is done before the stream reports `closed`.
+//! [`upload`] hands the stream's input to a blocking consumer as [`Incoming`], which takes
+//! each piece straight from the connection's reader and returns credit to the client only
+//! as the consumer takes bytes, so a slow disk slows the sender instead of filling memory.
+//! [`download`] runs a blocking producer whose chunks ([`Outgoing`]) go out on `out` within
+//! the client's credit through a queue of [`READ_AHEAD`] chunks, so the producer runs at
+//! most that far ahead of the network; a file's chunks are data frames read in place.
+//! Both stop the blocking side when the client cancels or the connection goes away, and
+//! wait for it, so its cleanup (removing a temp file) is done before the stream reports
+//! `closed`.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tether_proto::Channel;
 use tokio::sync::mpsc;
 
 use super::{worker_failed, READ_AHEAD};
 use crate::stream::{Inbound, OpError, StreamIn, StreamOut};
 
-/// What the stream's input side passes to a blocking consumer.
-enum Piece {
-    Data(Bytes),
-    Eof,
-}
-
 /// The error a blocking side sees once its stream is cancelled; the pump discards its result.
 fn aborted() -> io::Error {
     io::Error::new(io::ErrorKind::ConnectionAborted, "the stream was cancelled")
 }
 
-/// The stream's `in` bytes, as a blocking consumer sees them.
+/// The stream's `in` bytes, as a blocking consumer sees them: it owns the stream's input
+/// while it runs, so each piece of data comes straight from the connection's reader.
 ///
 /// The bytes handed out by one call count as consumed, and their credit goes back to the
 /// client, when the consumer asks for more: by then it has written them.
 pub struct Incoming {
-    pieces: mpsc::UnboundedReceiver<Piece>,
-    taken: mpsc::UnboundedSender<usize>,
-    cancelled: Arc<AtomicBool>,
+    input: StreamIn,
     /// What is left of the piece being handed out.
     current: Bytes,
     /// Bytes handed out and not yet acknowledged.
     unacked: usize,
     at_eof: bool,
+    /// The client cancelled, or the connection went away.
+    cancelled: bool,
 }
 
 impl Incoming {
     /// The next at most `max` (> 0) bytes, or `None` at the client's eof.
     pub fn next(&mut self, max: usize) -> io::Result<Option<Bytes>> {
         if self.unacked > 0 {
-            // The async side may be gone already; then nobody needs the credit.
-            let _ = self.taken.send(std::mem::take(&mut self.unacked));
+            self.input
+                .blocking_consumed(std::mem::take(&mut self.unacked));
         }
-        if self.cancelled.load(Ordering::Acquire) {
+        if self.cancelled {
             return Err(aborted());
         }
         while self.current.is_empty() {
             if self.at_eof {
                 return Ok(None);
             }
-            match self.pieces.blocking_recv() {
-                Some(Piece::Data(bytes)) => self.current = bytes,
-                Some(Piece::Eof) => self.at_eof = true,
-                None => return Err(aborted()),
+            match self.input.blocking_recv() {
+                Some(Inbound::Data(bytes)) => self.current = bytes,
+                Some(Inbound::Eof) => self.at_eof = true,
+                Some(Inbound::Cancel) | None => {
+                    self.cancelled = true;
+                    return Err(aborted());
+                }
+                Some(_) => {}
             }
         }
         let chunk = self.current.split_to(max.min(self.current.len()));
@@ -107,46 +106,24 @@ where
     T: Send + 'static,
     F: FnOnce(&mut Incoming) -> Result<T, OpError> + Send + 'static,
 {
-    // Unbounded, yet bounded in practice: the client can send no more than its credit, and
-    // credit returns only as the consumer takes bytes.
-    let (pieces_tx, pieces) = mpsc::unbounded_channel();
-    let (taken, mut taken_rx) = mpsc::unbounded_channel();
-    let cancel = Arc::new(AtomicBool::new(false));
     let mut incoming = Incoming {
-        pieces,
-        taken,
-        cancelled: cancel.clone(),
+        input: input.detach(),
         current: Bytes::new(),
         unacked: 0,
         at_eof: false,
+        cancelled: false,
     };
-    let mut worker = tokio::task::spawn_blocking(move || consume(&mut incoming));
-    let mut pieces_tx = Some(pieces_tx);
-    loop {
-        tokio::select! {
-            done = &mut worker => return done.map_err(worker_failed)?.map(Some),
-            Some(n) = taken_rx.recv() => input.consumed(n).await,
-            msg = input.recv() => match msg {
-                Some(Inbound::Data(bytes)) => {
-                    if let Some(tx) = &pieces_tx {
-                        let _ = tx.send(Piece::Data(bytes));
-                    }
-                }
-                Some(Inbound::Eof) => {
-                    if let Some(tx) = pieces_tx.take() {
-                        let _ = tx.send(Piece::Eof);
-                    }
-                }
-                Some(Inbound::Cancel) | None => {
-                    cancel.store(true, Ordering::Release);
-                    drop(pieces_tx.take());
-                    let _ = worker.await;
-                    return Ok(None);
-                }
-                Some(_) => {}
-            },
-        }
+    let worker = tokio::task::spawn_blocking(move || {
+        let result = consume(&mut incoming);
+        (result, incoming)
+    });
+    let (result, incoming) = worker.await.map_err(worker_failed)?;
+    let cancelled = incoming.cancelled;
+    input.restore(incoming.input);
+    if cancelled {
+        return Ok(None);
     }
+    result.map(Some)
 }
 
 /// Waits until the client cancels the stream or the connection goes away, ignoring any
@@ -159,9 +136,17 @@ pub async fn cancelled(input: &mut StreamIn) {
     }
 }
 
+/// What a blocking producer queues for `out`.
+enum Chunk {
+    /// Bytes, framed (and so copied once) as they are sent.
+    Bytes(Bytes),
+    /// Data frames built in place ([`tether_proto::frame::data_buffer`]), sent as they are.
+    Frames(Vec<BytesMut>),
+}
+
 /// Where a blocking producer puts the bytes for `out`.
 pub struct Outgoing {
-    chunks: mpsc::Sender<Bytes>,
+    chunks: mpsc::Sender<Chunk>,
 }
 
 impl Outgoing {
@@ -171,7 +156,20 @@ impl Outgoing {
         if chunk.is_empty() {
             return Ok(());
         }
-        self.chunks.blocking_send(chunk).map_err(|_| aborted())
+        self.chunks
+            .blocking_send(Chunk::Bytes(chunk))
+            .map_err(|_| aborted())
+    }
+
+    /// Queues data frames whose payloads were read into their buffers after the header's
+    /// room, as one chunk: they go out without being copied again.
+    pub fn send_frames(&mut self, frames: Vec<BytesMut>) -> io::Result<()> {
+        if frames.is_empty() {
+            return Ok(());
+        }
+        self.chunks
+            .blocking_send(Chunk::Frames(frames))
+            .map_err(|_| aborted())
     }
 }
 
@@ -205,7 +203,14 @@ where
     // Owns the receiver: once this future is dropped the producer's next send fails.
     let send = async move {
         while let Some(chunk) = rx.recv().await {
-            out.data(Channel::Out, chunk).await?;
+            match chunk {
+                Chunk::Bytes(bytes) => out.data(Channel::Out, bytes).await?,
+                Chunk::Frames(frames) => {
+                    for frame in frames {
+                        out.data_in_place(Channel::Out, frame).await?;
+                    }
+                }
+            }
         }
         Ok::<(), OpError>(())
     };

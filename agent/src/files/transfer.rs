@@ -2,17 +2,19 @@
 //! receives one and replaces the target atomically, or appends to it.
 //!
 //! Both run their file I/O on a blocking thread through [`super::pump`]: reads go in
-//! [`READ_CHUNK`] pieces a few chunks ahead of the network, writes return credit to the
-//! client only as the bytes reach the file.
+//! [`READ_CHUNK`] pieces a few chunks ahead of the network, read straight into the data
+//! frames that carry them; writes return credit to the client only as the bytes reach the
+//! file.
 
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use bytes::Bytes;
+use bytes::BytesMut;
+use tether_proto::limits::{DATA_CHUNK, HEADER_LEN};
 use tether_proto::op::{IfExists, Reply, WriteSpec};
-use tether_proto::{Channel, ErrorCode};
+use tether_proto::{frame, Channel, ErrorCode};
 
 use super::atomic::{AtomicFile, Options};
 use super::meta::file_stat;
@@ -60,21 +62,52 @@ pub fn send_file(mut file: File, limit: u64, out: &mut Outgoing) -> io::Result<u
     let mut sent = 0;
     while sent < limit {
         let want = (limit - sent).min(READ_CHUNK as u64) as usize;
-        // read_to_end fills the spare capacity without zeroing it first, and reads until
-        // the chunk is full or the file ends.
-        let mut chunk = Vec::with_capacity(want);
-        (&mut file).take(want as u64).read_to_end(&mut chunk)?;
-        let n = chunk.len();
-        if n == 0 {
-            break;
-        }
-        out.send(Bytes::from(chunk))?;
+        let (frames, n) = read_frames(&mut file, want)?;
+        out.send_frames(frames)?;
         sent += n as u64;
         if n < want {
             break;
         }
     }
     Ok(sent)
+}
+
+/// Reads up to `want` bytes of `file` straight into data frames of at most [`DATA_CHUNK`]
+/// bytes each, so they reach the socket without another copy. Returns the frames and the
+/// bytes they hold: fewer than `want` only at the end of the file.
+fn read_frames(file: &mut File, want: usize) -> io::Result<(Vec<BytesMut>, usize)> {
+    let mut frames = Vec::with_capacity(want.div_ceil(DATA_CHUNK));
+    let mut total = 0;
+    while total < want {
+        let size = (want - total).min(DATA_CHUNK);
+        let mut frame = frame::data_buffer(size);
+        frame.resize(HEADER_LEN + size, 0);
+        let n = read_full(file, &mut frame[HEADER_LEN..])?;
+        if n == 0 {
+            break;
+        }
+        frame.truncate(HEADER_LEN + n);
+        frames.push(frame);
+        total += n;
+        if n < size {
+            break;
+        }
+    }
+    Ok((frames, total))
+}
+
+/// Reads until `buf` is full or the file ends; returns how many bytes were read.
+fn read_full(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
 }
 
 /// `write`: receives the file on `in` until eof; replies `written`.

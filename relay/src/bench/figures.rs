@@ -41,6 +41,7 @@ pub const FLOORS: &[Spec] = &[
     spec("pty_echo", "local PTY echo (`cat`)", None, None),
     spec("pty", "local PTY throughput", None, None),
     spec("pipe", "local pipe throughput", None, None),
+    spec("tmpfs", "local tmpfs write, new file", None, None),
 ];
 
 /// What Tether does. Keystroke echo's other target, a median no worse than `ssh -tt`, is
@@ -79,13 +80,13 @@ pub const FIGURES: &[Spec] = &[
     spec(
         "upload",
         "5 upload, tmpfs to tmpfs",
-        Some("pipe"),
+        Some("tmpfs"),
         Some(Goal::Rate(1e9)),
     ),
     spec(
         "download",
         "5 download, tmpfs to tmpfs",
-        Some("pipe"),
+        Some("tmpfs"),
         Some(Goal::Rate(1e9)),
     ),
     spec(

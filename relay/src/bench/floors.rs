@@ -1,7 +1,8 @@
 //! The floors: what this machine does with nothing of Tether in the way, measured in the
 //! same run as the figures so each figure can be read as a ratio to its floor. Spawning a
 //! process, a loopback WebSocket round trip between two threads, echo through a local PTY,
-//! and the throughput of a local PTY and a local pipe fed by the same writer the figures use.
+//! the throughput of a local PTY and a local pipe fed by the same writer the figures use,
+//! and writing a new file into a memory file system, as both ends of a transfer do.
 //!
 //! Everything here blocks (it measures the kernel, not a runtime), so each floor runs on a
 //! blocking thread.
@@ -30,6 +31,10 @@ const PIPE_BYTES: i32 = 1 << 20;
 
 /// Bytes read from a pipe or PTY at once: 1 MiB.
 const READ_BYTES: usize = 1 << 20;
+
+/// Bytes per write of the memory file floor: 64 KiB, a data frame's payload, which is what
+/// the agent writes an upload in.
+const WRITE_BYTES: usize = 64 << 10;
 
 /// Spawning and reaping `true`, `n` times.
 pub async fn spawn(n: usize) -> anyhow::Result<Latency> {
@@ -175,6 +180,39 @@ pub async fn pipe_throughput(bytes: u64, runs: usize) -> anyhow::Result<Throughp
     Throughput::of(bytes, &times).context("no runs")
 }
 
+/// Writing a new `bytes`-byte file into a memory file system in [`WRITE_BYTES`] writes, `runs`
+/// times. The kernel's copy into fresh pages, which it must also zero, bounds an upload
+/// (written into the sandbox's `/tmp`) and a download (written into `/dev/shm` here) however
+/// fast the network is.
+pub async fn tmpfs_write(bytes: u64, runs: usize) -> anyhow::Result<Throughput> {
+    let times = blocking(move || {
+        let base = super::transfer::tmpfs_dir();
+        let dir = tempfile::Builder::new()
+            .prefix("tether-bench-")
+            .tempdir_in(&base)
+            .with_context(|| format!("cannot create a directory in {}", base.display()))?;
+        let path = dir.path().join("floor.bin");
+        let block = vec![0x5au8; WRITE_BYTES];
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let start = Instant::now();
+            let mut file = File::create(&path)?;
+            let mut left = bytes;
+            while left > 0 {
+                let n = left.min(WRITE_BYTES as u64) as usize;
+                file.write_all(&block[..n])?;
+                left -= n as u64;
+            }
+            drop(file);
+            times.push(start.elapsed());
+            std::fs::remove_file(&path)?;
+        }
+        Ok(times)
+    })
+    .await?;
+    Throughput::of(bytes, &times).context("no runs")
+}
+
 /// Starts `argv` with a new PTY as its standard streams; returns the master.
 fn under_pty(argv: &[String]) -> anyhow::Result<(OwnedFd, Child)> {
     let pty = nix::pty::openpty(None, None).context("cannot open a PTY")?;
@@ -233,5 +271,7 @@ mod tests {
         assert!(pty.median > 0.0 && pty.bytes == 1 << 20);
         let pipe = pipe_throughput(4 << 20, 2).await.unwrap();
         assert_eq!(pipe.runs, 2);
+        let tmpfs = tmpfs_write(4 << 20, 2).await.unwrap();
+        assert!(tmpfs.median > 0.0 && tmpfs.runs == 2);
     }
 }

@@ -5,11 +5,12 @@
 //! - this file: the order of the run, and its cleanup;
 //! - [`figures`](self::figures): what is reported, each figure's floor and target;
 //! - `target`: the relay (a named one, or a private `tether serve`) and the sandbox;
-//! - `floors`: spawn, loopback WebSocket, local PTY and pipe, with nothing of Tether;
+//! - `floors`: spawn, loopback WebSocket, local PTY and pipe, a tmpfs write, with nothing of
+//!   Tether;
 //! - `exec`, `pty`, `transfer`, `create`, `sessions`: one family of figures each;
 //! - `memory`: resident memory of the relay and the agent; `machine`: where it ran;
 //! - `stats`: medians and percentiles; `sizes`: how much a full and a `--quick` run do;
-//! - `report`: verdicts, tables and JSON.
+//! - `report`: verdicts, tables and JSON; `units`: how numbers are written.
 
 mod create;
 mod exec;
@@ -24,6 +25,7 @@ mod sizes;
 mod stats;
 mod target;
 mod transfer;
+mod units;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -134,6 +136,9 @@ async fn measure_floors(sizes: &Sizes, results: &mut Results, progress: &dyn Fn(
     progress("floors: local pipe throughput");
     let pipe = floors::pipe_throughput(sizes.pipe_bytes, sizes.throughput_runs).await;
     put(results, "pipe", pipe);
+    progress("floors: local tmpfs write");
+    let tmpfs = floors::tmpfs_write(sizes.transfer_bytes, sizes.throughput_runs).await;
+    put(results, "tmpfs", tmpfs);
 }
 
 /// Everything measured through the relay; returns the measured sandbox's id. Setup failures

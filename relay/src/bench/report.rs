@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::figures::Spec;
 use super::machine::Machine;
 use super::stats::{Latency, Throughput};
+use super::units::{duration, rate, size};
 
 /// One bench run.
 #[derive(Debug, Serialize)]
@@ -261,6 +262,18 @@ impl Report {
         if let Some(agent) = &self.agent_binary {
             let _ = writeln!(out, "agent binary {agent}");
         }
+        if self.quick {
+            let full = super::sizes::FULL;
+            let _ = writeln!(
+                out,
+                "--quick: a smoke check with fewer samples, {} idle sessions instead of {} and \
+                 a {} file instead of {}; its timings mean little",
+                self.sessions,
+                full.sessions,
+                size(self.transfer_bytes),
+                size(full.transfer_bytes)
+            );
+        }
         let _ = writeln!(
             out,
             "\n{:<44}{:>12}{:>12}",
@@ -271,7 +284,7 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "\n{:<44}{:>12}{:>12}  {:<18}{:<8}target",
+            "\n{:<44}{:>12}{:>12}  {:<20}{:<8}target",
             "figures", "median", "p99 | worst", "× floor", ""
         );
         for f in &self.figures {
@@ -287,7 +300,7 @@ impl Report {
             let target = f.target.as_deref().unwrap_or("");
             let _ = writeln!(
                 out,
-                "  {:<42}{}  {:<18}{verdict:<8}{target}",
+                "  {:<42}{}  {:<20}{verdict:<8}{target}",
                 f.name,
                 numbers(&f.value),
                 ratio
@@ -304,37 +317,6 @@ fn numbers(value: &Value) -> String {
         Value::Throughput(t) => format!("{:>12}{:>12}", rate(t.median), rate(t.worst)),
         Value::Bytes { bytes } => format!("{:>12}{:>12}", size(*bytes), ""),
         Value::Failed { error } => format!("  FAILED: {error}"),
-    }
-}
-
-/// `0.712 ms`, `12.4 ms`, `1.20 s`.
-pub fn duration(d: Duration) -> String {
-    let ms = d.as_secs_f64() * 1e3;
-    if ms >= 1000.0 {
-        format!("{:.2} s", ms / 1e3)
-    } else if ms >= 10.0 {
-        format!("{ms:.1} ms")
-    } else {
-        format!("{ms:.3} ms")
-    }
-}
-
-/// Decimal units, as network and disk speeds are quoted: `1.23 GB/s`, `61.0 MB/s`.
-pub fn rate(bytes_per_s: f64) -> String {
-    if bytes_per_s >= 1e9 {
-        format!("{:.2} GB/s", bytes_per_s / 1e9)
-    } else {
-        format!("{:.1} MB/s", bytes_per_s / 1e6)
-    }
-}
-
-/// Binary units, as memory and files are: `5.2 MiB`, `23.5 GiB`.
-pub fn size(bytes: u64) -> String {
-    let b = bytes as f64;
-    if b >= (1u64 << 30) as f64 {
-        format!("{:.1} GiB", b / (1u64 << 30) as f64)
-    } else {
-        format!("{:.1} MiB", b / (1u64 << 20) as f64)
     }
 }
 
@@ -411,14 +393,5 @@ mod tests {
         assert_eq!(json["figures"][0]["kind"], "failed");
         assert_eq!(json["figures"][1]["bytes"], 300u64 << 20);
         assert_eq!(json["floors"][0]["median_us"], 700.0);
-    }
-
-    #[test]
-    fn units_read_naturally() {
-        assert_eq!(duration(Duration::from_micros(712)), "0.712 ms");
-        assert_eq!(duration(Duration::from_micros(12_400)), "12.4 ms");
-        assert_eq!(rate(1.234e9), "1.23 GB/s");
-        assert_eq!(rate(61e6), "61.0 MB/s");
-        assert_eq!(size(5 << 20), "5.0 MiB");
     }
 }

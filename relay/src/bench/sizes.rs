@@ -62,7 +62,7 @@ pub const QUICK: Sizes = Sizes {
     transfer_bytes: 32 << 20, // 32 MiB
     transfer_runs: 1,
     creates: 3,
-    sessions: 50,
+    sessions: 100,
     session_keystrokes: 100,
 };
 

@@ -35,11 +35,7 @@ pub struct Files {
 impl Files {
     /// Creates a pseudo-random file of `bytes` bytes in a tmpfs (or the temp directory).
     pub async fn create(bytes: u64) -> anyhow::Result<Files> {
-        let base = if Path::new(LOCAL_TMPFS).is_dir() {
-            PathBuf::from(LOCAL_TMPFS)
-        } else {
-            std::env::temp_dir()
-        };
+        let base = tmpfs_dir();
         let dir = tempfile::Builder::new()
             .prefix("tether-bench-")
             .tempdir_in(&base)
@@ -57,6 +53,15 @@ impl Files {
 
     fn download(&self) -> PathBuf {
         self.dir.path().join("download.bin")
+    }
+}
+
+/// Where the local side of a transfer lives: memory, when this machine has it mounted.
+pub fn tmpfs_dir() -> PathBuf {
+    if Path::new(LOCAL_TMPFS).is_dir() {
+        PathBuf::from(LOCAL_TMPFS)
+    } else {
+        std::env::temp_dir()
     }
 }
 

@@ -4,7 +4,7 @@
 //! # Layout
 //! - [`remote`](self::remote): where the relay is, the token, and actionable error sentences;
 //! - `serve`; `lifecycle` (create, ls, rm, info); `exec`; `shell`; `cp`; `run` (and
-//!   `embedded`, the in-process relay it falls back to); `token`;
+//!   `embedded`, the in-process relay it falls back to); `token`; `bench`;
 //! - `attach`: a running remote process wired to this process's stdio, signals and terminal;
 //!   `terminal`: raw mode and the window size; `output`: tables and `--json`.
 //!
@@ -15,6 +15,7 @@
 //! - Every other command exits 0 on success, 1 on failure, 2 on a usage error.
 
 mod attach;
+mod bench;
 mod cp;
 mod dev;
 mod embedded;
@@ -87,6 +88,8 @@ enum Command {
     /// Build and push sandbox images with the agent baked in.
     #[command(subcommand)]
     Image(image::ImageCommand),
+    /// Measure latency and throughput against a sandbox, next to this machine's floors.
+    Bench(bench::BenchArgs),
 }
 
 /// Parses the arguments, runs the command, and returns the process's exit status.
@@ -114,6 +117,7 @@ fn dispatch(cli: Cli) -> i32 {
         Command::Forward(args) => done(client(relay, |r| forward::run(r, args))),
         Command::Dev(args) => status(client(relay, |r| dev::run(r, args))),
         Command::Image(cmd) => done(current_thread().and_then(|rt| block_on(rt, image::run(cmd)))),
+        Command::Bench(args) => done(bench::run(relay, args)),
     }
 }
 

@@ -2,6 +2,7 @@
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use tether_proto::frame;
 use tether_proto::limits::DATA_CHUNK;
 use tether_proto::op::{
     AgentInfo, FileStat, GrepMatch, GrepSpec, ListeningPort, Op, Reply, WatchEvent, WriteSpec,
@@ -246,20 +247,24 @@ impl Session {
     }
 }
 
-/// Sends everything `source` yields on the stream's `in` channel, then eof.
+/// Sends everything `source` yields on the stream's `in` channel, then eof. Each read goes
+/// straight into the data frame that carries it ([`frame::data_buffer`]), so the bytes are
+/// not copied again on their way to the socket.
 async fn pump_in<R: AsyncRead + Unpin>(
     stream: StreamSender,
     mut source: R,
     mut progress: impl FnMut(u64),
 ) -> Result<(), ClientError> {
-    let mut buf = vec![0u8; 4 * DATA_CHUNK];
     let mut total = 0u64;
     loop {
-        let n = source.read(&mut buf).await.map_err(local)?;
+        let mut buf = frame::data_buffer(DATA_CHUNK);
+        // What one read gives goes out at once: a source that trickles (a pipe, a tar
+        // being packed) is not held back to fill the frame.
+        let n = source.read_buf(&mut buf).await.map_err(local)?;
         if n == 0 {
             return stream.eof().await;
         }
-        stream.send(&buf[..n]).await?;
+        stream.send_in_place(buf).await?;
         total += n as u64;
         progress(total);
     }

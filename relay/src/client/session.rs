@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -541,6 +541,27 @@ impl StreamSender {
             data = rest;
         }
         Ok(())
+    }
+
+    /// Sends the data frame built in `frame` (from [`frame::data_buffer`], at most
+    /// [`DATA_CHUNK`] bytes after the header's room) on channel `in`. With credit for the
+    /// whole payload, the common case, the buffer itself goes out and the payload is never
+    /// copied; with less, it goes in pieces as credit arrives, like [`Self::send`].
+    pub async fn send_in_place(&self, mut frame: BytesMut) -> Result<(), ClientError> {
+        let len = frame.len().saturating_sub(HEADER_LEN);
+        if len == 0 {
+            return Ok(());
+        }
+        if len <= DATA_CHUNK && self.credit.available_permits() >= len {
+            if let Ok(permits) = self.credit.try_acquire_many(len as u32) {
+                permits.forget();
+                return self
+                    .raw(frame::finish_data_in_place(frame, self.id, Channel::In))
+                    .await;
+            }
+        }
+        let payload = frame.split_off(HEADER_LEN);
+        self.send(&payload).await
     }
 
     /// Half-closes channel `in`.

@@ -167,7 +167,7 @@ pub fn prune_cache(
             (!name.starts_with('.') && !in_use.contains(&name)).then_some((used, name))
         })
         .collect();
-    unused.sort_by(|a, b| b.0.cmp(&a.0));
+    unused.sort_by_key(|u| std::cmp::Reverse(u.0));
     let mut removed = 0;
     for (_, name) in unused.into_iter().skip(keep_unused) {
         let doomed = cache_dir.join(format!(".removing-{name}"));
