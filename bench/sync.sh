@@ -5,8 +5,11 @@
 #     and the time until the new content is readable in the sandbox's workspace (polled on
 #     the host, where the local provider keeps it) is measured; median and p99.
 #  2. initial sync of a 10,000-file, 200 MB tree into an empty directory: `tether sync`
-#     (one-shot, no compression: the relay is on loopback) against `rsync -a` over ssh to
-#     127.0.0.1; median of a few runs each.
+#     (one-shot, no compression: the relay is on loopback; and again with gzip) against
+#     `rsync -a` over ssh to 127.0.0.1; median of several runs each, in alternating order.
+#
+# Prints a Markdown table (tether, rsync, ratio) ready for the README. The machine this
+# runs on may be shared: run it a few times and quote medians.
 #
 # Needs: python3, rsync, openssh-server and openssh-client (apt-get install -y rsync
 # openssh-server openssh-client). Runs as root (sshd with key-based root login on a
@@ -17,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-samples=200 runs=3
+samples=200 runs=5
 if [[ "${1:-}" == "--quick" ]]; then samples=50 runs=1; fi
 
 if [[ -z "${TETHER_BIN:-}" || -z "${TETHER_AGENT_BIN:-}" ]]; then
@@ -109,9 +112,8 @@ import os, random, sys
 root = sys.argv[1]
 rng = random.Random(42)
 # 10,000 files, 200 MB: 9,900 source-like files of 1-19 KiB (half text, half random
-# bytes) in 100 directories, and 100 files of about 1 MiB (assets, build inputs).
+# bytes) in 1,000 directories, and 100 files of about 1 MiB (assets, build inputs).
 words = [b"fn", b"let", b"match", b"impl", b"struct", b"return", b"self", b"async", b"await", b"=>"]
-total = 0
 for i in range(10_000):
     d = f"{root}/pkg{i % 100:02d}/sub{(i // 100) % 10}"
     os.makedirs(d, exist_ok=True)
@@ -126,10 +128,8 @@ for i in range(10_000):
         body = (line * (size // len(line) + 1))[:size]
     with open(f"{d}/file{i:05d}.dat", "wb") as fh:
         fh.write(body)
-    total += size
-print(total, file=sys.stderr)
 PY
-tree_bytes=$(du -sb "$tree" | cut -f1)
+tree_bytes=$(find "$tree" -type f -printf '%s\n' | awk '{ n += $1 } END { print n }')
 tree_files=$(find "$tree" -type f | wc -l)
 
 ssh_dir=$work/ssh
@@ -158,37 +158,49 @@ for _ in $(seq 100); do $ssh_cmd root@127.0.0.1 true 2>/dev/null && break; sleep
 now() { python3 -c 'import time; print(time.perf_counter())'; }
 elapsed() { python3 -c "print(f'{($2 - $1) * 1000:.0f}')"; }
 median() { python3 -c 'import statistics, sys; print(f"{statistics.median(float(x) for x in sys.argv[1:]):.0f}")' "$@"; }
+seconds() { python3 -c "print(f'{$1 / 1000:.2f} s')"; }
 
 # Warm the page cache for both the same way: read the tree once.
 cat $(find "$tree" -type f) >/dev/null
 
+# Every run lands in a new directory and nothing is deleted until the end: ext4 allocates
+# inodes slowly right after many deletions (it skips recently freed ones), which would
+# penalise whichever tool ran first after a cleanup. The order alternates for the same reason.
+run_tether() { # run, compression
+    t0=$(now); "$TETHER_BIN" sync --compress "$2" --json "$tree" "$sandbox:/workspace/tree-$2-$1" >"$work/sync-$2-$1.log"; t1=$(now)
+    elapsed "$t0" "$t1"
+}
+run_rsync() { # run
+    t0=$(now); rsync -a -e "$ssh_cmd" "$tree/" "root@127.0.0.1:$work/rsync-$1/"; t1=$(now)
+    elapsed "$t0" "$t1"
+}
 tether_ms=() tether_gz_ms=() rsync_ms=()
 for run in $(seq "$runs"); do
-    t0=$(now); "$TETHER_BIN" sync --compress never --json "$tree" "$sandbox:/workspace/tree-$run" >"$work/sync-$run.log"; t1=$(now)
-    tether_ms+=("$(elapsed "$t0" "$t1")")
-    t0=$(now); "$TETHER_BIN" sync --compress always --json "$tree" "$sandbox:/workspace/treegz-$run" >"$work/syncgz-$run.log"; t1=$(now)
-    tether_gz_ms+=("$(elapsed "$t0" "$t1")")
-    t0=$(now); rsync -a -e "$ssh_cmd" "$tree/" "root@127.0.0.1:$work/rsync-$run/"; t1=$(now)
-    rsync_ms+=("$(elapsed "$t0" "$t1")")
-    # Both copies must be whole.
-    [[ $(find "$workspace/tree-$run" -type f | wc -l) == "$tree_files" ]] || { echo "tether copy $run is incomplete" >&2; exit 1; }
-    [[ $(find "$work/rsync-$run" -type f | wc -l) == "$tree_files" ]] || { echo "rsync copy $run is incomplete" >&2; exit 1; }
-    rm -rf "$workspace/tree-$run" "$workspace/treegz-$run" "$work/rsync-$run"
+    if (( run % 2 )); then
+        tether_ms+=("$(run_tether "$run" never)"); rsync_ms+=("$(run_rsync "$run")")
+    else
+        rsync_ms+=("$(run_rsync "$run")"); tether_ms+=("$(run_tether "$run" never)")
+    fi
+    tether_gz_ms+=("$(run_tether "$run" always)")
+    # Every copy must be whole.
+    for copy in "$workspace/tree-never-$run" "$workspace/tree-always-$run" "$work/rsync-$run"; do
+        [[ $(find "$copy" -type f | wc -l) == "$tree_files" ]] || { echo "the copy in $copy is incomplete" >&2; exit 1; }
+    done
 done
 t_med=$(median "${tether_ms[@]}") gz_med=$(median "${tether_gz_ms[@]}") r_med=$(median "${rsync_ms[@]}")
-speedup=$(python3 -c "print(f'{$r_med / $t_med:.1f}')")
+ratio() { python3 -c "print(f'{$1 / $2:.1f}x')"; }
 
-cat <<REPORT
-tether sync benchmark ($(nproc) cores, $(uname -r))
-
-change-to-remote latency ($lat_n edits, tether sync --watch, 1,000-file tree)
-  median   ${lat_median} ms   (goal: < 100 ms)
-  p99      ${lat_p99} ms
-  min/max  ${lat_min} / ${lat_max} ms
-
-initial sync of $tree_files files, $((tree_bytes / 1000000)) MB (median of $runs run(s), into an empty directory)
-  tether sync (no compression)   ${t_med} ms   [runs: ${tether_ms[*]}]
-  tether sync --compress always  ${gz_med} ms   [runs: ${tether_gz_ms[*]}]
-  rsync -a over ssh (loopback)   ${r_med} ms   [runs: ${rsync_ms[*]}]
-  speedup over rsync             ${speedup}x   (goal: >= 2x)
-REPORT
+mb=$((tree_bytes / 1000000))
+row() { printf '| %-58s | %-9s | %-17s | %-14s |\n' "$@"; }
+echo "tether sync benchmark: $(nproc) cores, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+echo "median of $runs runs each, alternating order; change latency over $lat_n edits"
+echo
+row "measure" "tether" "rsync -a over ssh" "rsync / tether"
+row "$(printf '%.0s-' {1..58})" "---------" "-----------------" "--------------"
+row "initial sync, $tree_files files / $mb MB, loopback" "$(seconds "$t_med")" "$(seconds "$r_med")" "$(ratio "$r_med" "$t_med")"
+row "initial sync, same tree, gzip (--compress always)" "$(seconds "$gz_med")" "$(seconds "$r_med")" "$(ratio "$r_med" "$gz_med")"
+row "change to remote visibility, median (--watch)" "${lat_median} ms" "-" "-"
+row "change to remote visibility, p99 (--watch)" "${lat_p99} ms" "-" "-"
+echo
+echo "runs (ms): tether ${tether_ms[*]} | tether gzip ${tether_gz_ms[*]} | rsync ${rsync_ms[*]}"
+echo "latency min/max: ${lat_min} / ${lat_max} ms; goals: latency median < 100 ms, initial sync >= 2x rsync"

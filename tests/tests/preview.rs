@@ -165,3 +165,60 @@ async fn websockets_pass_through_previews() {
         .unwrap();
     assert!(tokio_tungstenite::connect_async(bad).await.is_err());
 }
+
+#[tokio::test]
+async fn tether_info_prints_preview_urls_that_serve_the_page() {
+    let relay = Relay::start();
+    let client = relay.client();
+    let id = client.create(&Default::default()).await.unwrap().id;
+    let s = client.connect(&id).await.unwrap();
+    servers::http_site(&s, 8000, PAGE).await;
+
+    let out = relay.tether().args(["info", &id]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "tether info failed: {text}");
+    let find = |needle: &str| {
+        text.split_whitespace()
+            .find(|w| w.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle} in:\n{text}"))
+            .to_string()
+    };
+    let by_host = find(&format!("http://8000-{id}.localhost:"));
+    let by_path = find(&format!("/preview/{id}/8000/"));
+    let token = text
+        .lines()
+        .find_map(|l| l.strip_prefix("preview token:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no preview token line in:\n{text}"))
+        .to_string();
+
+    let dom = browser_dom(&by_host);
+    assert!(
+        dom.contains("hello from the sandbox"),
+        "{by_host} did not serve the page: {dom}"
+    );
+    // The path form, with the token passed as the header `tether info` names.
+    let addr = relay.url.trim_start_matches("http://");
+    let path = by_path
+        .split_once(addr)
+        .map(|(_, p)| p.split('?').next().unwrap().to_string())
+        .unwrap_or_else(|| panic!("{by_path} is not on the relay's address {addr}"));
+    let page = servers::get(addr, addr, &path, &[("X-Tether-Preview-Token", &token)]).await;
+    assert_eq!((page.status, page.body.as_str()), (200, PAGE));
+
+    let out = relay
+        .tether()
+        .args(["info", "--json", &id])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ports = json["previews"]["ports"]
+        .as_array()
+        .expect("previews.ports");
+    assert!(
+        ports
+            .iter()
+            .any(|p| p["port"] == 8000 && p["url"] == by_host.as_str()),
+        "{json}"
+    );
+}

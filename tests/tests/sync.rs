@@ -473,3 +473,148 @@ async fn a_pull_brings_the_sandbox_tree_here() {
         "edited here"
     );
 }
+
+#[tokio::test]
+async fn a_same_second_same_size_edit_in_the_sandbox_is_kept() {
+    use std::time::UNIX_EPOCH;
+    let relay = Relay::start();
+    let client = relay.client();
+    let id = client.create(&Default::default()).await.unwrap().id;
+    let s = client.connect(&id).await.unwrap();
+    let (home, local) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let l = local.path();
+    // Fixed, whole-second mtimes, so the sandbox's edits below land in the same second.
+    const SECOND: u64 = 1_700_000_000;
+    let set_mtime = |path: &Path, secs: u64| {
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(UNIX_EPOCH + Duration::from_secs(secs))
+            .unwrap();
+    };
+    for name in ["edited-both-sides", "edited-there-only"] {
+        write(&l.join(name), "ours");
+        set_mtime(&l.join(name), SECOND);
+    }
+    let (from, to) = (
+        l.to_str().unwrap().to_string(),
+        format!("{id}:/workspace/ms"),
+    );
+    sync_once(&relay, home.path(), &from, &to);
+
+    // The sandbox rewrites both at the same size, stamped within that same second: only
+    // the sub-second part of the mtime tells them from the copies the sync left.
+    sh(
+        &s,
+        &format!(
+            "cd /workspace/ms && for f in edited-both-sides edited-there-only; do \
+             printf mine > $f && touch -d @{SECOND}.250 $f; done"
+        ),
+    )
+    .await;
+    write(&l.join("edited-both-sides"), "ours, edited");
+
+    let done = sync_once(&relay, home.path(), &from, &to);
+    assert_eq!(done["conflicts"], 2, "{done}");
+    for (name, ours) in [
+        ("edited-both-sides", "ours, edited"),
+        ("edited-there-only", "ours"),
+    ] {
+        assert_eq!(
+            text(&s, &format!("/workspace/ms/{name}")).await.as_deref(),
+            Some(ours),
+            "local wins for {name}"
+        );
+        let kept = sh(&s, &format!("cat /workspace/ms/{name}.tether-conflict-*")).await;
+        assert_eq!(kept, "mine", "the sandbox's edit of {name} is kept aside");
+    }
+    let again = sync_once(&relay, home.path(), &from, &to);
+    assert_eq!(again["conflicts"], 0, "{again}");
+}
+
+/// A 512-byte ustar header for a regular file `name` of `size` bytes.
+fn tar_header(name: &str, size: u64) -> Vec<u8> {
+    let mut h = [0u8; 512];
+    h[..name.len()].copy_from_slice(name.as_bytes());
+    h[100..107].copy_from_slice(b"0000644");
+    h[108..115].copy_from_slice(b"0000000");
+    h[116..123].copy_from_slice(b"0000000");
+    h[124..135].copy_from_slice(format!("{size:011o}").as_bytes());
+    h[136..147].copy_from_slice(b"14000000000");
+    h[156] = b'0';
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| b as u32).sum();
+    h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+    h.to_vec()
+}
+
+#[tokio::test]
+async fn a_push_cut_inside_a_big_file_leaves_the_old_file_whole() {
+    use tether_proto::op::{FileKind, Op};
+    let relay = Relay::start();
+    let client = relay.client();
+    let id = client.create(&Default::default()).await.unwrap().id;
+    let s = client.connect(&id).await.unwrap();
+    sh(&s, "mkdir -p /workspace/cut").await;
+    let old = vec![b'o'; 1 << 20];
+    s.write_file("/workspace/cut/big", &old).await.unwrap();
+
+    // The stream `tether sync` sends, carrying a new 64 MiB `big`; half of it goes out.
+    const NEW: u64 = 64 << 20;
+    let stream = s
+        .open(Op::TarWrite {
+            path: "/workspace/cut".into(),
+            gzip: false,
+        })
+        .await
+        .unwrap();
+    stream.send(&tar_header("big", NEW)).await.unwrap();
+    let chunk = vec![b'n'; 1 << 20];
+    for _ in 0..NEW / 2 / chunk.len() as u64 {
+        stream.send(&chunk).await.unwrap();
+    }
+    // Mid-file: the new content grows under a temp name; readers still see the old file.
+    let temp = until("the new content under a temp name", || async {
+        let list = s.list("/workspace/cut", 1).await.ok()?;
+        list.into_iter()
+            .find(|e| e.kind == FileKind::File && e.path.contains(".big.tether-") && e.size > 0)
+    })
+    .await;
+    assert!(
+        s.read_file("/workspace/cut/big").await.unwrap() == old,
+        "a reader saw {} mid-transfer, not the old file",
+        temp.path
+    );
+
+    // The cut: the agent sees the stream go away before the file is whole.
+    stream.cancel().await.unwrap();
+    drop(stream);
+    until("the temp file to be cleaned up", || async {
+        let list = s.list("/workspace/cut", 1).await.ok()?;
+        list.iter()
+            .all(|e| !e.path.contains(".tether-"))
+            .then_some(())
+    })
+    .await;
+    let after = s.read_file("/workspace/cut/big").await.unwrap();
+    assert!(
+        after == old,
+        "the cut left {} bytes instead of the old file",
+        after.len()
+    );
+
+    // And a whole push replaces it whole.
+    let (home, local) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let new = vec![b'n'; NEW as usize];
+    std::fs::write(local.path().join("big"), &new).unwrap();
+    sync_once(
+        &relay,
+        home.path(),
+        local.path().to_str().unwrap(),
+        &format!("{id}:/workspace/cut"),
+    );
+    assert!(s.read_file("/workspace/cut/big").await.unwrap() == new);
+}

@@ -4,25 +4,31 @@
 //! Both stream through [`super::pump`]: the tar builder or parser runs on a blocking thread
 //! and the archive is never whole in memory. Symlinks stay symlinks; modes, mtimes and empty
 //! directories are kept; owners are recorded but not restored; hard links are archived as
-//! separate files; sockets and device nodes are left out. Unpacking writes nothing outside
-//! the destination.
+//! separate files; sockets and device nodes are left out. Unpacking ([`unpack`]) lands each
+//! file atomically and writes nothing outside the destination.
 
 use std::error::Error;
 use std::fs::{self, File, Metadata};
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use flate2::read::MultiGzDecoder;
-use tar::{Archive, Builder, EntryType, Header, HeaderMode};
+use tar::{Archive, Builder, Header, HeaderMode};
 use tether_proto::op::Reply;
 use tether_proto::{Channel, ErrorCode};
 use tracing::warn;
 use walkdir::WalkDir;
 
+use self::unpack::Lander;
 use super::pump::{self, Incoming, Outgoing};
 use super::search::NameOrPath;
 use super::{blocking, fail, refuse, relative, READ_CHUNK};
 use crate::stream::{OpError, OpResult, StreamCtx};
+
+mod unpack;
+
+/// Bytes of an incoming archive read at a time: 256 KiB.
+const UNPACK_BUFFER: usize = 256 << 10;
 
 /// `tar_read`: streams the archive on `out`, then `eof`.
 pub async fn tar_read(mut ctx: StreamCtx, root: PathBuf, exclude: Vec<String>) -> OpResult {
@@ -151,35 +157,26 @@ fn unpack(dest: &Path, gzip: bool, input: &mut Incoming) -> Result<(), OpError> 
         Err(_) => fs::create_dir_all(dest).map_err(fail(dest))?,
     }
     let dest = dest.canonicalize().map_err(fail(dest))?;
+    // The tar parser reads 512-byte headers one at a time; the buffer turns those into
+    // whole pieces of the stream (each read of `input` returns credit to the client and
+    // wakes the connection, which per header would cost more than the header itself).
+    let buffered = BufReader::with_capacity(UNPACK_BUFFER, &mut *input);
     let reader: Box<dyn Read + '_> = if gzip {
-        Box::new(MultiGzDecoder::new(&mut *input))
+        Box::new(MultiGzDecoder::new(buffered))
     } else {
-        Box::new(&mut *input)
+        Box::new(buffered)
     };
     let mut archive = Archive::new(reader);
-    archive.set_preserve_permissions(true);
-    archive.set_preserve_mtime(true);
-    archive.set_overwrite(true);
-    archive.set_unpack_xattrs(false);
     let bad = |e: io::Error| malformed(&dest, e);
-    // Directories are applied last, deepest first, as `tar::Archive::unpack` does: their
-    // modes might forbid creating what is inside, and creating it would change their mtimes.
-    let mut dirs = Vec::new();
+    let mut lander = Lander::new(&dest).map_err(fail(&dest))?;
     for entry in archive.entries().map_err(bad)? {
         let mut entry = entry.map_err(bad)?;
-        if entry.header().entry_type() == EntryType::Directory {
-            dirs.push(entry);
-        } else {
-            // unpack_in keeps every entry inside `dest`: it strips a leading `/`, skips
-            // entries with a `..` component, and refuses to write through a symlink that
-            // leads outside.
-            entry.unpack_in(&dest).map_err(bad)?;
-        }
+        lander.land(&mut entry).map_err(|e| {
+            let path = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+            malformed(&dest, io::Error::new(e.kind(), format!("{path}: {e}")))
+        })?;
     }
-    dirs.sort_by(|a, b| b.path_bytes().cmp(&a.path_bytes()));
-    for mut dir in dirs {
-        dir.unpack_in(&dest).map_err(bad)?;
-    }
+    lander.finish().map_err(bad)?;
     drop(archive);
     // Whatever follows the end-of-archive marker (tar pads to its record size) is discarded,
     // and the reply waits for the client's eof.
@@ -213,6 +210,7 @@ fn malformed(dest: &Path, err: io::Error) -> OpError {
 mod tests {
     use super::*;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use tar::EntryType;
 
     #[test]
     fn appends_symlinks_dirs_and_files_with_modes() {

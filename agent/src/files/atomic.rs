@@ -9,6 +9,7 @@
 //! fsync would only add durability across a machine crash, which a sandbox's disposable
 //! filesystem does not need, at a cost that dominates small writes and halves large ones.
 
+use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -151,18 +152,8 @@ fn through_symlink(path: &Path) -> PathBuf {
 
 /// Creates `.NAME.tether-UNIQUE` in `dir`, readable by the owner only until it is committed.
 fn create_temp(dir: &Path, name: &[u8]) -> io::Result<(PathBuf, File)> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let name = String::from_utf8_lossy(&name[..name.len().min(TEMP_NAME_KEEP)]);
     loop {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let temp = dir.join(format!(
-            ".{name}.tether-{:x}{n:x}{nanos:x}",
-            std::process::id()
-        ));
+        let temp = dir.join(temp_name(name));
         match OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -174,6 +165,22 @@ fn create_temp(dir: &Path, name: &[u8]) -> io::Result<(PathBuf, File)> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// `.NAME.tether-UNIQUE`: the name a new version of `name` is written under, beside it.
+/// Unique within this process, and across processes by the pid and the clock.
+pub fn temp_name(name: &[u8]) -> OsString {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let name = String::from_utf8_lossy(&name[..name.len().min(TEMP_NAME_KEEP)]);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    OsString::from(format!(
+        ".{name}.tether-{:x}{n:x}{nanos:x}",
+        std::process::id()
+    ))
 }
 
 /// Renames `from` to `to` unless `to` exists, without a window in which another writer's

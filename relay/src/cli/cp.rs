@@ -22,6 +22,9 @@ use crate::client::{ClientError, Session};
 
 /// Bytes buffered between the network and the tar packer or unpacker.
 const PIPE_BYTES: usize = 1 << 20; // 1 MiB
+/// Read buffer of a file being uploaded: each read of a tokio file is a trip through the
+/// blocking pool, so few large reads beat many frame-sized ones.
+const FILE_READ_BYTES: usize = 1 << 20; // 1 MiB
 /// Transfers smaller than this never show a progress bar.
 const PROGRESS_MIN_BYTES: u64 = 8 << 20; // 8 MiB
 /// The progress bar's redraws per second.
@@ -207,6 +210,7 @@ async fn upload_file(
     let file = tokio::fs::File::open(src)
         .await
         .with_context(|| format!("cannot read {}", src.display()))?;
+    let file = tokio::io::BufReader::with_capacity(FILE_READ_BYTES, file);
     let spec = WriteSpec {
         path: target.into(),
         mode: Some(meta.permissions().mode() & 0o7777),

@@ -9,11 +9,11 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use futures_util::future::join_all;
 use serde::Serialize;
-use tether_proto::op::AgentInfo;
+use tether_proto::op::{AgentInfo, ListeningPort};
 
 use super::output::{self, Table};
 use super::remote::Remote;
-use crate::api::{CreateRequest, SandboxInfo};
+use crate::api::{CreateRequest, PreviewInfo, SandboxInfo};
 use crate::provider::{NetworkPolicy, SandboxSpec};
 
 /// What a new sandbox should be (`tether create` and `tether run`).
@@ -296,27 +296,75 @@ struct Info<'a> {
     agent: Option<&'a AgentInfo>,
     #[serde(skip_serializing_if = "Option::is_none")]
     agent_error: Option<String>,
+    /// The preview URLs of the ports listening in the sandbox (absent when the agent did
+    /// not answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    previews: Option<Previews>,
+}
+
+/// How a browser reaches the sandbox's listening ports through the relay.
+#[derive(Serialize)]
+struct Previews {
+    /// The preview token: the `X-Tether-Preview-Token` header, the `tether_preview_token`
+    /// query parameter, or the cookie a first visit with the parameter sets.
+    token: String,
+    /// The URL templates, `{port}` to fill in.
+    host_url: String,
+    path_url: String,
+    /// One per listening port: the host-form and path-form URLs, carrying the token.
+    ports: Vec<PortPreview>,
+}
+
+#[derive(Serialize)]
+struct PortPreview {
+    port: u16,
+    address: String,
+    url: String,
+    path_url: String,
+}
+
+impl Previews {
+    fn new(preview: PreviewInfo, mut listening: Vec<ListeningPort>) -> Previews {
+        // A server bound to both IPv4 and IPv6 is listed twice.
+        listening.sort_by_key(|p| p.port);
+        listening.dedup_by_key(|p| p.port);
+        Previews {
+            ports: listening
+                .into_iter()
+                .map(|p| PortPreview {
+                    url: preview.url(p.port),
+                    path_url: preview.path(p.port),
+                    port: p.port,
+                    address: p.address,
+                })
+                .collect(),
+            token: preview.token,
+            host_url: preview.host_url,
+            path_url: preview.path_url,
+        }
+    }
 }
 
 pub(super) async fn info(remote: Remote, args: InfoArgs) -> anyhow::Result<()> {
     let rest = remote.rest()?;
     let agent = async {
         let session = remote.connect(&args.id).await?;
-        session
-            .info()
-            .await
-            .map_err(|e| remote.explain(e, Some(&args.id)))
+        let (info, ports) = tokio::join!(session.info(), session.ports());
+        let explain = |e| remote.explain(e, Some(&args.id));
+        anyhow::Ok((info.map_err(explain)?, ports.map_err(explain)?))
     };
-    let (sandbox, agent) = tokio::join!(rest.get(&args.id), agent);
+    let (sandbox, agent, preview) = tokio::join!(rest.get(&args.id), agent, rest.preview(&args.id));
     let sandbox = sandbox.map_err(|e| remote.explain(e, Some(&args.id)))?;
-    let (agent, agent_error) = match agent {
-        Ok(a) => (Some(a), None),
-        Err(e) => (None, Some(format!("{e:#}"))),
+    let (agent, ports, agent_error) = match agent {
+        Ok((a, ports)) => (Some(a), Some(ports), None),
+        Err(e) => (None, None, Some(format!("{e:#}"))),
     };
+    let preview = preview.map_err(|e| remote.explain(e, Some(&args.id)))?;
     let info = Info {
         sandbox: &sandbox,
         agent: agent.as_ref(),
         agent_error: agent_error.clone(),
+        previews: ports.map(|ports| Previews::new(preview, ports)),
     };
     if args.json {
         output::json(&info)?;
@@ -370,10 +418,35 @@ fn describe(info: &Info<'_>, now: i64) -> String {
             ("memory", output::bytes(a.memory_bytes)),
         ]);
     }
-    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 2;
-    rows.iter()
+    let longest = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let width = longest.max("preview token".len()) + 2;
+    let mut out: String = rows
+        .iter()
         .map(|(k, v)| format!("{:<width$}{v}\n", format!("{k}:")))
-        .collect()
+        .collect();
+    if let Some(p) = &info.previews {
+        out.push_str(&format!("{:<width$}", "previews:"));
+        if p.ports.is_empty() {
+            let example = p.host_url.replace("{port}", "PORT");
+            out.push_str(&format!(
+                "no port is listening yet; a server on PORT will be at {example}\n"
+            ));
+        }
+        for (i, port) in p.ports.iter().enumerate() {
+            let pad = if i == 0 { 0 } else { width };
+            out.push_str(&format!(
+                "{:pad$}port {} ({})\n",
+                "", port.port, port.address
+            ));
+            out.push_str(&format!("{:width$}  {}\n", "", port.url));
+            out.push_str(&format!("{:width$}  {}\n", "", port.path_url));
+        }
+        out.push_str(&format!(
+            "{:<width$}{} (the URLs carry it; or send header X-Tether-Preview-Token)\n",
+            "preview token:", p.token
+        ));
+    }
+    out
 }
 
 #[cfg(test)]

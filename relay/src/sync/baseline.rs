@@ -132,6 +132,7 @@ mod tests {
             size: 1,
             mtime_s: 1,
             mtime_ns: 0,
+            remote_ns: 0,
             mode: 0o644,
             target: None,
         }

@@ -26,6 +26,16 @@ pub const PIPE_BYTES: usize = 1 << 20; // 1 MiB
 /// Bytes the tar packer gathers before handing them to the pipe: one wake-up of the
 /// network side per 256 KiB rather than per tar header.
 pub const PACK_BUFFER: usize = 256 << 10; // 256 KiB
+/// Tar streams a large push is split into, packed and unpacked side by side: packing and
+/// unpacking are each single-threaded, and the cost of a many-file tree is mostly file
+/// creation in the sandbox, which then runs on several cores.
+pub const PUSH_STREAMS: usize = 4;
+/// Pushes lighter than this (see [`SHARD_FILE_WEIGHT`]) go as one stream: a watch batch
+/// of a few edits gains nothing from more.
+pub const SHARD_MIN_BYTES: u64 = 16 << 20; // 16 MiB
+/// What one file weighs when a push is split, besides its size: creating a file costs
+/// about as much as writing this many bytes into it.
+pub const SHARD_FILE_WEIGHT: u64 = 32 << 10; // 32 KiB
 /// Files one `read_batch` asks for; the agent's own limit is 1,024.
 pub const READ_BATCH_FILES: usize = 512;
 /// Bytes one `read_batch` asks for, so a pull is several streams, not one huge one.

@@ -18,7 +18,7 @@ use super::remote::{self, absolute, timed, Listing};
 use super::report::{Phase, Reporter, Stats};
 use super::rules::Rules;
 use super::scan::{self, Scan};
-use super::tree::{ancestors, subtree, Kind, Tree};
+use super::tree::{ancestors, recorded, same_as, subtree, Kind, Tree};
 use super::watch::{Changes, DirWatches};
 use super::SyncSpec;
 use crate::client::Session;
@@ -101,7 +101,9 @@ impl Engine {
             path: String::new(),
             deep: true,
         }];
-        let mut stats = self.execute(session, &plan, &scanned.tree, &roots).await?;
+        let mut stats = self
+            .execute(session, &plan, &scanned.tree, &listing.tree, &roots)
+            .await?;
         stats.checked = scanned.tree.len() as u64;
         stats.ms = started.elapsed().as_millis() as u64;
         self.reporter.synced(phase, &stats);
@@ -129,7 +131,9 @@ impl Engine {
         let (local, roots) = self.local_roots(&changes.paths, &changes.fresh).await?;
         let listing = self.remote_roots(session, &roots).await?;
         let plan = plan(&local, &listing, &self.baseline.tree);
-        let pushed = self.execute(session, &plan, &local, &roots).await?;
+        let pushed = self
+            .execute(session, &plan, &local, &listing.tree, &roots)
+            .await?;
         stats = Stats {
             renamed: stats.renamed,
             ..pushed
@@ -169,7 +173,7 @@ impl Engine {
             if known.is_dir() {
                 r.is_dir()
             } else {
-                r.same(&known)
+                same_as(&r, Some(&known))
             }
         });
         if !unchanged || found.get(to).cloned().flatten().is_some() {
@@ -282,20 +286,22 @@ impl Engine {
         Ok(listing)
     }
 
-    /// Pushes `plan` and records the outcome under `roots` in the baseline.
+    /// Pushes `plan` and records the outcome under `roots` in the baseline; `remote` is
+    /// what the sandbox held there before.
     async fn execute(
         &mut self,
         session: &Session,
         plan: &Plan,
         local: &Tree,
+        remote: &Tree,
         roots: &[Root],
     ) -> Result<Stats, SyncError> {
         if plan.is_empty() {
-            self.record(local, roots, &Pushed::default());
+            self.record(local, remote, roots, &Pushed::default());
             return Ok(Stats::default());
         }
         let progress = self.reporter.progress(plan.upload_bytes(local));
-        let pushed = push(session, &self.target, plan, &progress).await;
+        let pushed = push(session, &self.target, plan, local, &progress).await;
         progress.finish_and_clear();
         let pushed = pushed?;
         for problem in &pushed.problems {
@@ -304,7 +310,7 @@ impl Engine {
         for (path, kept) in &pushed.conflicts {
             self.reporter.conflict(path, kept);
         }
-        self.record(local, roots, &pushed);
+        self.record(local, remote, roots, &pushed);
         let (mut files, mut dirs, mut bytes) = (0, 0, 0);
         for e in pushed.sent.values() {
             match e.kind {
@@ -327,9 +333,10 @@ impl Engine {
         })
     }
 
-    /// The sandbox now holds, under each root, the local entries (as sent, for those sent);
-    /// a path that could not be sent keeps its old baseline.
-    fn record(&mut self, local: &Tree, roots: &[Root], pushed: &Pushed) {
+    /// The sandbox now holds, under each root, the local entries: as sent, for those sent;
+    /// for the others, which it already held, with the mtime it has (`remote`). A path that
+    /// could not be sent keeps its old baseline.
+    fn record(&mut self, local: &Tree, remote: &Tree, roots: &[Root], pushed: &Pushed) {
         let skipped: BTreeSet<&String> = pushed.skipped.iter().collect();
         for root in roots {
             let entries: Vec<_> = if root.deep {
@@ -341,9 +348,9 @@ impl Engine {
                 .into_iter()
                 .filter_map(|(k, e)| {
                     let e = match (pushed.sent.get(k), skipped.contains(k)) {
-                        (Some(sent), _) => sent.clone(),
+                        (Some(sent), _) => recorded(sent, None),
                         (None, true) => self.baseline.tree.get(k)?.clone(),
-                        (None, false) => e.clone(),
+                        (None, false) => recorded(e, remote.get(k)),
                     };
                     Some((k.clone(), e))
                 })

@@ -7,14 +7,16 @@
 //! - [`scan`]: walking the local tree; [`remote`]: listing the sandbox's tree;
 //! - [`baseline`]: what the last sync left in the sandbox, saved between runs;
 //! - [`plan`]: what has to move, and the conflict policy (read it there);
-//! - [`push`]: carrying a plan out (one gzip tar stream, deletions, conflict copies);
+//! - [`push`]: carrying a plan out (tar streams, deletions, conflict copies); [`pack`]:
+//!   packing local files into a tar stream;
 //! - [`engine`]: full convergence and per-batch updates; [`watch`]: local notifications,
 //!   debounced into batches; [`live`]: the watch loop, with reconnection;
 //! - [`pull`]: the other direction; [`report`]: status lines, JSON lines, progress;
 //! - [`constants`]: every tunable; [`error`]: [`SyncError`].
 //!
 //! Only what differs moves: files are compared by size, mtime (whole seconds) and mode,
-//! the quick check rsync makes. Metadata of the whole tree is held in memory (about 150
+//! the quick check rsync makes; against the baseline, remote files are also compared by the
+//! sub-second part of their mtime, so a remote edit within the same second is seen. Metadata of the whole tree is held in memory (about 150
 //! bytes a path); file contents never are.
 
 pub mod baseline;
@@ -22,6 +24,7 @@ pub mod constants;
 pub mod engine;
 pub mod error;
 pub mod live;
+pub mod pack;
 pub mod plan;
 pub mod pull;
 pub mod push;

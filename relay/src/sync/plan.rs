@@ -83,7 +83,10 @@ pub fn plan(local: &Tree, remote: &Listing, baseline: &Tree) -> Plan {
         match (local.get(key), remote.tree.get(key)) {
             (None, None) => {}
             (Some(_), None) => plan.upload.push(key.clone()),
-            (Some(l), Some(r)) if l.same(r) && !edited_within_the_second(l, known) => {}
+            (Some(l), Some(r))
+                if l.same(r)
+                    && !edited_within_the_second(l, known)
+                    && !edited_within_the_second_there(r, known) => {}
             (Some(l), Some(r)) if l.kind == r.kind => {
                 // Same kind, different content or mode: replace (a directory keeps its
                 // contents; its entry only carries the mode).
@@ -122,6 +125,12 @@ fn edited_within_the_second(local: &Entry, known: Option<&Entry>) -> bool {
     known.is_some_and(|k| k.same(local) && !local.unchanged_since(k))
 }
 
+/// Whether the remote file changed since the last sync although the quick check cannot
+/// tell: the baseline remembers the sub-second part of the mtime the sync left there.
+fn edited_within_the_second_there(remote: &Entry, known: Option<&Entry>) -> bool {
+    known.is_some_and(|k| k.same(remote) && !same_as(remote, Some(k)))
+}
+
 /// Removes the remote `r` at `key`, or keeps it as a conflict copy when the sandbox changed
 /// it since the last sync (a directory: when something under it must be kept).
 fn clear(plan: &mut Plan, key: &str, r: &Entry, known: Option<&Entry>, dir_keeps: bool) {
@@ -144,6 +153,7 @@ mod tests {
             size,
             mtime_s: 100,
             mtime_ns: 0,
+            remote_ns: 0,
             mode: 0o644,
             target: None,
         }
@@ -155,6 +165,7 @@ mod tests {
             size: 0,
             mtime_s: 1,
             mtime_ns: 0,
+            remote_ns: 0,
             mode: 0o755,
             target: None,
         }
@@ -308,6 +319,36 @@ mod tests {
             &tree(&[("f", sent.clone())]),
             &remote,
             &tree(&[("f", sent)]),
+        );
+        assert!(p.is_empty());
+    }
+
+    #[test]
+    fn a_remote_edit_within_the_same_second_is_kept_aside() {
+        // The sync left `f` with a whole-second mtime; the sandbox rewrote it at the same
+        // size within that second.
+        let known = file(5);
+        let edited_there = Entry {
+            mtime_ns: 250_000_000,
+            ..file(5)
+        };
+        let remote = listing(&[("f", edited_there.clone())], &[]);
+        let p = plan(
+            &tree(&[("f", file(5))]),
+            &remote,
+            &tree(&[("f", known.clone())]),
+        );
+        assert_eq!(p.set_aside, ["f"]);
+        assert_eq!(p.upload, ["f"]);
+        // Deleted locally: kept aside rather than deleted.
+        let p = plan(&Tree::new(), &remote, &tree(&[("f", known.clone())]));
+        assert_eq!(p.set_aside, ["f"]);
+        assert!(p.remove.is_empty());
+        // The copy the last sync left, untouched, is left alone.
+        let p = plan(
+            &tree(&[("f", file(5))]),
+            &listing(&[("f", file(5))], &[]),
+            &tree(&[("f", known)]),
         );
         assert!(p.is_empty());
     }

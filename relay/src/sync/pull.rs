@@ -26,7 +26,7 @@ use super::remote::{self, absolute};
 use super::report::{Phase, Reporter, Stats};
 use super::rules::Rules;
 use super::scan;
-use super::tree::{same_as, Entry, Kind, Tree};
+use super::tree::{recorded, Entry, Kind, Tree};
 use super::SyncSpec;
 use crate::client::{ClientError, Event, Session};
 
@@ -69,7 +69,9 @@ pub async fn pull(
         match local.tree.get(rel) {
             Some(l) if l.same(r) => continue,
             Some(l) if l.is_dir() && r.is_dir() => {}
-            Some(l) if !l.is_dir() && same_as(l, baseline.tree.get(rel)) => {
+            Some(l)
+                if !l.is_dir() && baseline.tree.get(rel).is_some_and(|k| l.unchanged_since(k)) =>
+            {
                 fs::remove_file(&path).map_err(SyncError::local(&path))?;
             }
             Some(_) => {
@@ -110,8 +112,8 @@ pub async fn pull(
     }
     let now: Tree = listing
         .tree
-        .keys()
-        .filter_map(|rel| scan::stat(&root, rel).map(|e| (rel.clone(), e)))
+        .iter()
+        .filter_map(|(rel, r)| scan::stat(&root, rel).map(|e| (rel.clone(), recorded(&e, Some(r)))))
         .collect();
     baseline.replace("", now);
     baseline.save()?;
@@ -242,30 +244,69 @@ async fn read_batch(
     Ok((files, bytes))
 }
 
-/// Writes the files announced on `rx`, each to a temporary file renamed into place once
-/// whole; returns how many were written.
-fn write_files(mut rx: mpsc::Receiver<ToWriter>) -> Result<u64, SyncError> {
-    struct Open {
-        file: File,
-        tmp: PathBuf,
-        path: PathBuf,
-        left: u64,
-        mode: u32,
-        mtime_s: i64,
+/// A file being written under a temporary name beside its destination; removed on drop
+/// unless it was renamed into place, so a failed or cut pull leaves the old file (or none),
+/// never a partial one.
+struct Landing {
+    file: File,
+    tmp: PathBuf,
+    path: PathBuf,
+    left: u64,
+    mode: u32,
+    mtime_s: i64,
+    landed: bool,
+}
+
+impl Landing {
+    fn start(path: PathBuf, size: u64, mode: u32, mtime_s: i64) -> Result<Landing, SyncError> {
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(SyncError::local(parent))?;
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = path.with_file_name(format!(".{name}.tether-tmp-{}", std::process::id()));
+        let file = File::create(&tmp).map_err(SyncError::local(&tmp))?;
+        Ok(Landing {
+            file,
+            tmp,
+            path,
+            left: size,
+            mode,
+            mtime_s,
+            landed: false,
+        })
     }
-    fn finish(o: Open) -> Result<(), SyncError> {
-        let err = SyncError::local(&o.path);
-        let mtime = UNIX_EPOCH + Duration::from_secs(o.mtime_s.max(0) as u64);
+
+    /// Gives the file its mode and mtime and renames it into place.
+    fn land(mut self) -> Result<(), SyncError> {
+        let mtime = UNIX_EPOCH + Duration::from_secs(self.mtime_s.max(0) as u64);
         let done = (|| -> io::Result<()> {
-            o.file.set_permissions(Permissions::from_mode(o.mode))?;
-            o.file
+            self.file
+                .set_permissions(Permissions::from_mode(self.mode))?;
+            self.file
                 .set_times(FileTimes::new().set_modified(mtime).set_accessed(mtime))?;
-            drop(o.file);
-            fs::rename(&o.tmp, &o.path)
+            fs::rename(&self.tmp, &self.path)
         })();
-        done.map_err(err)
+        done.map_err(SyncError::local(&self.path))?;
+        self.landed = true;
+        Ok(())
     }
-    let mut current: Option<Open> = None;
+}
+
+impl Drop for Landing {
+    fn drop(&mut self) {
+        if !self.landed {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Writes the files announced on `rx`, each landing only once whole; returns how many were
+/// written.
+fn write_files(mut rx: mpsc::Receiver<ToWriter>) -> Result<u64, SyncError> {
+    let mut current: Option<Landing> = None;
     let mut written = 0;
     while let Some(msg) = rx.blocking_recv() {
         match msg {
@@ -276,26 +317,12 @@ fn write_files(mut rx: mpsc::Receiver<ToWriter>) -> Result<u64, SyncError> {
                 mtime_s,
             } => {
                 if let Some(open) = current.take() {
-                    finish(open)?;
-                    written += 1;
+                    if open.left == 0 {
+                        open.land()?;
+                        written += 1;
+                    }
                 }
-                if let Some(parent) = path.parent() {
-                    fs::create_dir_all(parent).map_err(SyncError::local(parent))?;
-                }
-                let name = path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                let tmp = path.with_file_name(format!(".{name}.tether-tmp-{}", std::process::id()));
-                let file = File::create(&tmp).map_err(SyncError::local(&tmp))?;
-                current = Some(Open {
-                    file,
-                    tmp,
-                    path,
-                    left: size,
-                    mode,
-                    mtime_s,
-                });
+                current = Some(Landing::start(path, size, mode, mtime_s)?);
             }
             ToWriter::Data(bytes) => {
                 let Some(open) = current.as_mut() else {
@@ -308,12 +335,11 @@ fn write_files(mut rx: mpsc::Receiver<ToWriter>) -> Result<u64, SyncError> {
             }
         }
     }
+    // The last file lands only if all of it came; a cut stream leaves it out.
     if let Some(open) = current.take() {
         if open.left == 0 {
-            finish(open)?;
+            open.land()?;
             written += 1;
-        } else {
-            let _ = fs::remove_file(&open.tmp);
         }
     }
     Ok(written)
@@ -324,12 +350,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn files_land_whole_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        fs::write(&path, "old").unwrap();
+        let send = |msgs: Vec<ToWriter>| {
+            let (tx, rx) = mpsc::channel(8);
+            for m in msgs {
+                tx.blocking_send(m).unwrap();
+            }
+            drop(tx);
+            write_files(rx).unwrap()
+        };
+        let begin = |size| ToWriter::Begin {
+            path: path.clone(),
+            size,
+            mode: 0o600,
+            mtime_s: 5,
+        };
+        // Cut after 3 of 10 bytes: the old file stays, and no temporary file is left.
+        let cut = send(vec![begin(10), ToWriter::Data(Bytes::from_static(b"new"))]);
+        assert_eq!(cut, 0);
+        assert_eq!(fs::read_to_string(&path).unwrap(), "old");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        let whole = send(vec![begin(3), ToWriter::Data(Bytes::from_static(b"new"))]);
+        assert_eq!(whole, 1);
+        assert_eq!(fs::read_to_string(&path).unwrap(), "new");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
     fn batches_respect_both_limits() {
         let file = |size| Entry {
             kind: Kind::File,
             size,
             mtime_s: 1,
             mtime_ns: 0,
+            remote_ns: 0,
             mode: 0o644,
             target: None,
         };

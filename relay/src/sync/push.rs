@@ -1,30 +1,22 @@
-//! Carrying out a [`Plan`] in the sandbox: conflict copies set aside, deletions, then one
-//! tar stream (gzip-compressed unless the link is local) of everything to send, then
-//! directories pruned.
-//!
-//! The archive is packed on a blocking thread straight from the files into a pipe that the
-//! upload drains, so nothing is ever whole in memory and a multi-GB file simply streams.
-//! Each file's header is made from the open file's own metadata, and that is what the
-//! baseline records: a file edited after the scan is sent as it is now, and a later change
-//! still looks like one.
+//! Carrying out a [`Plan`] in the sandbox: conflict copies set aside, deletions, then tar
+//! streams (gzip-compressed unless the link is local; see [`pack`]) of everything to send,
+//! several side by side for a large upload, then directories pruned.
 
-use std::fs::{self, File};
-use std::io::{self, BufWriter, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use flate2::write::GzEncoder;
 use futures_util::stream::{self, StreamExt};
 use indicatif::ProgressBar;
-use tar::{Builder, EntryType, Header, HeaderMode};
 use tether_proto::op::Op;
 use tether_proto::ErrorCode;
-use tokio_util::io::SyncIoBridge;
 
-use super::constants::{CONFLICT_MARKER, PACK_BUFFER, PIPE_BYTES, REMOTE_CONCURRENCY};
+use super::constants::{
+    CONFLICT_MARKER, PUSH_STREAMS, REMOTE_CONCURRENCY, SHARD_FILE_WEIGHT, SHARD_MIN_BYTES,
+};
 use super::error::SyncError;
+use super::pack::{self, PackError, Packed};
 use super::plan::Plan;
 use super::remote::{absolute, timed};
 use super::tree::{Entry, Tree};
@@ -61,11 +53,12 @@ pub struct Pushed {
     pub wire_bytes: u64,
 }
 
-/// Runs `plan` against the sandbox.
+/// Runs `plan` against the sandbox; `local` holds the local entries it names.
 pub async fn push(
     session: &Session,
     target: &Target,
     plan: &Plan,
+    local: &Tree,
     progress: &ProgressBar,
 ) -> Result<Pushed, SyncError> {
     let mut done = Pushed::default();
@@ -106,7 +99,7 @@ pub async fn push(
     drop(removing);
 
     if !plan.upload.is_empty() {
-        upload(session, target, &plan.upload, progress, &mut done).await?;
+        upload(session, target, &plan.upload, local, progress, &mut done).await?;
     }
 
     // Deepest first, one at a time; a directory still holding kept things stays.
@@ -151,66 +144,37 @@ async fn set_aside(
     unreachable!("the attempts never end")
 }
 
-/// Sends `paths` (relative to the local root) as one tar stream.
+/// Sends `paths` (relative to the local root) as tar streams: one for a small upload; for
+/// a large one, [`PUSH_STREAMS`] streams of files and symlinks side by side (packing and
+/// unpacking are each single-threaded, so one stream leaves cores idle), then one of the
+/// directories, so their modes and mtimes land after everything inside them.
 async fn upload(
     session: &Session,
     target: &Target,
     paths: &[String],
+    local: &Tree,
     progress: &ProgressBar,
     done: &mut Pushed,
 ) -> Result<(), SyncError> {
-    let (reader, writer) = tokio::io::simplex(PIPE_BYTES);
     let content = Arc::new(AtomicU64::new(0));
-    let packer = {
-        let (local, paths, gzip) = (target.local.clone(), paths.to_vec(), target.gzip);
-        let (content, progress) = (content.clone(), progress.clone());
-        tokio::task::spawn_blocking(move || {
-            // Batches the tar builder's small writes into pipe-sized ones.
-            let sink = BufWriter::with_capacity(PACK_BUFFER, SyncIoBridge::new(writer));
-            // The reader sees the end only when the pipe is shut down, not merely dropped.
-            let close = |sink: BufWriter<SyncIoBridge<_>>| -> io::Result<()> {
-                sink.into_inner().map_err(|e| e.into_error())?.shutdown()
-            };
-            if gzip {
-                let gz = GzEncoder::new(sink, flate2::Compression::fast());
-                let counted = Counting {
-                    inner: gz,
-                    content,
-                    progress,
-                };
-                pack(&local, &paths, counted, |c| close(c.inner.finish()?))
-            } else {
-                let counted = Counting {
-                    inner: sink,
-                    content,
-                    progress,
-                };
-                pack(&local, &paths, counted, |c| close(c.inner))
-            }
-        })
-    };
-    let op = Op::TarWrite {
-        path: target.remote.clone(),
-        gzip: target.gzip,
-    };
+    let mut packed = Packed::default();
     let mut wire = 0;
-    let sent = session.upload(op, reader, |n| wire = n).await;
-    let packed = packer.await.map_err(|e| SyncError::Worker(e.to_string()))?;
-    let packed = match (packed, sent) {
-        (Ok(packed), Ok(_)) => packed,
-        (_, Err(e)) => {
-            return Err(SyncError::remote(format!(
-                "unpacking into {} in the sandbox",
-                target.remote
-            ))(e))
-        }
-        (Err(PackError::Pipe(source)), Ok(_)) => {
-            return Err(SyncError::Local {
-                path: target.local.clone(),
-                source,
-            })
-        }
+    let mut merge = |(p, w): (Packed, u64)| {
+        packed.sent.extend(p.sent);
+        packed.skipped.extend(p.skipped);
+        packed.problems.extend(p.problems);
+        wire += w;
     };
+    let (shards, dirs) = shard(paths, local, PUSH_STREAMS);
+    let sending = shards
+        .into_iter()
+        .map(|shard| upload_one(session, target, shard, content.clone(), progress));
+    for result in futures_util::future::try_join_all(sending).await? {
+        merge(result);
+    }
+    if !dirs.is_empty() {
+        merge(upload_one(session, target, dirs, content.clone(), progress).await?);
+    }
     done.sent = packed.sent;
     done.skipped = packed.skipped;
     done.problems = packed.problems;
@@ -219,164 +183,71 @@ async fn upload(
     Ok(())
 }
 
-/// Why packing stopped: the pipe to the network closed (the upload failed, and its error
-/// tells why) or the compressor failed.
-#[derive(Debug)]
-enum PackError {
-    Pipe(io::Error),
-}
-
-/// What went into an archive.
-struct Packed {
-    sent: Tree,
-    skipped: Vec<String>,
-    problems: Vec<String>,
-}
-
-/// Writes the archive of `paths` to `out`, then `finish`es it.
-fn pack<W: Write>(
-    root: &Path,
-    paths: &[String],
-    out: W,
-    finish: impl FnOnce(W) -> io::Result<()>,
-) -> Result<Packed, PackError> {
-    let mut tar = Builder::new(out);
-    tar.mode(HeaderMode::Complete);
-    let mut packed = Packed {
-        sent: Tree::new(),
-        skipped: Vec::new(),
-        problems: Vec::new(),
-    };
-    for rel in paths {
-        let path = root.join(rel);
-        match append(&mut tar, &path, rel) {
-            Ok(Some(entry)) => {
-                packed.sent.insert(rel.clone(), entry);
-            }
-            Ok(None) => packed.skipped.push(rel.clone()),
-            // Nothing of this entry was written yet: skip it, send the rest.
-            Err(Appending::Read(e)) => {
-                packed
-                    .problems
-                    .push(format!("{}: {e}; not sent", path.display()));
-                packed.skipped.push(rel.clone());
-            }
-            Err(Appending::Write(e)) => return Err(PackError::Pipe(e)),
+/// Splits an upload into streams: `(shards, directories)`. Below [`SHARD_MIN_BYTES`] it is
+/// one stream, directories in order. Otherwise the files and symlinks go into at most
+/// `streams` contiguous runs of the sorted paths (a directory's files stay together) of
+/// about equal weight, each file weighing its size plus [`SHARD_FILE_WEIGHT`] for its
+/// creation; the directories go into a last stream of their own.
+fn shard(paths: &[String], local: &Tree, streams: usize) -> (Vec<Vec<String>>, Vec<String>) {
+    let weight = |p: &String| local.get(p).map_or(0, |e| e.size) + SHARD_FILE_WEIGHT;
+    let total: u64 = paths.iter().map(weight).sum();
+    if streams <= 1 || total < SHARD_MIN_BYTES {
+        return (vec![paths.to_vec()], Vec::new());
+    }
+    let (dirs, leaves): (Vec<String>, Vec<String>) = paths
+        .iter()
+        .cloned()
+        .partition(|p| local.get(p).is_some_and(Entry::is_dir));
+    let share = total.div_ceil(streams as u64);
+    let mut shards = vec![Vec::new()];
+    let mut filled = 0;
+    for path in leaves {
+        let w = weight(&path);
+        if filled + w > share && filled > 0 && shards.len() < streams {
+            shards.push(Vec::new());
+            filled = 0;
         }
+        filled += w;
+        shards.last_mut().expect("never empty").push(path);
     }
-    let out = tar.into_inner().map_err(PackError::Pipe)?;
-    finish(out).map_err(PackError::Pipe)?;
-    Ok(packed)
+    shards.retain(|s| !s.is_empty());
+    (shards, dirs)
 }
 
-enum Appending {
-    Read(io::Error),
-    Write(io::Error),
-}
-
-/// Appends one path; `None` when it is gone or no longer something the sync carries.
-fn append<W: Write>(
-    tar: &mut Builder<W>,
-    path: &Path,
-    rel: &str,
-) -> Result<Option<Entry>, Appending> {
-    let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
-    let meta = match fs::symlink_metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if gone(&e) => return Ok(None),
-        Err(e) => return Err(Appending::Read(e)),
-    };
-    let mut header = Header::new_gnu();
-    let kind = meta.file_type();
-    if kind.is_file() {
-        let file = match File::open(path) {
-            Ok(file) => file,
-            Err(e) if gone(&e) => return Ok(None),
-            Err(e) => return Err(Appending::Read(e)),
-        };
-        // The open file's metadata: what is actually sent.
-        let meta = file.metadata().map_err(Appending::Read)?;
-        header.set_metadata_in_mode(&meta, HeaderMode::Complete);
-        let entry = Entry::from_metadata(&meta, None);
-        let body = Exactly {
-            file,
-            left: meta.len(),
-        };
-        tar.append_data(&mut header, rel, body)
-            .map_err(Appending::Write)?;
-        return Ok(entry);
-    }
-    header.set_metadata_in_mode(&meta, HeaderMode::Complete);
-    if kind.is_dir() {
-        header.set_entry_type(EntryType::Directory);
-        header.set_size(0);
-        tar.append_data(&mut header, rel, io::empty())
-            .map_err(Appending::Write)?;
-        return Ok(Entry::from_metadata(&meta, None));
-    }
-    if kind.is_symlink() {
-        let target = match fs::read_link(path) {
-            Ok(t) => t,
-            Err(e) if gone(&e) => return Ok(None),
-            Err(e) => return Err(Appending::Read(e)),
-        };
-        header.set_entry_type(EntryType::Symlink);
-        header.set_size(0);
-        tar.append_link(&mut header, rel, &target)
-            .map_err(Appending::Write)?;
-        return Ok(Entry::from_metadata(
-            &meta,
-            Some(target.to_string_lossy().into_owned()),
-        ));
-    }
-    Ok(None)
-}
-
-/// A file's first `left` bytes, the size its header announced; if it shrinks while being
-/// read, zeros make up the rest (as GNU tar does) and the next change notification sends
-/// it again.
-struct Exactly {
-    file: File,
-    left: u64,
-}
-
-impl Read for Exactly {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let want = (buf.len() as u64).min(self.left) as usize;
-        if want == 0 {
-            return Ok(0);
-        }
-        let mut n = self.file.read(&mut buf[..want])?;
-        if n == 0 {
-            buf[..want].fill(0);
-            n = want;
-        }
-        self.left -= n as u64;
-        Ok(n)
-    }
-}
-
-/// Counts the archive bytes (before compression: about the content size) and moves the
-/// progress bar.
-struct Counting<W> {
-    inner: W,
+/// Sends one tar stream of `paths`; returns what went in and the bytes on the wire.
+async fn upload_one(
+    session: &Session,
+    target: &Target,
+    paths: Vec<String>,
     content: Arc<AtomicU64>,
-    progress: ProgressBar,
-}
-
-impl<W: Write> Write for Counting<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.content.fetch_add(n as u64, Ordering::Relaxed);
-        self.progress.inc(n as u64);
-        Ok(n)
+    progress: &ProgressBar,
+) -> Result<(Packed, u64), SyncError> {
+    let (reader, packer) = pack::start(
+        target.local.clone(),
+        paths,
+        target.gzip,
+        content,
+        progress.clone(),
+    );
+    let op = Op::TarWrite {
+        path: target.remote.clone(),
+        gzip: target.gzip,
+    };
+    let mut wire = 0;
+    let sent = session.upload(op, reader, |n| wire = n).await;
+    let packed = packer.await.map_err(|e| SyncError::Worker(e.to_string()))?;
+    match (packed, sent) {
+        (Ok(packed), Ok(_)) => Ok((packed, wire)),
+        (_, Err(e)) => Err(SyncError::remote(format!(
+            "unpacking into {} in the sandbox",
+            target.remote
+        ))(e)),
+        (Err(PackError::Pipe(source)), Ok(_)) => Err(SyncError::Local {
+            path: target.local.clone(),
+            source,
+        }),
     }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
 }
-
 /// `20250102T030405Z`: a UTC time that sorts, and is safe in a file name.
 pub fn conflict_stamp(now: SystemTime) -> String {
     humantime::format_rfc3339_seconds(now)
@@ -390,42 +261,45 @@ mod tests {
     use crate::sync::tree::Kind;
     use std::time::{Duration, UNIX_EPOCH};
 
+    fn entry(kind: Kind, size: u64) -> Entry {
+        Entry {
+            kind,
+            size,
+            mtime_s: 1,
+            mtime_ns: 0,
+            remote_ns: 0,
+            mode: 0o644,
+            target: None,
+        }
+    }
+
+    #[test]
+    fn large_uploads_are_sharded_by_weight_with_directories_last() {
+        let mut local = Tree::new();
+        let mut paths = Vec::new();
+        for d in 0..4 {
+            local.insert(format!("d{d}"), entry(Kind::Dir, 0));
+            paths.push(format!("d{d}"));
+            for f in 0..10 {
+                let p = format!("d{d}/f{f}");
+                local.insert(p.clone(), entry(Kind::File, 1 << 20));
+                paths.push(p);
+            }
+        }
+        let (shards, dirs) = shard(&paths, &local, 4);
+        assert_eq!(dirs, ["d0", "d1", "d2", "d3"]);
+        assert_eq!(shards.len(), 4);
+        assert!(shards.iter().all(|s| s.len() == 10), "{shards:?}");
+        assert_eq!(shards[1][0], "d1/f0", "contiguous runs");
+        // A small upload is one stream, in order.
+        let few: Vec<String> = paths[..3].to_vec();
+        let (shards, dirs) = shard(&few, &local, 4);
+        assert_eq!((shards, dirs.len()), (vec![few.clone()], 0));
+    }
+
     #[test]
     fn stamps_sort_and_fit_in_names() {
         let t = UNIX_EPOCH + Duration::from_secs(1_735_787_045);
         assert_eq!(conflict_stamp(t), "20250102T030405Z");
-    }
-
-    #[test]
-    fn packs_files_dirs_and_links_with_what_was_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        fs::create_dir(root.join("d")).unwrap();
-        fs::write(root.join("d/f"), "hello").unwrap();
-        std::os::unix::fs::symlink("d/f", root.join("l")).unwrap();
-        let paths: Vec<String> = ["d", "d/f", "l", "gone"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let mut bytes = Vec::new();
-        let Packed { sent, skipped, .. } = pack(root, &paths, &mut bytes, |_| Ok(())).unwrap();
-        assert_eq!(skipped, ["gone"]);
-        assert_eq!(sent["d/f"].size, 5);
-        assert_eq!(sent["l"].kind, Kind::Symlink);
-
-        let out = tempfile::tempdir().unwrap();
-        let mut archive = tar::Archive::new(&bytes[..]);
-        archive.set_preserve_mtime(true);
-        archive.unpack(out.path()).unwrap();
-        assert_eq!(fs::read_to_string(out.path().join("d/f")).unwrap(), "hello");
-        assert_eq!(
-            fs::read_link(out.path().join("l")).unwrap(),
-            Path::new("d/f")
-        );
-        let copy = crate::sync::scan::stat(out.path(), "d/f").unwrap();
-        assert!(
-            copy.same(&sent["d/f"]),
-            "the unpacked copy passes the quick check"
-        );
     }
 }

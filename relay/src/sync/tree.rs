@@ -36,10 +36,16 @@ pub struct Entry {
     /// so it is the precision the remote copy gets.
     #[serde(default)]
     pub mtime_s: i64,
-    /// The nanoseconds of the modification time, on the local side only: they tell a file
-    /// edited twice within one second (same size) from one left alone since it was sent.
+    /// The nanoseconds of the modification time: a local file's own; a remote file's to the
+    /// millisecond (what the agent's listing carries). Locally they tell a file edited twice
+    /// within one second (same size) from one left alone since it was sent.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub mtime_ns: u32,
+    /// In the baseline only: the nanoseconds of the remote copy's mtime as the last sync left
+    /// it (0 for a file a push landed: tar carries whole seconds). They tell a remote edit
+    /// within the same second, at the same size, from the copy the sync left.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub remote_ns: u32,
     /// Permission bits.
     #[serde(default)]
     pub mode: u32,
@@ -62,6 +68,7 @@ impl Entry {
             size: meta.len(),
             mtime_s: meta.mtime(),
             mtime_ns: meta.mtime_nsec() as u32,
+            remote_ns: 0,
             mode: meta.mode() & 0o7777,
             target,
         }))
@@ -79,7 +86,8 @@ impl Entry {
             kind,
             size: stat.size,
             mtime_s: stat.mtime_ms.div_euclid(1000),
-            mtime_ns: 0,
+            mtime_ns: stat.mtime_ms.rem_euclid(1000) as u32 * NANOS_PER_MILLI,
+            remote_ns: 0,
             mode: stat.mode & 0o7777,
             target: stat.target.clone(),
         }))
@@ -132,10 +140,25 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
-/// Whether `entry` matches `known`, where `None` (never synced) matches nothing.
+/// Whether the remote `entry` is still what the last sync left there (`known`, from the
+/// baseline; `None`, never synced, matches nothing): the quick check, and for a file the
+/// sub-second part of its mtime too, so an edit within the same second is seen.
 pub fn same_as(entry: &Entry, known: Option<&Entry>) -> bool {
-    known.is_some_and(|k| entry.same(k))
+    known.is_some_and(|k| {
+        entry.same(k) && (entry.kind != Kind::File || entry.mtime_ns == k.remote_ns)
+    })
 }
+
+/// `local` as the baseline records it once the remote side holds `remote` (a listing's
+/// entry), or a copy a push landed (`None`: whole seconds).
+pub fn recorded(local: &Entry, remote: Option<&Entry>) -> Entry {
+    Entry {
+        remote_ns: remote.map_or(0, |r| r.mtime_ns),
+        ..local.clone()
+    }
+}
+
+const NANOS_PER_MILLI: u32 = 1_000_000;
 
 /// `parent/name`, or `name` at the top.
 pub fn join(parent: &str, name: &str) -> String {
@@ -202,6 +225,7 @@ mod tests {
             size,
             mtime_s,
             mtime_ns: 0,
+            remote_ns: 0,
             mode: 0o644,
             target: None,
         }
@@ -220,6 +244,7 @@ mod tests {
             size: 0,
             mtime_s: 5,
             mtime_ns: 0,
+            remote_ns: 0,
             mode: 0o777,
             target: Some(t.into()),
         };
@@ -234,6 +259,28 @@ mod tests {
             ..file(3, 10)
         };
         assert!(later.same(&file(3, 10)) && !later.unchanged_since(&file(3, 10)));
+    }
+
+    #[test]
+    fn remote_edits_within_the_second_are_seen() {
+        let stat = |mtime_ms| FileStat {
+            path: "x".into(),
+            kind: FileKind::File,
+            size: 3,
+            mode: 0o100644,
+            mtime_ms,
+            target: None,
+        };
+        let landed = Entry::from_stat(&stat(10_000)).unwrap();
+        let edited = Entry::from_stat(&stat(10_250)).unwrap();
+        let known = recorded(&file(3, 10), None);
+        assert!(same_as(&landed, Some(&known)));
+        assert!(edited.same(&known) && !same_as(&edited, Some(&known)));
+        // A copy the sync found equal and left alone keeps the sub-second part it had.
+        assert!(same_as(
+            &edited,
+            Some(&recorded(&file(3, 10), Some(&edited)))
+        ));
     }
 
     #[test]
