@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
 use nix::sys::signal::Signal;
+use tether_proto::frame;
+use tether_proto::limits::{DATA_CHUNK, HEADER_LEN};
 use tether_proto::op::{Op, Reply};
 use tether_proto::{ByteOffset, Channel, Control, ErrorCode, ProcessId};
 use tracing::warn;
@@ -24,9 +26,9 @@ use crate::replay::{Read, Reader};
 use crate::signal;
 use crate::stream::{Inbound, OpError, OpResult, StreamCtx, StreamIn, StreamOut};
 
-/// Most bytes a sender takes from a ring at once: 256 KiB (sent as frames of at most
-/// `DATA_CHUNK`). The ring frees them for the writer only once they are all sent.
-const SEND_BYTES: usize = 256 << 10;
+/// Most bytes a sender takes from a ring at once: one frame's worth. The ring frees them for
+/// the writer as soon as that frame is queued.
+const SEND_BYTES: usize = DATA_CHUNK;
 
 /// Runs a process operation.
 pub async fn run(ctx: StreamCtx, op: Op, agent: Arc<Agent>) -> OpResult {
@@ -151,13 +153,15 @@ async fn attach(
     }
 }
 
-/// Sends one channel from `reader` until the channel ends, then its `eof`.
+/// Sends one channel from `reader` until the channel ends, then its `eof`. Each frame is
+/// built around what the ring holds at that moment, however many reads of the pump it took
+/// (a terminal gives at most 4 KiB per read): the bytes are copied once, into the frame.
 async fn send_channel(out: &StreamOut, channel: Channel, mut reader: Reader) -> OpResult {
     loop {
-        match reader.read(SEND_BYTES).await {
-            Read::Data(bytes) => {
-                let n = bytes.len();
-                out.data(channel, bytes).await?;
+        match reader.read_into(SEND_BYTES, frame::data_buffer).await {
+            Read::Data(frame) => {
+                let n = frame.len() - HEADER_LEN;
+                out.data_in_place(channel, frame).await?;
                 reader.advance(n);
             }
             Read::Dropped { from, to } => {

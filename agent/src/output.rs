@@ -1,11 +1,12 @@
 //! The output pump: moves what a process writes to one output descriptor (a pipe, or a PTY
 //! master) into that channel's replay ring.
 //!
-//! One non-blocking read of up to 256 KiB per readiness event, on the runtime (no thread per
-//! process). Before each read the pump waits for room in the ring, which is how an attached
-//! client that reads slowly holds the process back: the pipe fills and the process's writes
-//! block. Output beyond the exec's limit is still read, so the process never blocks on it,
-//! but discarded.
+//! Non-blocking reads on the runtime (no thread per process): per readiness event, reads until
+//! the descriptor is drained or a batch is gathered, then one push into the ring. Before each
+//! batch the pump waits for room in the ring and reads no more than that, which is how an
+//! attached client that reads slowly holds the process back: the pipe fills and the
+//! process's writes block. Output beyond the exec's limit is still read, so the process
+//! never blocks on it, but discarded.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -21,10 +22,19 @@ use tracing::debug;
 use crate::process::Process;
 use crate::sys;
 
-/// Most bytes read from an output descriptor at once: 256 KiB.
+/// Most bytes read from a pipe per push into the ring: 256 KiB (one read).
 const READ_BYTES: usize = 256 << 10;
 
-/// A read shorter than this is copied into a buffer of its own, so a terminal's small reads
+/// Most bytes gathered from a terminal per push, over its 4 KiB reads: 64 KiB, one frame.
+/// Small enough that the ring's readers send while the pump reads on, and the buffer is
+/// sized to it, so a batch pins no larger allocation.
+const TERMINAL_BATCH_BYTES: usize = 64 << 10;
+
+/// The most a PTY master gives per read while its writer streams: its line discipline's
+/// 4 KiB buffer less one byte.
+const TERMINAL_READ_BYTES: usize = (4 << 10) - 1;
+
+/// A batch shorter than this is copied into a buffer of its own, so a terminal's small reads
 /// do not each pin part of a large read buffer: 4 KiB.
 const COPY_BELOW: usize = 4 << 10;
 
@@ -65,27 +75,51 @@ pub async fn pump(
             }
         };
         let Ok(mut ready) = ready else { break };
-        match ready.try_io(|fd| sys::read_into(fd.get_ref().as_fd(), &mut buf, room)) {
-            Err(_would_block) => continue,
-            Ok(Ok(0)) => break,
-            Ok(Ok(n)) => {
-                let chunk = if n < COPY_BELOW {
-                    let small = Bytes::copy_from_slice(&buf);
-                    buf.clear();
-                    small
-                } else {
-                    buf.split().freeze()
-                };
-                ring.push(process.within_limit(chunk));
-            }
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Ok(Err(e)) => {
-                // EIO is how a PTY master reports that every slave descriptor was closed.
-                if !(process.pty && e.raw_os_error() == Some(nix::libc::EIO)) {
-                    debug!("reading {channel:?} of {} failed: {e}", process.id);
+        // Read until the descriptor is drained or a batch is gathered, then push once: a
+        // streaming terminal gives 4 KiB per read, and a push per read would wake the ring's
+        // readers, and send a frame, per 4 KiB. A short read pushes at once (an echo).
+        let most = if process.pty {
+            TERMINAL_BATCH_BYTES
+        } else {
+            READ_BYTES
+        };
+        let limit = room.min(most);
+        let mut ended = false;
+        while buf.len() < limit {
+            let want = limit - buf.len();
+            match ready.try_io(|fd| sys::read_into(fd.get_ref().as_fd(), &mut buf, want)) {
+                Err(_would_block) => break,
+                Ok(Ok(0)) => {
+                    ended = true;
+                    break;
                 }
-                break;
+                // A short read drained the descriptor, unless a terminal cut it at its
+                // line discipline's buffer: then more is almost always waiting.
+                Ok(Ok(n)) if n < want && !(process.pty && n >= TERMINAL_READ_BYTES) => break,
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                Ok(Err(e)) => {
+                    // EIO is how a PTY master reports that every slave descriptor was closed.
+                    if !(process.pty && e.raw_os_error() == Some(nix::libc::EIO)) {
+                        debug!("reading {channel:?} of {} failed: {e}", process.id);
+                    }
+                    ended = true;
+                    break;
+                }
             }
+        }
+        if !buf.is_empty() {
+            let chunk = if buf.len() < COPY_BELOW {
+                let small = Bytes::copy_from_slice(&buf);
+                buf.clear();
+                small
+            } else {
+                buf.split().freeze()
+            };
+            ring.push(process.within_limit(chunk));
+        }
+        if ended {
+            break;
         }
     }
     ring.close();

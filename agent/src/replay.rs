@@ -53,7 +53,7 @@ struct State {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Read {
     /// Bytes starting at the reader's offset.
-    Data(Bytes),
+    Data(BytesMut),
     /// Bytes `from..to` were overwritten before this reader got them; it continues at `to`.
     Dropped {
         /// First lost offset.
@@ -196,7 +196,16 @@ impl State {
         self.start = keep;
     }
 
-    fn read(&self, offset: ByteOffset, max: usize) -> Option<Read> {
+    /// What a reader at `offset` gets next: up to `max` bytes copied, across chunk
+    /// boundaries, into the buffer `buffer` makes for their exact count (appended to what it
+    /// already holds). The caller holds the ring's lock for the copy: a sender asks for one
+    /// frame (64 KiB, microseconds), which the pump can wait for.
+    fn read(
+        &self,
+        offset: ByteOffset,
+        max: usize,
+        buffer: impl FnOnce(usize) -> BytesMut,
+    ) -> Option<Read> {
         if offset < self.start {
             return Some(Read::Dropped {
                 from: offset,
@@ -206,13 +215,22 @@ impl State {
         if offset >= self.end {
             return self.closed.then_some(Read::End);
         }
-        let index = self
+        let len = ((self.end - offset) as usize).min(max.max(1));
+        let mut buf = buffer(len);
+        let mut index = self
             .chunks
             .partition_point(|(start, chunk)| start + chunk.len() as u64 <= offset);
-        let (start, chunk) = &self.chunks[index];
-        let skip = (offset - start) as usize;
-        let len = (chunk.len() - skip).min(max.max(1));
-        Some(Read::Data(chunk.slice(skip..skip + len)))
+        let mut at = offset;
+        let stop = offset + len as u64;
+        while at < stop {
+            let (start, chunk) = &self.chunks[index];
+            let skip = (at - start) as usize;
+            let take = (chunk.len() - skip).min((stop - at) as usize);
+            buf.extend_from_slice(&chunk[skip..skip + take]);
+            at += take as u64;
+            index += 1;
+        }
+        Some(Read::Data(buf))
     }
 
     fn set_reader(&mut self, id: u64, offset: ByteOffset) {
@@ -239,22 +257,29 @@ impl Reader {
         self.offset
     }
 
-    /// Waits for what comes next, at most `max` bytes of data. Data is not consumed until
-    /// [`Self::advance`] says it was delivered.
-    pub async fn read(&mut self, max: usize) -> Read {
+    /// Waits for what comes next. Data (up to `max` bytes, gathered across however many
+    /// chunks the pump pushed) is copied into the buffer that `buffer` returns for their
+    /// count, so a sender builds its frame around the bytes with one copy however small the
+    /// pieces they arrived in. It is not consumed until [`Self::advance`] says it was
+    /// delivered.
+    pub async fn read_into(&mut self, max: usize, buffer: impl Fn(usize) -> BytesMut) -> Read {
         let ring = self.ring.clone();
         loop {
             let mut notified = pin!(ring.data.notified());
             notified.as_mut().enable();
-            if let Some(read) = self.try_read(max) {
+            if let Some(read) = self.try_read_into(max, &buffer) {
                 return read;
             }
             notified.await;
         }
     }
 
-    /// What comes next if it is there already.
-    pub fn try_read(&mut self, max: usize) -> Option<Read> {
+    /// What comes next if it is there already; see [`Self::read_into`].
+    pub fn try_read_into(
+        &mut self,
+        max: usize,
+        buffer: impl Fn(usize) -> BytesMut,
+    ) -> Option<Read> {
         if let Some(from) = self.lost_from.take() {
             return Some(Read::Dropped {
                 from,
@@ -262,7 +287,7 @@ impl Reader {
             });
         }
         let mut state = self.ring.lock();
-        let read = state.read(self.offset, max)?;
+        let read = state.read(self.offset, max, buffer)?;
         if let Read::Dropped { to, .. } = read {
             self.offset = to;
             state.set_reader(self.id, to);
@@ -286,174 +311,4 @@ impl Drop for Reader {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use futures_util::FutureExt;
-
-    fn ring(capacity: usize) -> Arc<Ring> {
-        Arc::new(Ring::new(capacity))
-    }
-
-    /// Reads everything currently available, asserting there is no gap.
-    fn drain(reader: &mut Reader) -> Vec<u8> {
-        let mut out = Vec::new();
-        while let Some(Read::Data(bytes)) = reader.try_read(usize::MAX) {
-            out.extend_from_slice(&bytes);
-            reader.advance(bytes.len());
-        }
-        out
-    }
-
-    #[test]
-    fn reads_from_any_retained_offset() {
-        let r = ring(1 << 20);
-        r.push(Bytes::from_static(b"hello "));
-        r.push(Bytes::from(vec![b'x'; MERGE_BELOW]));
-        r.push(Bytes::from_static(b"world"));
-        assert_eq!(r.end(), 11 + MERGE_BELOW as u64);
-        let mut reader = r.attach(3).unwrap();
-        assert_eq!(reader.offset(), 3);
-        let got = drain(&mut reader);
-        assert_eq!(&got[..3], b"lo ");
-        assert_eq!(&got[got.len() - 5..], b"world");
-        assert_eq!(got.len(), 8 + MERGE_BELOW);
-        assert!(r.attach(r.end() + 1).is_none());
-        assert!(r.attach(r.end()).is_some());
-    }
-
-    #[test]
-    fn reads_respect_max() {
-        let r = ring(100);
-        r.push(Bytes::from_static(b"abcdef"));
-        let mut reader = r.attach(1).unwrap();
-        assert_eq!(
-            reader.try_read(2),
-            Some(Read::Data(Bytes::from_static(b"bc")))
-        );
-        // Not advanced: the same bytes again.
-        assert_eq!(
-            reader.try_read(2),
-            Some(Read::Data(Bytes::from_static(b"bc")))
-        );
-    }
-
-    #[test]
-    fn overflow_reports_the_dropped_range_then_continues() {
-        let r = ring(10);
-        for chunk in [&b"0123456789"[..], b"abcdefghij", b"ABCDE"] {
-            r.push(Bytes::copy_from_slice(chunk));
-        }
-        // 25 bytes written, 10 kept: 15..25.
-        let mut reader = r.attach(0).unwrap();
-        assert_eq!(reader.offset(), 15);
-        assert_eq!(
-            reader.try_read(100),
-            Some(Read::Dropped { from: 0, to: 15 })
-        );
-        assert_eq!(drain(&mut reader), b"fghijABCDE");
-        r.close();
-        assert_eq!(reader.try_read(100), Some(Read::End));
-    }
-
-    #[test]
-    fn wraps_around_many_times_keeping_exactly_capacity() {
-        let r = ring(1000);
-        let mut all = Vec::new();
-        for i in 0..500u32 {
-            let chunk: Vec<u8> = (0..(i % 97 + 1)).map(|j| (i + j) as u8).collect();
-            all.extend_from_slice(&chunk);
-            r.push(Bytes::from(chunk));
-        }
-        let end = r.end();
-        assert_eq!(end, all.len() as u64);
-        let mut reader = r.attach(end - 1000).unwrap();
-        assert_eq!(drain(&mut reader), &all[all.len() - 1000..]);
-        let mut early = r.attach(end - 1001).unwrap();
-        assert_eq!(
-            early.try_read(10),
-            Some(Read::Dropped {
-                from: end - 1001,
-                to: end - 1000
-            })
-        );
-    }
-
-    #[test]
-    fn small_chunks_are_merged() {
-        let r = ring(1 << 20);
-        for _ in 0..10_000 {
-            r.push(Bytes::from_static(b"x"));
-        }
-        let chunks = r.lock().chunks.len();
-        assert!(chunks <= 2, "{chunks} chunks");
-        let mut reader = r.attach(0).unwrap();
-        assert_eq!(drain(&mut reader).len(), 10_000);
-    }
-
-    #[test]
-    fn without_readers_the_writer_never_waits() {
-        let r = ring(10);
-        assert_eq!(r.room().now_or_never(), Some(usize::MAX));
-        r.push(Bytes::from(vec![0; 100]));
-        assert_eq!(r.room().now_or_never(), Some(usize::MAX));
-    }
-
-    #[test]
-    fn an_attached_reader_holds_the_writer_back() {
-        let r = ring(10);
-        let mut reader = r.attach(0).unwrap();
-        assert_eq!(r.room().now_or_never(), Some(10));
-        r.push(Bytes::from_static(b"0123456"));
-        assert_eq!(r.room().now_or_never(), Some(3));
-        r.push(Bytes::from_static(b"789"));
-        assert_eq!(r.room().now_or_never(), None, "full: the writer must wait");
-
-        let mut waiting = Box::pin(r.room());
-        assert!((&mut waiting).now_or_never().is_none());
-        let Some(Read::Data(bytes)) = reader.try_read(4) else {
-            panic!("data expected")
-        };
-        assert_eq!(&bytes[..], b"0123");
-        reader.advance(4);
-        assert_eq!(waiting.now_or_never(), Some(4));
-
-        // Detaching releases the writer entirely.
-        drop(reader);
-        assert_eq!(r.room().now_or_never(), Some(usize::MAX));
-    }
-
-    #[test]
-    fn unread_bytes_survive_a_push_beyond_capacity() {
-        // A writer that read more than it had room for (a reader attached meanwhile)
-        // must not trim what that reader still needs.
-        let r = ring(4);
-        let mut reader = r.attach(0).unwrap();
-        r.push(Bytes::from_static(b"abcdefgh"));
-        assert_eq!(drain(&mut reader), b"abcdefgh");
-        drop(reader);
-        r.push(Bytes::from_static(b"ij"));
-        let mut late = r.attach(0).unwrap();
-        assert_eq!(late.try_read(100), Some(Read::Dropped { from: 0, to: 6 }));
-        assert_eq!(drain(&mut late), b"ghij");
-    }
-
-    #[tokio::test]
-    async fn readers_wake_on_data_and_close() {
-        let r = ring(100);
-        let mut reader = r.attach(0).unwrap();
-        let writer = {
-            let r = r.clone();
-            tokio::spawn(async move {
-                r.push(Bytes::from_static(b"hi"));
-                r.close();
-            })
-        };
-        assert_eq!(
-            reader.read(100).await,
-            Read::Data(Bytes::from_static(b"hi"))
-        );
-        reader.advance(2);
-        assert_eq!(reader.read(100).await, Read::End);
-        writer.await.unwrap();
-    }
-}
+mod tests;
