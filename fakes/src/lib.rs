@@ -7,11 +7,16 @@
 //! - [`sandboxes`]: the local sandboxes behind every fake (the relay's `local` provider, with
 //!   networking cut off), and starting processes and dialling ports inside them.
 //! - [`edge`]: proxying an HTTP request or WebSocket upgrade to a port inside a sandbox.
+//! - [`images`]: each fake's image store: registry images pulled, and images derived from
+//!   them with added files and config edits (what the fakes' template, snapshot and image
+//!   builds produce).
 //! - [`faults`]: failures injected on demand (`POST /__fake/faults`): 429 with `Retry-After`,
 //!   503, or any status, for the next N requests.
-//! - [`e2b`]: E2B's control plane, envd's process API and its `{port}-{id}.{domain}` edge.
-//! - [`daytona`]: Daytona's REST API and its token-checking preview proxy.
-//! - [`modal`]: Modal's gRPC API (the sandbox part) and its tunnels.
+//! - [`e2b`]: E2B's control plane, template builds, envd's process API and its
+//!   `{port}-{id}.{domain}` edge.
+//! - [`daytona`]: Daytona's REST API (sandboxes and snapshots) and its token-checking preview
+//!   proxy.
+//! - [`modal`]: Modal's gRPC API (sandboxes, image builds and names) and its tunnels.
 //! - [`serve`]: the listener every fake runs on, and its readiness line.
 //!
 //! The `tether-fake` binary runs one of them: `tether-fake e2b --listen 127.0.0.1:0
@@ -22,6 +27,7 @@ pub mod daytona;
 pub mod e2b;
 pub mod edge;
 pub mod faults;
+pub mod images;
 pub mod modal;
 pub mod sandboxes;
 pub mod serve;

@@ -9,7 +9,7 @@
 //! thing: the local provider re-executes it to build each sandbox.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use anyhow::{anyhow, Context};
@@ -28,6 +28,7 @@ const TOKEN_BYTES: usize = 16;
 
 /// Every local sandbox a fake runs, by the fake's sandbox id.
 pub struct Sandboxes {
+    data_dir: PathBuf,
     provider: LocalProvider,
     live: Mutex<HashMap<String, SandboxHandle>>,
 }
@@ -54,21 +55,35 @@ impl Sandboxes {
     /// Sandboxes kept under `data_dir/local/`, running `agent_binary`.
     pub fn new(data_dir: PathBuf, agent_binary: PathBuf) -> Sandboxes {
         let ctx = ProviderContext {
-            data_dir,
+            data_dir: data_dir.clone(),
             agent_binary,
         };
         Sandboxes {
+            data_dir,
             provider: LocalProvider::new(ctx),
             live: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Makes the local sandbox `id` (a hostname-safe name of the fake's choosing).
+    /// The fake's data directory (its image store lives under it).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Makes the local sandbox `id` (a hostname-safe name of the fake's choosing) on the
+    /// host-like default root file system.
     pub async fn create(&self, id: &str) -> anyhow::Result<()> {
+        self.create_from(id, None).await
+    }
+
+    /// Makes the local sandbox `id` from the OCI image layout at `image` (a template,
+    /// snapshot or image the fake built), or on the default root file system when `None`.
+    pub async fn create_from(&self, id: &str, image: Option<&Path>) -> anyhow::Result<()> {
         let token = random_hex(TOKEN_BYTES);
         let spec = SandboxSpec {
             env: BTreeMap::from([("PATH".to_string(), SANDBOX_PATH.to_string())]),
             network: NetworkPolicy::None,
+            image: image.map(|dir| format!("oci:{}", dir.display())),
             ..Default::default()
         };
         let created = self

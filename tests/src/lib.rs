@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tether_relay::client::{RelayClient, Session};
 
 pub mod cloud;
+pub mod images;
 
 /// How long a binary may take to print its readiness line.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);

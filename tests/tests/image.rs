@@ -8,140 +8,17 @@
 //! and the static agent (`cargo build --release --target x86_64-unknown-linux-musl -p
 //! tether-agent`, which these tests run when it is missing).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tether_e2e::images::{
+    build, busybox_image, image_cmd, run_ok, static_agent, tool, RegistryServer, READY_TIMEOUT,
+};
 use tether_e2e::{bin, token, Relay};
 use tether_proto::op::ExecSpec;
 use tether_relay::client::Session;
-
-/// How long a registry or a container may take to become ready.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
-/// Where cargo puts the static agent, under the target directory.
-const STATIC_AGENT: &str = "x86_64-unknown-linux-musl/release/tether-agent";
-/// Busybox applets linked in the test base.
-const APPLETS: [&str; 5] = ["sh", "ls", "cat", "echo", "uname"];
-
-/// The static agent, built once if missing (CI builds it before the tests).
-fn static_agent() -> &'static Path {
-    static AGENT: OnceLock<PathBuf> = OnceLock::new();
-    AGENT.get_or_init(|| {
-        // target/debug/deps/image-… → target/
-        let exe = std::env::current_exe().expect("test executable path");
-        let target = exe.ancestors().nth(3).expect("target directory");
-        let path = target.join(STATIC_AGENT);
-        if !path.exists() {
-            let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .parent()
-                .expect("workspace");
-            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args([
-                    "build",
-                    "--release",
-                    "--target",
-                    "x86_64-unknown-linux-musl",
-                    "-p",
-                    "tether-agent",
-                ])
-                .env("CARGO_TARGET_DIR", target)
-                .current_dir(workspace)
-                .status()
-                .expect("run cargo to build the static agent");
-            assert!(status.success(), "building the static agent failed");
-        }
-        path
-    })
-}
-
-/// A command for a Debian tool, with a hint when it is missing.
-fn tool(name: &str) -> Command {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-        .unwrap_or(false);
-    assert!(found, "{name} is not installed: apt-get install -y skopeo umoci podman runc docker-registry busybox-static");
-    Command::new(name)
-}
-
-/// Runs `cmd`, asserts success, returns stdout.
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
-
-/// `tether image ARGS` (no relay involved).
-fn image_cmd(args: &[&str]) -> Output {
-    Command::new(bin("tether"))
-        .arg("image")
-        .args(args)
-        .env_remove("SOURCE_DATE_EPOCH")
-        .output()
-        .expect("run tether image")
-}
-
-/// A root filesystem with Debian's static busybox as `/bin/busybox` and a few applets.
-fn busybox_rootfs(dir: &Path) -> PathBuf {
-    let root = dir.join("busybox-root");
-    std::fs::create_dir_all(root.join("bin")).unwrap();
-    std::fs::create_dir_all(root.join("tmp")).unwrap();
-    std::fs::copy("/bin/busybox", root.join("bin/busybox"))
-        .expect("/bin/busybox: apt-get install -y busybox-static");
-    for applet in APPLETS {
-        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
-    }
-    root
-}
-
-/// Builds `base` plus the agent into `output`; returns the digest printed.
-fn build(base: &Path, output: &Path, extra: &[&str]) -> String {
-    let mut args = vec![
-        "build",
-        "--base",
-        base.to_str().unwrap(),
-        "--output",
-        output.to_str().unwrap(),
-    ];
-    args.extend(["--agent", static_agent().to_str().unwrap()]);
-    args.extend(extra);
-    let out = image_cmd(&args);
-    assert!(
-        out.status.success(),
-        "tether image {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// A busybox image built in a fresh directory.
-struct Built {
-    dir: tempfile::TempDir,
-    layout: PathBuf,
-    digest: String,
-}
-
-fn busybox_image() -> Built {
-    let dir = tempfile::tempdir().unwrap();
-    let root = busybox_rootfs(dir.path());
-    let layout = dir.path().join("image");
-    let digest = build(&root, &layout, &[]);
-    Built {
-        dir,
-        layout,
-        digest,
-    }
-}
 
 #[test]
 fn building_twice_gives_the_same_digest() {
@@ -278,84 +155,6 @@ fn skopeo_and_umoci_accept_the_layout() {
     assert_eq!(archived["Digest"], built.digest.as_str());
 }
 
-/// A real registry (Debian's docker-registry) on an ephemeral loopback port, with its
-/// storage in a temporary directory; stopped on drop.
-struct RegistryServer {
-    child: Child,
-    /// `127.0.0.1:PORT`.
-    addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl RegistryServer {
-    fn start() -> RegistryServer {
-        RegistryServer::start_with(None)
-    }
-
-    /// With `htpasswd` (a line `user:bcrypt-hash`), the registry asks for basic auth.
-    fn start_with(htpasswd: Option<&str>) -> RegistryServer {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("config.yml");
-        let storage = dir.path().join("storage");
-        let mut yaml = format!(
-            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:0\n",
-            storage.display()
-        );
-        if let Some(line) = htpasswd {
-            let file = dir.path().join("htpasswd");
-            std::fs::write(&file, format!("{line}\n")).unwrap();
-            yaml.push_str(&format!(
-                "auth:\n  htpasswd:\n    realm: tether-test\n    path: {}\n",
-                file.display()
-            ));
-        }
-        std::fs::write(&config, yaml).unwrap();
-        let mut child = tool("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start docker-registry");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let (false, Some(at)) = (sent, line.find("listening on ")) {
-                    let addr = line[at + "listening on ".len()..]
-                        .split(['"', ' '])
-                        .next()
-                        .unwrap_or("")
-                        .to_string();
-                    let _ = tx.send(addr);
-                    sent = true;
-                }
-            }
-        });
-        let addr = match rx.recv_timeout(READY_TIMEOUT) {
-            Ok(addr) => addr,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("docker-registry did not say where it listens within {READY_TIMEOUT:?}");
-            }
-        };
-        RegistryServer {
-            child,
-            addr,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for RegistryServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn pushes_to_a_registry_and_pulls_back_with_the_same_digest() {
     let built = busybox_image();
@@ -439,6 +238,52 @@ fn pushes_to_a_registry_and_pulls_back_with_the_same_digest() {
     ])))
     .unwrap();
     assert_eq!(remote["Digest"], built.digest.as_str());
+
+    // `tether image pull` brings back the same manifest, byte for byte, as a layout that
+    // skopeo reads; an image skopeo pushed (with its own manifest) pulls too.
+    let pulled = built.dir.path().join("tether-pulled");
+    let out = image_cmd(&["pull", &reference, pulled.to_str().unwrap(), "--json"]);
+    assert!(
+        out.status.success(),
+        "pull: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["digest"], built.digest.as_str());
+    let inspect: Value = serde_json::from_str(&run_ok(
+        tool("skopeo")
+            .arg("inspect")
+            .arg(format!("oci:{}:v1", pulled.display())),
+    ))
+    .unwrap();
+    assert_eq!(inspect["Digest"], built.digest.as_str());
+    let by_digest = format!("{}/tether/busybox@{}", registry.addr, built.digest);
+    let again = built.dir.path().join("by-digest");
+    let out = image_cmd(&["pull", &by_digest, again.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), built.digest);
+
+    // Missing images and non-empty outputs fail clearly and leave nothing behind.
+    let missing = built.dir.path().join("missing");
+    let out = image_cmd(&[
+        "pull",
+        &format!("{}/tether/nothing:v1", registry.addr),
+        missing.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("MANIFEST_UNKNOWN") || err.contains("404"),
+        "{err}"
+    );
+    assert!(!missing.exists());
+    let out = image_cmd(&["pull", &reference, pulled.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
 }
 
 #[test]
@@ -661,6 +506,83 @@ fn local_sandboxes_run_oci_images() {
         .filter(|name| !name.starts_with('.'))
         .collect();
     assert_eq!(entries, [built.digest.trim_start_matches("sha256:")]);
+}
+
+#[test]
+fn the_unpacked_image_cache_keeps_images_in_use_and_the_recent_few() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = tether_e2e::images::busybox_rootfs(dir.path());
+    let relay = Relay::start();
+    let cache = relay.data_dir.join("local/images");
+    let cached = || -> usize {
+        std::fs::read_dir(&cache)
+            .unwrap()
+            .filter(|e| {
+                !e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with('.')
+            })
+            .count()
+    };
+    let create = |n: usize| {
+        let layout = dir.path().join(format!("image-{n}"));
+        build(&root, &layout, &["--env", &format!("VARIANT={n}")]);
+        let image = format!("oci:{}", layout.display());
+        run_ok(relay.tether().args(["create", "--image", &image]))
+            .trim()
+            .to_string()
+    };
+    // The first image stays in use throughout; six more come and go.
+    let kept = create(0);
+    for n in 1..=6 {
+        let id = create(n);
+        run_ok(relay.tether().args(["rm", &id]));
+        assert!(cached() <= 5, "{} images cached after {n}", cached());
+    }
+    // In use (1) plus the four most recent unused.
+    assert_eq!(cached(), 5);
+    let out = run_ok(
+        relay
+            .tether()
+            .args(["exec", &kept, "--", "busybox", "ls", "/bin"]),
+    );
+    assert!(out.contains("busybox"), "{out}");
+}
+
+#[test]
+fn local_sandboxes_apply_the_images_user_and_working_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = tether_e2e::images::busybox_rootfs(dir.path());
+    std::fs::create_dir_all(root.join("srv/app")).unwrap();
+    let layout = dir.path().join("image");
+    build(
+        &root,
+        &layout,
+        &["--workdir", "/srv/app", "--user", "4242:4343"],
+    );
+    let relay = Relay::start();
+    let id =
+        run_ok(
+            relay
+                .tether()
+                .args(["create", "--image", &format!("oci:{}", layout.display())]),
+        )
+        .trim()
+        .to_string();
+    let exec = |args: &[&str]| {
+        let mut cmd = relay.tether();
+        cmd.args(["exec", &id, "--"]).args(args);
+        run_ok(&mut cmd).trim().to_string()
+    };
+    assert_eq!(exec(&["busybox", "pwd"]), "/srv/app");
+    assert_eq!(exec(&["busybox", "id", "-u"]), "4242");
+    assert_eq!(exec(&["busybox", "id", "-g"]), "4343");
+    // A command may still ask for another user: the agent itself runs as root.
+    let mut cmd = relay.tether();
+    cmd.args(["exec", "--user", "0", &id, "--", "busybox", "id", "-u"]);
+    assert_eq!(run_ok(&mut cmd).trim(), "0");
 }
 
 #[test]

@@ -12,12 +12,14 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::snapshot_api;
+use super::snapshots::Boot;
 use super::{error, preview, Daytona, Sandbox};
 use crate::sandboxes::{random_hex, random_id};
 use crate::serve::rfc3339;
 
 /// The organization every sandbox belongs to.
-const ORGANIZATION: &str = "00000000-0000-4000-8000-00000000fa4e";
+pub(super) const ORGANIZATION: &str = "00000000-0000-4000-8000-00000000fa4e";
 /// Daytona's defaults for a sandbox's intervals (minutes).
 const AUTO_STOP: i64 = 15;
 const AUTO_ARCHIVE: i64 = 10_080;
@@ -41,6 +43,7 @@ pub(super) fn router(fake: Arc<Daytona>) -> Router {
             "/api/sandbox/{id}/toolbox-proxy-url",
             get(toolbox_proxy_url),
         )
+        .merge(snapshot_api::routes())
         .fallback(|uri: Uri| async move {
             error(
                 StatusCode::NOT_FOUND,
@@ -77,7 +80,7 @@ struct CreateSandbox {
 }
 
 /// A UUIDv4, as Daytona's ids are.
-fn uuid() -> String {
+pub(super) fn uuid() -> String {
     let hex = random_hex(16);
     format!(
         "{}-{}-4{}-a{}-{}",
@@ -119,6 +122,14 @@ async fn create(State(fake): State<Arc<Daytona>>, body: axum::body::Bytes) -> Re
             "Cannot specify Sandbox resources when using a snapshot",
         );
     }
+    let snapshot = req.snapshot.filter(|s| !s.is_empty());
+    let boot = match snapshot.as_deref() {
+        None => Boot::default_snapshot(),
+        Some(name) => match fake.snapshots.boot(name, &fake.config.entrypoint) {
+            Ok(boot) => boot,
+            Err(message) => return error(StatusCode::BAD_REQUEST, PATH, &message),
+        },
+    };
     let id = uuid();
     let name = req.name.clone().unwrap_or_else(|| id.clone());
     if fake.find(&name).is_some() {
@@ -132,7 +143,8 @@ async fn create(State(fake): State<Arc<Daytona>>, body: axum::body::Bytes) -> Re
     let sandbox = Sandbox {
         id: id.clone(),
         name,
-        snapshot: req.snapshot.filter(|s| !s.is_empty()),
+        snapshot,
+        boot,
         user: req.user.unwrap_or_else(|| "daytona".into()),
         env: req.env,
         labels: req.labels,

@@ -1,17 +1,22 @@
 //! A fake Daytona: the REST API under `/api` (`Authorization: Bearer <key>`, NestJS error
 //! bodies, 200 on POSTs, `{items, nextCursor}` lists, JSON `labels` filters, 409 on a taken
-//! name, 400 for resources with a snapshot) and the preview proxy ([`preview`]): one local
-//! listener per sandbox port, demanding `X-Daytona-Preview-Token` and answering 307 without
-//! it, like Daytona's proxy.
+//! name, 400 for resources with a snapshot), snapshots made from registry images
+//! ([`snapshot_api`], [`snapshots`]), and the preview proxy ([`preview`]): one local listener per sandbox port,
+//! demanding `X-Daytona-Preview-Token` and answering 307 without it, like Daytona's proxy.
 //!
-//! A snapshot's ENTRYPOINT is started as Daytona's daemon does, with the sandbox's `env`: the
-//! default snapshot (none given) runs `sleep infinity`; every named snapshot is taken to be a
-//! Tether image whose exec-form ENTRYPOINT is `--entrypoint` (by default `tether-agent serve
-//! --listen 0.0.0.0:7421`). Stopping removes the local sandbox (its files are not kept);
-//! starting makes a new one and a new preview token. `ttlMinutes` is enforced.
+//! A snapshot's entrypoint is started as Daytona's daemon does, with the sandbox's `env`: the
+//! default snapshot (none given) runs `sleep infinity` on a host-like root file system; a
+//! snapshot created through `POST /snapshots` runs its pulled image and entrypoint (and is
+//! refused, with Daytona's message, until `active` or once deleted); any other name is taken
+//! to be a Tether image added through the Dashboard, whose exec-form ENTRYPOINT is
+//! `--entrypoint` (by default `tether-agent serve --listen 0.0.0.0:7421`). Stopping removes
+//! the local sandbox (its files are not kept); starting makes a new one and a new preview
+//! token. `ttlMinutes` is enforced.
 
 mod api;
 mod preview;
+mod snapshot_api;
+mod snapshots;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -25,6 +30,7 @@ use serde_json::json;
 use tower::ServiceExt;
 
 use crate::faults::{Fault, Faults};
+use crate::images::Images;
 use crate::sandboxes::Sandboxes;
 use crate::serve::rfc3339;
 
@@ -46,6 +52,9 @@ struct Sandbox {
     id: String,
     name: String,
     snapshot: Option<String>,
+    /// What the snapshot runs, fixed at create (a later delete of the snapshot does not
+    /// change a sandbox made from it).
+    boot: snapshots::Boot,
     user: String,
     env: BTreeMap<String, String>,
     labels: BTreeMap<String, String>,
@@ -69,6 +78,9 @@ pub struct Daytona {
     sandboxes: Arc<Sandboxes>,
     faults: Faults,
     table: Mutex<BTreeMap<String, Sandbox>>,
+    /// Registry images pulled for snapshots.
+    images: Images,
+    snapshots: snapshots::Snapshots,
     /// Preview listeners by (sandbox id, port): their URL and task.
     previews: Mutex<HashMap<(String, u16), crate::edge::PortListener>>,
 }
@@ -76,11 +88,14 @@ pub struct Daytona {
 impl Daytona {
     /// A fake running its sandboxes in `sandboxes`.
     pub fn new(config: Config, sandboxes: Arc<Sandboxes>) -> Arc<Daytona> {
+        let images = Images::new(sandboxes.data_dir());
         Arc::new(Daytona {
             config,
             sandboxes,
             faults: Faults::default(),
             table: Mutex::new(BTreeMap::new()),
+            images,
+            snapshots: snapshots::Snapshots::default(),
             previews: Mutex::new(HashMap::new()),
         })
     }
@@ -110,11 +125,10 @@ impl Daytona {
 
     /// Makes the local sandbox and starts the snapshot's ENTRYPOINT in it.
     async fn boot(&self, s: &Sandbox) -> anyhow::Result<()> {
-        self.sandboxes.create(&s.id).await?;
-        let entrypoint = match s.snapshot.as_deref() {
-            None | Some("") => vec!["sleep".to_string(), "infinity".to_string()],
-            Some(_) => self.config.entrypoint.clone(),
-        };
+        self.sandboxes
+            .create_from(&s.id, s.boot.image.as_deref())
+            .await?;
+        let entrypoint = s.boot.entrypoint.clone();
         let mut env = s.env.clone();
         env.insert("DAYTONA_SANDBOX_ID".into(), s.id.clone());
         env.insert(

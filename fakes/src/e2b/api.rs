@@ -12,6 +12,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::templates::Lookup;
 use super::{error, E2b, Sandbox};
 use crate::sandboxes::{random_hex, random_id};
 use crate::serve::rfc3339;
@@ -24,11 +25,11 @@ const DEFAULT_TIMEOUT_SECS: i64 = 15;
 /// The longest timeout the fake's "plan" allows (E2B Pro: 24 hours).
 const MAX_TIMEOUT_SECS: i64 = 24 * 3600;
 /// The envd version reported: what the SDKs check features against.
-const ENVD_VERSION: &str = "0.6.13";
+pub(super) const ENVD_VERSION: &str = "0.6.13";
 /// The resources every fake template has.
 const CPU_COUNT: u32 = 2;
 const MEMORY_MB: u32 = 1024;
-const DISK_SIZE_MB: u32 = 4096;
+pub(super) const DISK_SIZE_MB: u32 = 4096;
 
 /// The routes.
 pub(super) fn router(fake: Arc<E2b>) -> Router {
@@ -40,6 +41,7 @@ pub(super) fn router(fake: Arc<E2b>) -> Router {
         .route("/sandboxes/{id}/connect", post(connect))
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/pause", post(pause))
+        .merge(super::template_api::routes())
         .fallback(|| async { error(StatusCode::NOT_FOUND, "Not found") })
         .with_state(fake)
 }
@@ -149,8 +151,19 @@ async fn create(fake: Arc<E2b>, headers: HeaderMap, body: axum::body::Bytes, v2:
         }
     }
 
+    // A built template runs its image; an unknown name, the host-like default.
+    let found = fake
+        .templates
+        .lock()
+        .expect("template table")
+        .lookup(&template_id, true);
+    let (template_id, alias, image) = match found {
+        Lookup::Ready(id, image) => (id, template_id, Some(image)),
+        Lookup::NotReady(message) => return error(StatusCode::BAD_REQUEST, &message),
+        Lookup::Unknown => (template_id.clone(), template_id, None),
+    };
     let id = random_id(ID_LEN, ID_ALPHABET);
-    if let Err(e) = fake.sandboxes.create(&id).await {
+    if let Err(e) = fake.sandboxes.create_from(&id, image.as_deref()).await {
         let body = json!({
             "code": 500,
             "message": format!("Failed to create sandbox: {e:#}"),
@@ -161,6 +174,7 @@ async fn create(fake: Arc<E2b>, headers: HeaderMap, body: axum::body::Bytes, v2:
     let now = SystemTime::now();
     let sandbox = Sandbox {
         template_id,
+        alias,
         metadata: req.metadata.unwrap_or_default(),
         env_vars: req.env_vars.unwrap_or_default(),
         started_at: now,
@@ -198,7 +212,7 @@ fn sandbox_json(fake: &E2b, id: &str, s: &Sandbox) -> Value {
     json!({
         "templateID": s.template_id,
         "sandboxID": id,
-        "alias": s.template_id,
+        "alias": s.alias,
         "clientID": "6532622b",
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": (!s.envd_access_token.is_empty()).then_some(&s.envd_access_token),
@@ -211,7 +225,7 @@ fn sandbox_json(fake: &E2b, id: &str, s: &Sandbox) -> Value {
 fn listed_json(id: &str, s: &Sandbox) -> Value {
     json!({
         "templateID": s.template_id,
-        "alias": s.template_id,
+        "alias": s.alias,
         "sandboxID": id,
         "clientID": "6532622b",
         "startedAt": rfc3339(s.started_at),

@@ -3,13 +3,25 @@
 //! `{port}-{sandboxID}.{domain}` Host or by `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers —
 //! all on one listener, told apart per request as E2B's proxy does.
 //!
-//! Sandboxes are local sandboxes ([`crate::sandboxes`]); a template name is accepted as is.
-//! Timeouts are enforced: a sandbox is killed when its `endAt` passes.
+//! Templates are built as E2B's v2 build system builds them ([`templates`], [`template_api`],
+//! [`storage`], [`builder`]): the base pulled from a registry, the COPY steps' files uploaded
+//! to a storage URL the fake serves, ENV, WORKDIR and USER applied, the status and log
+//! polled.
+//!
+//! Sandboxes are local sandboxes ([`crate::sandboxes`]): a built template's sandboxes run its
+//! image; any other template name is accepted as is and runs on the host-like default root
+//! file system. Timeouts are enforced: a sandbox is killed when its `endAt` passes.
 
 mod api;
+mod builder;
 mod envd;
+mod ready;
+mod storage;
+mod template_api;
+mod templates;
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -22,10 +34,13 @@ use tower::ServiceExt;
 
 use crate::edge::{self, ProxyError};
 use crate::faults::{Fault, Faults};
+use crate::images::Images;
 use crate::sandboxes::Sandboxes;
 
 /// envd's port inside every sandbox.
 pub const ENVD_PORT: u16 = 49983;
+/// Where uploaded COPY files (and build scratch space) live, under the data directory.
+const FILES_DIR: &str = "e2b-files";
 /// How often expired sandboxes are looked for.
 const REAP_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -41,7 +56,10 @@ pub struct Config {
 /// One fake sandbox.
 #[derive(Clone, Debug)]
 struct Sandbox {
+    /// The template's id (the name asked for, when the fake built no such template).
     template_id: String,
+    /// The name the sandbox was created with.
+    alias: String,
     metadata: BTreeMap<String, String>,
     env_vars: BTreeMap<String, String>,
     started_at: SystemTime,
@@ -60,17 +78,27 @@ pub struct E2b {
     table: Mutex<BTreeMap<String, Sandbox>>,
     /// `Idempotency-Key` → sandbox id.
     idempotency: Mutex<HashMap<String, String>>,
+    /// Registry images pulled for templates, and the templates' images.
+    images: Images,
+    /// Templates, their builds and the uploaded files of COPY steps.
+    templates: Mutex<templates::Table>,
+    /// Where uploaded files are kept.
+    files_dir: PathBuf,
 }
 
 impl E2b {
     /// A fake running its sandboxes in `sandboxes`.
     pub fn new(config: Config, sandboxes: Arc<Sandboxes>) -> Arc<E2b> {
+        let data_dir = sandboxes.data_dir().to_path_buf();
         Arc::new(E2b {
             config,
             sandboxes,
             faults: Faults::default(),
             table: Mutex::new(BTreeMap::new()),
             idempotency: Mutex::new(HashMap::new()),
+            images: Images::new(&data_dir),
+            templates: Mutex::new(templates::Table::default()),
+            files_dir: data_dir.join(FILES_DIR),
         })
     }
 
@@ -97,6 +125,10 @@ async fn dispatch(State(fake): State<Arc<E2b>>, req: Request) -> Response {
     let path = req.uri().path().to_string();
     if path.starts_with("/__fake/") {
         return fake.faults.control(req).await;
+    }
+    // The storage "bucket": its URLs carry their own authorization, not the API key.
+    if path.starts_with(storage::STORAGE_PREFIX) {
+        return storage::upload(fake, req).await;
     }
     if let Some(fault) = fake.faults.take(&path) {
         return fault_response(&fault);

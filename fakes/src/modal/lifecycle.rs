@@ -37,6 +37,7 @@ impl Service {
             return Err(Status::not_found(format!("App {} not found", app_id)));
         }
         let def = definition.ok_or_else(|| Status::invalid_argument("definition is required"))?;
+        let root = super::images::sandbox_root(fake, &def.image_id)?;
         let id = format!("sb-{}", random_id(22, BASE62));
         {
             let mut table = fake.table.lock().expect("sandbox table");
@@ -71,7 +72,7 @@ impl Service {
                 },
             );
         }
-        if let Err(e) = fake.sandboxes.create(&id).await {
+        if let Err(e) = fake.sandboxes.create_from(&id, root.as_deref()).await {
             fake.finish(
                 &id,
                 result(GenericStatus::InitFailure, 0, &format!("{e:#}")),

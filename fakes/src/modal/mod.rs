@@ -2,12 +2,16 @@
 //! the SDK's basic sandbox calls use) over HTTP/2 without TLS, and tunnels: one plain
 //! `127.0.0.1` listener per open port of a sandbox, reported as `TunnelData{host, port}`.
 //!
-//! A sandbox runs its `entrypoint_args` with its `environment_variables` in a local sandbox,
-//! and finishes when that process exits (SUCCESS or FAILURE with its code), when terminated
-//! (TERMINATED) or when `timeout_secs` passes (TIMEOUT). Images are names only: every image
-//! "builds" at once (reported through `ImageJoinStreaming`). Calls need the token id and
-//! secret headers; an auth token, when sent, must be one `AuthTokenGet` issued.
+//! A sandbox runs its `entrypoint_args` with its `environment_variables` in a local sandbox
+//! (on its image's file system, or the fake's default one for an image that only names a
+//! registry tag), and finishes when that process exits (SUCCESS or FAILURE with its code),
+//! when terminated (TERMINATED) or when `timeout_secs` passes (TIMEOUT). Images: [`images`]
+//! (ids, builds and their logs, published names) and [`build`] (running a definition's
+//! Dockerfile commands). Calls need the token id and secret headers; an auth token, when
+//! sent, must be one `AuthTokenGet` issued.
 
+mod build;
+mod images;
 mod lifecycle;
 mod service;
 
@@ -21,6 +25,7 @@ use axum::Router;
 
 use crate::edge::PortListener;
 use crate::faults::Faults;
+use crate::images::Images;
 use crate::sandboxes::Sandboxes;
 
 /// The generated service.
@@ -31,6 +36,9 @@ pub mod pb {
 
 /// How often expired sandboxes are looked for.
 const REAP_INTERVAL: Duration = Duration::from_secs(1);
+/// The largest message accepted: Modal's limit, which an image definition carrying its
+/// context files inline must fit in.
+const MAX_MESSAGE_BYTES: usize = 100 << 20; // 100 MiB
 
 /// How the fake is set up.
 #[derive(Clone, Debug)]
@@ -61,21 +69,28 @@ pub struct Modal {
     faults: Faults,
     /// App name (in the default environment) → app id.
     apps: Mutex<HashMap<String, String>>,
-    /// Image definition → image id.
-    images: Mutex<HashMap<Vec<String>, String>>,
+    /// Images, their builds and names.
+    images: Mutex<images::ImageTable>,
+    /// Bumped whenever a build logs or ends, for `ImageJoinStreaming` to wake on.
+    image_changes: tokio::sync::watch::Sender<()>,
+    /// Where built and pulled images are kept.
+    store: Images,
     table: Mutex<BTreeMap<String, Sandbox>>,
     auth_tokens: Mutex<HashSet<String>>,
 }
 
 impl Modal {
-    /// A fake running its sandboxes in `sandboxes`.
+    /// A fake running its sandboxes in `sandboxes`, and keeping its images beside them.
     pub fn new(config: Config, sandboxes: Arc<Sandboxes>) -> Arc<Modal> {
+        let store = Images::new(sandboxes.data_dir());
         Arc::new(Modal {
             config,
             sandboxes,
             faults: Faults::default(),
             apps: Mutex::new(HashMap::new()),
-            images: Mutex::new(HashMap::new()),
+            images: Mutex::new(images::ImageTable::default()),
+            image_changes: tokio::sync::watch::Sender::new(()),
+            store,
             table: Mutex::new(BTreeMap::new()),
             auth_tokens: Mutex::new(HashSet::new()),
         })
@@ -84,9 +99,10 @@ impl Modal {
     /// The gRPC service plus `/__fake/faults`, and the reaper of timed-out sandboxes.
     pub fn router(self: &Arc<Self>) -> Router {
         tokio::spawn(reap(Arc::downgrade(self)));
-        let grpc = tonic::service::Routes::new(pb::modal_client_server::ModalClientServer::new(
-            service::Service(self.clone()),
-        ))
+        let grpc = tonic::service::Routes::new(
+            pb::modal_client_server::ModalClientServer::new(service::Service(self.clone()))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+        )
         .into_axum_router();
         let controls = Router::new()
             .route(

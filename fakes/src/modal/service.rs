@@ -7,6 +7,7 @@ use base64::Engine;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response as GrpcResponse, Status};
 
+use super::images::JoinStream;
 use super::lifecycle::task_id;
 use super::pb::generic_result::GenericStatus;
 use super::pb::modal_client_server::ModalClient;
@@ -70,7 +71,7 @@ impl Service {
     }
 }
 
-fn long_poll(timeout: f32) -> Duration {
+pub(super) fn long_poll(timeout: f32) -> Duration {
     Duration::from_secs_f32(timeout.clamp(0.0, MAX_LONG_POLL.as_secs_f32()))
 }
 
@@ -133,47 +134,36 @@ impl ModalClient for Service {
         req: Request<ImageGetOrCreateRequest>,
     ) -> Result<GrpcResponse<ImageGetOrCreateResponse>, Status> {
         self.check(req.metadata(), "ImageGetOrCreate")?;
-        let image = req
-            .into_inner()
-            .image
-            .ok_or_else(|| Status::invalid_argument("image is required"))?;
-        let mut key: Vec<String> = image
-            .base_images
-            .iter()
-            .map(|b| format!("{}={}", b.docker_tag, b.image_id))
-            .collect();
-        key.extend(image.dockerfile_commands);
-        let image_id = self
-            .0
-            .images
-            .lock()
-            .expect("images")
-            .entry(key)
-            .or_insert_with(|| format!("im-{}", random_id(22, BASE62)))
-            .clone();
-        // Still "building": the client waits on ImageJoinStreaming, as with a real build.
-        Ok(GrpcResponse::new(ImageGetOrCreateResponse {
-            image_id,
-            result: None,
-        }))
+        self.image_get_or_create_in(req.into_inner())
+            .map(GrpcResponse::new)
     }
 
-    type ImageJoinStreamingStream =
-        futures_util::stream::Iter<std::vec::IntoIter<Result<ImageJoinStreamingResponse, Status>>>;
+    type ImageJoinStreamingStream = JoinStream;
 
     async fn image_join_streaming(
         &self,
         req: Request<ImageJoinStreamingRequest>,
     ) -> Result<GrpcResponse<Self::ImageJoinStreamingStream>, Status> {
         self.check(req.metadata(), "ImageJoinStreaming")?;
-        let done = ImageJoinStreamingResponse {
-            result: Some(result(GenericStatus::Success, 0, "")),
-            entry_id: "1".into(),
-            eof: true,
-        };
-        Ok(GrpcResponse::new(futures_util::stream::iter(vec![Ok(
-            done,
-        )])))
+        self.image_join(req.into_inner()).map(GrpcResponse::new)
+    }
+
+    async fn image_get_by_tag(
+        &self,
+        req: Request<ImageGetByTagRequest>,
+    ) -> Result<GrpcResponse<ImageGetByTagResponse>, Status> {
+        self.check(req.metadata(), "ImageGetByTag")?;
+        self.image_get_by_tag_in(req.into_inner())
+            .map(GrpcResponse::new)
+    }
+
+    async fn image_publish(
+        &self,
+        req: Request<ImagePublishRequest>,
+    ) -> Result<GrpcResponse<ImagePublishResponse>, Status> {
+        self.check(req.metadata(), "ImagePublish")?;
+        self.image_publish_in(req.into_inner())
+            .map(GrpcResponse::new)
     }
 
     async fn sandbox_create(

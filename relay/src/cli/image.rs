@@ -13,6 +13,7 @@ use super::output;
 use crate::image::config::{Overrides, StartMode};
 use crate::image::constants::{DEFAULT_CHUNK_BYTES, DEFAULT_TAG};
 use crate::image::reference::Reference;
+use crate::image::target::{self, Builder, Event, RemoteBuild};
 use crate::image::{self, agent, build, BuildOptions, PushOptions};
 
 /// The spinner's redraw interval while a build runs.
@@ -25,6 +26,8 @@ pub(super) enum ImageCommand {
     Build(BuildArgs),
     /// Push an image (an OCI layout directory or tarball) to a registry.
     Push(PushArgs),
+    /// Pull an image (its linux/amd64 variant) from a registry into an OCI layout directory.
+    Pull(PullArgs),
 }
 
 /// Where a build goes.
@@ -80,9 +83,26 @@ pub(super) struct BuildArgs {
     user: Option<String>,
     /// How the image starts the agent: `entrypoint` (Docker, podman, Daytona, which keeps
     /// only the ENTRYPOINT) or `cmd` (Modal, which appends its own arguments to any
-    /// ENTRYPOINT: the agent becomes the CMD and the ENTRYPOINT is cleared).
+    /// ENTRYPOINT: the agent becomes the CMD and the ENTRYPOINT is cleared). --target modal
+    /// always does the latter, and --target e2b starts the agent through envd.
     #[arg(long, value_enum, default_value_t = Start::Entrypoint)]
     start: Start,
+    /// The name to build under on a provider (E2B template, Daytona snapshot, Modal image);
+    /// `--target e2b|daytona|modal` only.
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// A registry image to build on (e.g. python:3.12-slim-bookworm): e2b and modal pull it
+    /// and add the agent; for daytona it must already hold the agent, unless --push is given
+    /// (then it is pulled here, the agent added, and the result pushed).
+    #[arg(long, value_name = "REFERENCE")]
+    from: Option<String>,
+    /// Build the image here (from --base or --from, plus the agent), push it to
+    /// REGISTRY/NAME:TAG, and have the provider pull it from there; `--target daytona` only.
+    #[arg(long, value_name = "REFERENCE")]
+    push: Option<String>,
+    /// Speak plain HTTP to the --push registry (always so for localhost and 127.0.0.1).
+    #[arg(long)]
+    insecure: bool,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -108,25 +128,50 @@ pub(super) struct PushArgs {
     json: bool,
 }
 
+/// `tether image pull`.
+#[derive(Debug, Args)]
+pub(super) struct PullArgs {
+    /// What to pull: REGISTRY/NAME:TAG or REGISTRY/NAME@DIGEST.
+    #[arg(value_name = "REFERENCE")]
+    reference: String,
+    /// A new (or empty) directory to write the OCI image layout to.
+    #[arg(value_name = "DIR")]
+    output: PathBuf,
+    /// Speak plain HTTP to the registry (always so for localhost and 127.0.0.1).
+    #[arg(long)]
+    insecure: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 pub(super) async fn run(cmd: ImageCommand) -> anyhow::Result<()> {
     super::init_tracing(Some("tether_relay::image=warn"));
     match cmd {
         ImageCommand::Build(args) => build_image(args).await,
         ImageCommand::Push(args) => push_image(args).await,
+        ImageCommand::Pull(args) => pull_image(args).await,
     }
 }
 
 async fn build_image(args: BuildArgs) -> anyhow::Result<()> {
-    if args.target != Target::Oci {
-        let name = args
-            .target
-            .to_possible_value()
-            .expect("no variant is skipped");
-        let name = name.get_name();
-        bail!(
-            "--target {name} is not available yet: build with --target oci, push the image, and \
-             make it a {name} image as images/{name}/README.md describes"
-        );
+    let builder = match args.target {
+        Target::Oci => None,
+        Target::E2b => Some(Builder::E2b),
+        Target::Daytona => Some(Builder::Daytona),
+        Target::Modal => Some(Builder::Modal),
+    };
+    if let Some(builder) = builder {
+        return build_remote(builder, args).await;
+    }
+    for (flag, given) in [
+        ("--name", args.name.is_some()),
+        ("--from", args.from.is_some()),
+        ("--push", args.push.is_some()),
+    ] {
+        if given {
+            bail!("{flag} is for --target e2b|daytona|modal; --target oci writes --output");
+        }
     }
     let Some(output) = args.output.clone() else {
         bail!("--output PATH is required for --target oci: a directory, or a file ending in .tar");
@@ -136,15 +181,7 @@ async fn build_image(args: BuildArgs) -> anyhow::Result<()> {
         agent: agent::locate(args.agent.as_deref())?,
         output,
         tag: args.tag.clone(),
-        overrides: Overrides {
-            start: match args.start {
-                Start::Entrypoint => StartMode::Entrypoint,
-                Start::Cmd => StartMode::Cmd,
-            },
-            env: args.env.clone(),
-            workdir: args.workdir.clone(),
-            user: args.user.clone(),
-        },
+        overrides: overrides(&args),
         epoch: build::source_date_epoch()?,
     };
     let spinner = spinner(args.json);
@@ -172,6 +209,62 @@ async fn build_image(args: BuildArgs) -> anyhow::Result<()> {
         built.tag,
         path.display(),
         path.display(),
+    );
+    Ok(())
+}
+
+/// The image settings given on the command line.
+fn overrides(args: &BuildArgs) -> Overrides {
+    Overrides {
+        start: match args.start {
+            Start::Entrypoint => StartMode::Entrypoint,
+            Start::Cmd => StartMode::Cmd,
+        },
+        env: args.env.clone(),
+        workdir: args.workdir.clone(),
+        user: args.user.clone(),
+    }
+}
+
+/// `--target e2b|daytona|modal`: the build runs on the provider; its log streams to stderr.
+async fn build_remote(builder: Builder, args: BuildArgs) -> anyhow::Result<()> {
+    let provider = builder.name();
+    if args.output.is_some() {
+        bail!("--output is for --target oci; --target {provider} builds on {provider}");
+    }
+    let Some(name) = args.name.clone() else {
+        bail!("--name NAME is required for --target {provider}: what `tether create --provider {provider} --image NAME` will take");
+    };
+    let push = args.push.as_deref().map(Reference::parse).transpose()?;
+    let req = RemoteBuild {
+        name,
+        from: args.from.clone(),
+        base: args.base.clone(),
+        push,
+        insecure: args.insecure,
+        agent: agent::locate(args.agent.as_deref())?,
+        overrides: overrides(&args),
+        epoch: build::source_date_epoch()?,
+    };
+    let spinner = spinner(args.json);
+    let bar = spinner.clone();
+    let quiet = args.json;
+    let events = move |event: Event| match event {
+        Event::Step(step) => bar.set_message(step),
+        // The provider's log goes above the spinner (to stderr), never into --json output.
+        Event::Log(line) if !quiet => bar.suspend(|| eprintln!("{line}")),
+        Event::Log(_) => {}
+    };
+    let built = target::build(builder, &req, &events).await;
+    spinner.finish_and_clear();
+    let built = built?;
+    if args.json {
+        return output::json(&built);
+    }
+    println!("{}", built.name);
+    eprintln!(
+        "built the {provider} image {} (id {})\n  run it: tether create --provider {provider} --image {}",
+        built.name, built.id, built.name
     );
     Ok(())
 }
@@ -229,5 +322,46 @@ async fn push_image(args: PushArgs) -> anyhow::Result<()> {
         pushed.blobs.len()
     );
     println!("{pinned}");
+    Ok(())
+}
+
+/// What `pull --json` prints.
+#[derive(Serialize)]
+struct PullReport {
+    /// The manifest's digest, as the registry has it.
+    digest: String,
+    /// The layout directory written.
+    layout: PathBuf,
+}
+
+async fn pull_image(args: PullArgs) -> anyhow::Result<()> {
+    let reference = Reference::parse(&args.reference)?;
+    let out = &args.output;
+    if out.exists() && std::fs::read_dir(out).map(|mut d| d.next().is_some())? {
+        bail!(
+            "{} is not empty: name a new or empty directory for the pulled image",
+            out.display()
+        );
+    }
+    let opts = image::PullOptions {
+        insecure: args.insecure,
+    };
+    let spinner = spinner(args.json);
+    spinner.set_message(format!("pulling {reference}"));
+    let pulled = image::pull(&reference, out, &opts).await;
+    spinner.finish_and_clear();
+    let pulled = pulled?;
+    if args.json {
+        return output::json(&PullReport {
+            digest: pulled.manifest.to_string(),
+            layout: pulled.layout,
+        });
+    }
+    println!("{}", pulled.manifest);
+    eprintln!(
+        "pulled {reference} into {}\n  run it: tether create --image oci:{}",
+        out.display(),
+        out.display()
+    );
     Ok(())
 }

@@ -32,13 +32,16 @@ pub mod digest;
 pub mod error;
 pub mod layer;
 pub mod layout;
+pub mod pull;
 pub mod push;
 pub mod reference;
 pub mod registry;
 pub mod source;
+pub mod target;
 pub mod unpack;
 
 pub use build::{build, BuildOptions, Built};
 pub use error::ImageError;
+pub use pull::{pull, PullOptions, Pulled};
 pub use push::{push, PushOptions, Pushed};
 pub use unpack::{prepare_rootfs, PreparedImage};

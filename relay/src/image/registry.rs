@@ -1,17 +1,19 @@
 //! A client for one repository of a registry, speaking the OCI distribution API
 //! (<https://github.com/opencontainers/distribution-spec/blob/main/spec.md>): blob existence,
-//! uploads (one PUT, or PATCH chunks and a closing PUT), manifest PUT. A request refused with
+//! uploads (one PUT, or PATCH chunks and a closing PUT), manifest PUT; manifest and blob GET
+//! for pulls. A request refused with
 //! a 401 is sent once more with the answer to the registry's challenge ([`super::auth`]).
 
 use bytes::Bytes;
 use reqwest::header::{
-    HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, LOCATION,
+    HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, LOCATION,
     WWW_AUTHENTICATE,
 };
 use reqwest::{RequestBuilder, Response, StatusCode, Url};
 use serde::Deserialize;
 
 use super::auth::Auth;
+use super::config::{DOCKER_MANIFEST, DOCKER_MANIFEST_LIST, MEDIA_INDEX, MEDIA_MANIFEST};
 use super::constants::{CONNECT_TIMEOUT, MAX_QUOTED_BODY, REQUEST_TIMEOUT};
 use super::digest::Digest;
 use super::error::{chain, ImageError};
@@ -176,6 +178,47 @@ impl Registry {
             .get(CONTENT_DIGEST)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string))
+    }
+
+    /// Fetches the manifest (or index) under `target` (a tag or digest), accepting the OCI
+    /// and Docker forms; returns its bytes and media type.
+    pub async fn get_manifest(&self, target: &str) -> Result<(Bytes, String), ImageError> {
+        let url = self.url(&format!("/v2/{}/manifests/{target}", self.repository));
+        let what = format!("the manifest for {target}");
+        let accept = [
+            MEDIA_INDEX,
+            MEDIA_MANIFEST,
+            DOCKER_MANIFEST_LIST,
+            DOCKER_MANIFEST,
+        ]
+        .join(", ");
+        let response = self
+            .send(&what, || {
+                self.http.get(url.clone()).header(ACCEPT, accept.clone())
+            })
+            .await?;
+        let response = self.expect(response, &what, &[StatusCode::OK]).await?;
+        let media_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or(v).trim().to_string())
+            .unwrap_or_default();
+        let body = response.bytes().await.map_err(|e| self.network(e))?;
+        Ok((body, media_type))
+    }
+
+    /// Starts downloading the blob `digest`; the response streams its bytes.
+    pub async fn get_blob(&self, digest: &Digest) -> Result<Response, ImageError> {
+        let url = self.url(&format!("/v2/{}/blobs/{digest}", self.repository));
+        let what = format!("the download of blob {digest}");
+        let response = self.send(&what, || self.http.get(url.clone())).await?;
+        self.expect(response, &what, &[StatusCode::OK]).await
+    }
+
+    /// The error for a failed read of a response body.
+    pub fn read_failed(&self, source: reqwest::Error) -> ImageError {
+        self.network(source)
     }
 
     fn url(&self, path: &str) -> Url {

@@ -2,11 +2,11 @@
 //! runs them. Each provider lives in its own module and registers in [`build`], the one place
 //! that names them all.
 
-mod cloud;
-mod daytona;
-mod e2b;
+pub(crate) mod cloud;
+pub(crate) mod daytona;
+pub(crate) mod e2b;
 pub mod local;
-mod modal;
+pub(crate) mod modal;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -36,6 +36,8 @@ const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
 const START_TIMEOUT: Duration = Duration::from_secs(300);
 /// The label holding the relay's sandbox id.
 const ID_LABEL: &str = "tether.sandbox";
+/// The variable holding the API key.
+pub(crate) const KEY_VAR: &str = "DAYTONA_API_KEY";
 /// The preview proxy's token header.
 const PREVIEW_TOKEN: &str = "x-daytona-preview-token";
 
@@ -59,20 +61,7 @@ impl DaytonaProvider {
     /// A provider configured from `settings`; without `DAYTONA_API_KEY` every call fails
     /// with an error naming it.
     pub(crate) fn new(settings: &Settings) -> DaytonaProvider {
-        let api = (|| {
-            let key = settings.require("daytona", "DAYTONA_API_KEY")?;
-            let base = settings
-                .get("DAYTONA_API_URL")
-                .unwrap_or_else(|| DEFAULT_API_URL.to_string());
-            ControlPlane::new(
-                http::client()?,
-                "Daytona",
-                &base,
-                ("authorization", &format!("Bearer {key}")),
-                "DAYTONA_API_KEY",
-            )
-        })()
-        .map_err(|e| e.to_string());
+        let api = control_plane(settings).map_err(|e| e.to_string());
         DaytonaProvider {
             api,
             previews: Mutex::new(HashMap::new()),
@@ -155,6 +144,22 @@ impl DaytonaProvider {
             tokio::time::sleep(POLL_INTERVAL).await;
         }
     }
+}
+
+/// Daytona's API as `settings` configure it (`DAYTONA_API_KEY`, `DAYTONA_API_URL`): for this
+/// provider, and for `tether image build --target daytona`, so both reach the same Daytona.
+pub(crate) fn control_plane(settings: &Settings) -> Result<ControlPlane, ProviderError> {
+    let key = settings.require("daytona", KEY_VAR)?;
+    let base = settings
+        .get("DAYTONA_API_URL")
+        .unwrap_or_else(|| DEFAULT_API_URL.to_string());
+    ControlPlane::new(
+        http::client()?,
+        "Daytona",
+        &base,
+        ("authorization", &format!("Bearer {key}")),
+        KEY_VAR,
+    )
 }
 
 /// Refuses what a snapshot fixes.

@@ -112,6 +112,12 @@ impl E2bProvider {
     }
 }
 
+/// E2B's control plane as `settings` configure it (the same key and URL as the provider's),
+/// for `tether image build --target e2b`.
+pub(crate) fn control_plane(settings: &Settings) -> Result<ControlPlane, ProviderError> {
+    E2bProvider::endpoints(settings).map(|e| e.api)
+}
+
 impl Endpoints {
     /// The URL and routing headers of `port` in sandbox `id`.
     fn route(&self, id: &str, domain: &str, port: u16) -> (String, HeaderMap) {

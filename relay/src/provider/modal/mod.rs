@@ -1,25 +1,35 @@
-//! The `modal` provider: sandboxes are Modal Sandboxes made from a registry image (the
-//! `--image`, e.g. `ghcr.io/me/tether-agent:1`), whose entrypoint runs the agent on an
-//! encrypted port that Modal exposes through a TLS tunnel.
+//! The `modal` provider: sandboxes are Modal Sandboxes made from a Modal image (the `--image`:
+//! a name published on Modal, or a registry tag such as `ghcr.io/me/tether-agent:1`), whose
+//! entrypoint runs the agent on an encrypted port that Modal exposes through a TLS tunnel.
 //!
 //! - Create: `EnvironmentGetOrCreate` (for its image builder version), `AppGetOrCreate` (app
-//!   `tether`, or `MODAL_APP`), `ImageGetOrCreate` (`FROM <image>`, waiting on
-//!   `ImageJoinStreaming` while it builds), then `SandboxCreate` named by
+//!   `tether`, or `MODAL_APP`), the image (`ImageGetByTag` for a published name, else
+//!   `ImageGetOrCreate` with `FROM <image>`, waiting on `ImageJoinStreaming` while it
+//!   builds), then `SandboxCreate` named by
 //!   the relay's id, with `tether-agent serve --listen 0.0.0.0:7421` as its entrypoint
 //!   arguments, the token in its environment, port 7421 open, labels as tags, the TTL as its
 //!   timeout and the idle timeout as Modal's. Then `SandboxGetTunnels` for the port's tunnel,
 //!   and wait for the agent to answer through it.
 //! - Connect: a WebSocket to the tunnel (`wss://host:port`), bearer agent token.
-//! - Files: [`client`] (the gRPC session, auth and retries), [`image`] (resolving the image),
-//!   [`tunnel`] (finding and opening the agent's tunnel), `modal.proto` and `messages.proto`
-//!   (the part of Modal's API we use, compiled by `build.rs`).
+//! - Files: [`client`] (the gRPC session, auth and retries), [`image`] (building, publishing
+//!   and resolving images), [`names`] (Modal's image names), [`tunnel`] (finding and opening
+//!   the agent's tunnel), `modal.proto` and `messages.proto` (the part of Modal's API we use,
+//!   compiled by `build.rs`).
+//! - `--image` is an image published on Modal under that name (`tether image build --target
+//!   modal` makes one; looked up with `ImageGetByTag`), else a registry tag.
+//! - Image builds (for `tether image build --target modal`): [`ModalProvider::build_image`]
+//!   and [`ModalProvider::publish_image`].
 //! - Settings: `MODAL_TOKEN_ID`, `MODAL_TOKEN_SECRET`; `MODAL_SERVER_URL` (default
 //!   `https://api.modal.com`; a plain `http://` server, such as the fake, also means plain
 //!   tunnels); `MODAL_ENVIRONMENT`; `MODAL_APP`.
 
 mod client;
 mod image;
+mod names;
 mod tunnel;
+
+pub(crate) use self::image::{BuildError, Definition};
+pub(crate) use self::names::ImageName;
 
 /// The messages and client generated from `modal.proto`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -168,6 +178,33 @@ impl ModalProvider {
             .await
     }
 
+    /// Fails when no Modal token is configured, with the variables to set.
+    pub(crate) fn check_credentials(&self) -> Result<(), ProviderError> {
+        self.modal().map(|_| ())
+    }
+
+    /// Builds `definition` in our app, passing each line of Modal's build log to `on_log`;
+    /// returns the image id.
+    pub(crate) async fn build_image(
+        &self,
+        definition: Definition,
+        on_log: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<String, BuildError> {
+        let modal = self.modal()?;
+        let app = self.app(modal).await?;
+        image::build(modal, &app.id, &app.builder_version, definition, on_log).await
+    }
+
+    /// Publishes image `image_id` as `name`, in `MODAL_ENVIRONMENT` unless the name says;
+    /// returns the tag Modal resolves (`[environment/]name:tag`).
+    pub(crate) async fn publish_image(
+        &self,
+        image_id: &str,
+        name: &ImageName,
+    ) -> Result<String, ProviderError> {
+        image::publish(self.modal()?, &self.environment, image_id, name).await
+    }
+
     async fn terminate(&self, modal: &Modal, sandbox_id: &str) -> Result<(), ProviderError> {
         let req = pb::SandboxTerminateRequest {
             sandbox_id: sandbox_id.to_string(),
@@ -189,9 +226,9 @@ impl ModalProvider {
 fn check_spec(spec: &SandboxSpec) -> Result<(&str, Duration), ProviderError> {
     let Some(image) = spec.image.as_deref() else {
         return Err(ProviderError::InvalidSpec(
-            "the modal provider needs an image: pass --image with a registry tag of a \
-             linux/amd64 image that has tether-agent on its PATH and no ENTRYPOINT (see \
-             docs/providers.md)"
+            "the modal provider needs an image: pass --image with the name of an image built \
+             by `tether image build --target modal`, or a registry tag of a linux/amd64 image \
+             that has tether-agent on its PATH and no ENTRYPOINT (see docs/providers.md)"
                 .into(),
         ));
     };
@@ -249,7 +286,14 @@ impl Provider for ModalProvider {
         let modal = self.modal()?;
         let app = self.app(modal).await?;
         let app_id = app.id.clone();
-        let image_id = image::resolve(modal, &app_id, &app.builder_version, image).await?;
+        let image_id = image::resolve(
+            modal,
+            &app_id,
+            &app.builder_version,
+            &self.environment,
+            image,
+        )
+        .await?;
         let mut env = spec.env.clone();
         env.insert(AGENT_TOKEN_ENV.into(), agent_token.into());
         let mut tags: BTreeMap<String, String> = spec.labels.clone();

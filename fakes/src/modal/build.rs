@@ -1,0 +1,300 @@
+//! The fake's image builder: an image definition's Dockerfile commands run against the
+//! fake's image store. `FROM` pulls a registry image (or takes a `base_images` entry), `COPY`
+//! takes files from the definition's `context_files`, and `ENV`, `WORKDIR`, `USER`,
+//! `ENTRYPOINT` and `CMD` edit the config; everything lands as one new image. The fake has no
+//! container to run commands in, so `RUN` (and any other instruction) fails the build, with
+//! the reason in the build log and the result's exception, as a failing step does on Modal.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context};
+
+use crate::images::{AddFile, ConfigEdit, Images};
+
+/// A context file's permissions when its `COPY` gives no `--chmod` (what Docker gives files
+/// that carry no mode of their own).
+const DEFAULT_MODE: u32 = 0o644;
+
+/// One parsed Dockerfile instruction.
+#[derive(Debug, PartialEq)]
+enum Instruction {
+    From(String),
+    Copy {
+        sources: Vec<String>,
+        dest: String,
+        mode: u32,
+    },
+    Env(Vec<(String, String)>),
+    Workdir(String),
+    User(String),
+    Entrypoint(Vec<String>),
+    Cmd(Vec<String>),
+}
+
+/// What a build needs besides its commands.
+pub(super) struct Inputs {
+    /// `docker_tag` → the layout of that (built) image, for `FROM <docker_tag>`.
+    pub bases: HashMap<String, PathBuf>,
+    /// `filename` → bytes.
+    pub context: HashMap<String, Vec<u8>>,
+}
+
+/// Builds `commands`, logging each step to `log`; returns the new image's layout.
+pub(super) async fn run(
+    images: &Images,
+    commands: &[String],
+    inputs: Inputs,
+    log: &(dyn Fn(String) + Send + Sync),
+) -> anyhow::Result<PathBuf> {
+    let mut steps = Vec::new();
+    for command in commands {
+        steps.push(parse(command).with_context(|| format!("in `{command}`"))?);
+    }
+    let Some((Instruction::From(base_ref), rest)) = steps.split_first() else {
+        bail!("the first command must be FROM");
+    };
+    log(format!("=> Step 0: FROM {base_ref}"));
+    let base = match inputs.bases.get(base_ref) {
+        Some(layout) => layout.clone(),
+        None => images
+            .pull(base_ref)
+            .await
+            .with_context(|| format!("cannot pull the base image {base_ref}"))?,
+    };
+    let scratch = tempfile::tempdir().context("creating a scratch directory")?;
+    let mut files = Vec::new();
+    let mut edit = ConfigEdit::default();
+    for (n, step) in rest.iter().enumerate() {
+        log(format!("=> Step {}: {}", n + 1, commands[n + 1]));
+        match step {
+            Instruction::From(_) => bail!("only one FROM is supported (no multi-stage builds)"),
+            Instruction::Copy {
+                sources,
+                dest,
+                mode,
+            } => {
+                for source in sources {
+                    let data = inputs.context.get(source).ok_or_else(|| {
+                        anyhow!(
+                            "COPY source {source} is not among the image's context files; \
+                             send it in context_files"
+                        )
+                    })?;
+                    let local = scratch.path().join(files.len().to_string());
+                    std::fs::write(&local, data).context("writing a context file")?;
+                    let path = if dest.ends_with('/') || sources.len() > 1 {
+                        let name = source.rsplit('/').next().unwrap_or(source);
+                        format!("{}/{name}", dest.trim_end_matches('/'))
+                    } else {
+                        dest.clone()
+                    };
+                    files.push(AddFile {
+                        path,
+                        source: local,
+                        mode: *mode,
+                    });
+                }
+            }
+            Instruction::Env(pairs) => edit.env.extend(pairs.iter().cloned()),
+            Instruction::Workdir(dir) => edit.workdir = Some(dir.clone()),
+            Instruction::User(user) => edit.user = Some(user.clone()),
+            Instruction::Entrypoint(argv) => edit.entrypoint = Some(argv.clone()),
+            Instruction::Cmd(argv) => edit.cmd = Some(argv.clone()),
+        }
+    }
+    log("Saving image...".into());
+    let images = images.clone();
+    let layout = tokio::task::spawn_blocking(move || {
+        let layout = images.derive(&base, &files, &edit);
+        drop(scratch);
+        layout
+    })
+    .await
+    .context("the image writer stopped")??;
+    Ok(layout)
+}
+
+/// Parses one instruction.
+fn parse(command: &str) -> anyhow::Result<Instruction> {
+    let command = command.trim();
+    let (keyword, args) = command
+        .split_once(char::is_whitespace)
+        .map(|(k, a)| (k, a.trim()))
+        .unwrap_or((command, ""));
+    let keyword = keyword.to_ascii_uppercase();
+    if args.is_empty() && keyword != "ENTRYPOINT" && keyword != "CMD" {
+        bail!("{keyword} needs arguments");
+    }
+    Ok(match keyword.as_str() {
+        "FROM" => {
+            let words = words(args)?;
+            match words.as_slice() {
+                [image] => Instruction::From(image.clone()),
+                [image, kw, _] if kw.eq_ignore_ascii_case("AS") => Instruction::From(image.clone()),
+                _ => bail!("FROM takes one image"),
+            }
+        }
+        "COPY" => {
+            let mut mode = DEFAULT_MODE;
+            let mut paths = Vec::new();
+            for word in words(args)? {
+                if let Some(m) = word.strip_prefix("--chmod=") {
+                    mode = u32::from_str_radix(m, 8)
+                        .map_err(|_| anyhow!("--chmod={m} is not an octal mode"))?;
+                } else if word.starts_with("--") {
+                    bail!("the fake does not support COPY {word}");
+                } else {
+                    paths.push(word);
+                }
+            }
+            let Some(dest) = paths.pop().filter(|_| !paths.is_empty()) else {
+                bail!("COPY needs a source and a destination");
+            };
+            if !dest.starts_with('/') {
+                bail!("the fake needs an absolute COPY destination, not {dest}");
+            }
+            Instruction::Copy {
+                sources: paths,
+                dest,
+                mode,
+            }
+        }
+        "ENV" => {
+            let words = words(args)?;
+            let pairs = if words.iter().all(|w| w.contains('=')) {
+                words
+                    .into_iter()
+                    .map(|w| {
+                        let (k, v) = w.split_once('=').expect("checked");
+                        (k.to_string(), v.to_string())
+                    })
+                    .collect()
+            } else {
+                // The legacy form `ENV KEY value with spaces`.
+                let (key, value) = args
+                    .split_once(char::is_whitespace)
+                    .ok_or_else(|| anyhow!("ENV needs KEY=VALUE"))?;
+                vec![(key.to_string(), value.trim().to_string())]
+            };
+            Instruction::Env(pairs)
+        }
+        "WORKDIR" => Instruction::Workdir(words(args)?.join(" ")),
+        "USER" => Instruction::User(words(args)?.join(" ")),
+        "ENTRYPOINT" => Instruction::Entrypoint(argv(args)?),
+        "CMD" => Instruction::Cmd(argv(args)?),
+        "RUN" => bail!(
+            "the fake Modal has no image builder to run commands in; build with COPY, ENV, \
+             WORKDIR, USER, ENTRYPOINT and CMD only"
+        ),
+        other => bail!("the fake Modal cannot build {other} instructions"),
+    })
+}
+
+/// An ENTRYPOINT's or CMD's argv: the exec form (a JSON array) or the shell form.
+fn argv(args: &str) -> anyhow::Result<Vec<String>> {
+    if args.starts_with('[') {
+        return serde_json::from_str(args).map_err(|e| anyhow!("not a JSON array of strings: {e}"));
+    }
+    if args.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(vec!["/bin/sh".into(), "-c".into(), args.into()])
+}
+
+/// Splits Dockerfile arguments into words: double and single quotes group, a backslash
+/// escapes the next character. Variable substitution is not done: an unescaped `$` fails.
+fn words(args: &str) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    let mut chars = args.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some('\''), '\'') => quote = None,
+            (Some('\''), c) => word.push(c),
+            (_, '\\') => {
+                let next = chars
+                    .next()
+                    .ok_or_else(|| anyhow!("a trailing backslash"))?;
+                word.push(next);
+                in_word = true;
+            }
+            (_, '$')
+                if chars
+                    .peek()
+                    .is_some_and(|n| n.is_alphanumeric() || *n == '{' || *n == '_') =>
+            {
+                bail!("the fake does not expand variables; escape '$' as '\\$'")
+            }
+            (Some('"'), '"') => quote = None,
+            (None, '"' | '\'') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            (_, c) => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if quote.is_some() {
+        bail!("an unclosed quote");
+    }
+    if in_word {
+        out.push(word);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instructions_parse_as_docker_reads_them() {
+        assert_eq!(
+            parse("COPY --chmod=755 /tether-agent /usr/local/bin/tether-agent").unwrap(),
+            Instruction::Copy {
+                sources: vec!["/tether-agent".into()],
+                dest: "/usr/local/bin/tether-agent".into(),
+                mode: 0o755,
+            }
+        );
+        assert_eq!(
+            parse(r#"ENV A="hi \"you\" \$HOME" B=2"#).unwrap(),
+            Instruction::Env(vec![
+                ("A".into(), "hi \"you\" $HOME".into()),
+                ("B".into(), "2".into())
+            ])
+        );
+        assert_eq!(
+            parse("ENTRYPOINT []").unwrap(),
+            Instruction::Entrypoint(vec![])
+        );
+        assert_eq!(
+            parse(r#"CMD ["/a", "b"]"#).unwrap(),
+            Instruction::Cmd(vec!["/a".into(), "b".into()])
+        );
+        assert_eq!(
+            parse("WORKDIR /work dir").unwrap(),
+            Instruction::Workdir("/work dir".into())
+        );
+    }
+
+    #[test]
+    fn what_the_fake_cannot_build_is_refused_clearly() {
+        let err = parse("RUN apt-get install -y curl").unwrap_err();
+        assert!(err.to_string().contains("no image builder"), "{err}");
+        assert!(parse("EXPOSE 80").is_err());
+        assert!(parse("ENV A=$HOME").is_err());
+        assert!(parse("COPY onlyone").is_err());
+    }
+}
