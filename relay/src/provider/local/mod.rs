@@ -131,7 +131,7 @@ impl LocalProvider {
     /// does not grow with every image ever run.
     async fn prune_images(&self) {
         let data_dir = self.data_dir();
-        let cache = self.ctx.data_dir.join(PROVIDER_DIR).join(IMAGE_CACHE_DIR);
+        let cache = self.data_dir().join(PROVIDER_DIR).join(IMAGE_CACHE_DIR);
         let pruned = tokio::task::spawn_blocking(move || {
             let in_use = layout::images_in_use(&data_dir);
             image::unpack::prune_cache(&cache, &in_use, IMAGE_CACHE_KEEP_UNUSED)
@@ -146,7 +146,7 @@ impl LocalProvider {
     /// Unpacks the OCI image `image` (`oci:PATH[:TAG]`) into the provider's image cache, or
     /// finds it there (keyed by manifest digest).
     async fn prepare_image(&self, image: &str) -> Result<PreparedImage, LocalError> {
-        let cache = self.ctx.data_dir.join(PROVIDER_DIR).join(IMAGE_CACHE_DIR);
+        let cache = self.data_dir().join(PROVIDER_DIR).join(IMAGE_CACHE_DIR);
         let image = image.to_string();
         tokio::task::spawn_blocking(move || image::prepare_rootfs(&image, &cache))
             .await
