@@ -57,16 +57,21 @@ fn host_files_loopback_and_processes_are_out_of_reach() {
         "PID 1 is not the agent"
     );
 
-    for path in ["/usr/tether-x", "/etc/tether-x", "/tether-x"] {
+    for path in [
+        "/usr/tether-x",
+        "/etc/tether-x",
+        "/tether-x",
+        "/root/tether-x",
+    ] {
         let w = sh(&relay, &id, &format!("echo x > {path}"));
         assert!(!w.status.success(), "wrote {path}");
     }
-    // The workspace, /tmp and HOME (the sandbox's own /root, not the host's) are writable.
+    // The workspace, /tmp and HOME (a directory in the sandbox's /tmp) are writable.
     let ok = sh(
         &relay,
         &id,
         "echo x > /workspace/a && echo y > /tmp/b && echo z > \"$HOME/c\" && \
-         cat /workspace/a /tmp/b /root/c",
+         cat /workspace/a /tmp/b /tmp/home/c",
     );
     assert!(
         ok.status.success(),

@@ -37,9 +37,9 @@ pub(super) const DEV_SHM_SIZE_BYTES: u64 = 64 << 20; // 64 MiB
 pub(super) const DEV_SIZE_BYTES: u64 = 64 << 10; // 64 KiB
 /// The tmpfs root of a sandbox without an image: mount points and a few generated files.
 pub(super) const ROOT_SIZE_BYTES: u64 = 1 << 20; // 1 MiB
-/// The tmpfs at `/root` (HOME) of a sandbox on the host's system directories; its pages
-/// count against the sandbox's memory limit.
-pub(super) const HOME_SIZE_BYTES: u64 = 1 << 30; // 1 GiB
+/// HOME in a sandbox on the host's system directories, whose root is read-only: a directory
+/// in its tmpfs `/tmp`. Image sandboxes keep `/root`, which their overlay makes writable.
+pub(super) const HOST_ROOTFS_HOME: &str = "/tmp/home";
 
 /// How long a create waits for the sandbox init to report that the agent is starting.
 pub(super) const START_TIMEOUT: Duration = Duration::from_secs(10);

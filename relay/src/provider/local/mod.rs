@@ -175,7 +175,11 @@ impl LocalProvider {
         };
         let limits = plan::limits(spec)?;
         let image_env = prepared.as_ref().map(|p| p.env()).unwrap_or_default();
-        let env = plan::environment(id, agent_token, spec, image_env)?;
+        let home = match rootfs {
+            Rootfs::Host => constants::HOST_ROOTFS_HOME,
+            Rootfs::Image(_) => "/root",
+        };
+        let env = plan::environment(id, agent_token, spec, image_env, home)?;
         // An image built by `tether image build` carries its own static agent.
         let agent_binary = match prepared.as_ref().and_then(|p| p.agent()) {
             Some(agent) => agent,

@@ -125,18 +125,19 @@ pub(super) fn limits(spec: &SandboxSpec) -> Result<Limits, LocalError> {
     })
 }
 
-/// The agent's environment as `KEY=VALUE` strings: a clean base, then the image's variables
-/// (`KEY=VALUE` entries of an OCI image's config), then the spec's, then the agent token
-/// (which neither may set).
+/// The agent's environment as `KEY=VALUE` strings: a clean base (HOME is `home`), then the
+/// image's variables (`KEY=VALUE` entries of an OCI image's config), then the spec's, then
+/// the agent token (which neither may set).
 pub(super) fn environment(
     id: &str,
     agent_token: &str,
     spec: &SandboxSpec,
     image_env: &[String],
+    home: &str,
 ) -> Result<Vec<String>, LocalError> {
     let mut env: BTreeMap<&str, &str> = BTreeMap::from([
         ("PATH", SANDBOX_PATH),
-        ("HOME", "/root"),
+        ("HOME", home),
         ("LANG", "C.UTF-8"),
         ("TERM", "xterm-256color"),
         ("HOSTNAME", id),
@@ -236,7 +237,7 @@ mod tests {
             "FOO=image".into(),
             "TETHER_AGENT_TOKEN=x".into(),
         ];
-        let env = environment("sb-1", "tok", &spec, &image).unwrap();
+        let env = environment("sb-1", "tok", &spec, &image, "/root").unwrap();
         assert!(env.contains(&"PATH=/opt/bin".to_string()));
         assert!(env.contains(&"FOO=spec".to_string()));
         assert!(env.contains(&"TETHER_AGENT_TOKEN=tok".to_string()));
@@ -311,17 +312,18 @@ mod tests {
         let mut spec = SandboxSpec::default();
         spec.env.insert("PATH".into(), "/opt/bin".into());
         spec.env.insert("FOO".into(), "bar=baz".into());
-        let env = environment("sb-1", "tok", &spec, &[]).unwrap();
+        let env = environment("sb-1", "tok", &spec, &[], "/tmp/home").unwrap();
         assert!(env.contains(&"PATH=/opt/bin".to_string()));
         assert!(env.contains(&"FOO=bar=baz".to_string()));
         assert!(env.contains(&"HOSTNAME=sb-1".to_string()));
         assert!(env.contains(&"TETHER_AGENT_TOKEN=tok".to_string()));
+        assert!(env.contains(&"HOME=/tmp/home".to_string()));
         assert_eq!(env.iter().filter(|e| e.starts_with("PATH=")).count(), 1);
 
         spec.env.insert(AGENT_TOKEN_ENV.into(), "mine".into());
-        assert!(environment("sb-1", "tok", &spec, &[]).is_err());
+        assert!(environment("sb-1", "tok", &spec, &[], "/tmp/home").is_err());
         let mut spec = SandboxSpec::default();
         spec.env.insert("A=B".into(), "x".into());
-        assert!(environment("sb-1", "tok", &spec, &[]).is_err());
+        assert!(environment("sb-1", "tok", &spec, &[], "/tmp/home").is_err());
     }
 }

@@ -14,7 +14,7 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::unistd::{chdir, pivot_root};
 
 use super::config::InitConfig;
-use super::constants::{AGENT_PATH, HOME_SIZE_BYTES, ROOT_SIZE_BYTES, TMP_SIZE_BYTES, WORKSPACE};
+use super::constants::{AGENT_PATH, HOST_ROOTFS_HOME, ROOT_SIZE_BYTES, TMP_SIZE_BYTES, WORKSPACE};
 use super::error::{InitError, Step};
 use super::layout::Layout;
 use super::plan::Rootfs;
@@ -53,13 +53,6 @@ pub(super) fn assemble(config: &InitConfig) -> Result<(), InitError> {
                     .create(&path)
                     .step(|| format!("creating {}", path.display()))?;
             }
-            // HOME is /root: tools that keep caches and settings there (pip, npm, git, shells'
-            // history) need it writable, while the rest of this root is read-only.
-            mounts::tmpfs(
-                &root.join("root"),
-                &format!("size={HOME_SIZE_BYTES},mode=700"),
-                NO_DEVICES,
-            )?;
         }
         Rootfs::Image(lower) => {
             mount_overlay(&root, lower, &config.layout, in_user_namespace)?;
@@ -81,6 +74,15 @@ pub(super) fn assemble(config: &InitConfig) -> Result<(), InitError> {
         &format!("size={TMP_SIZE_BYTES},mode=1777"),
         NO_DEVICES,
     )?;
+    if config.rootfs == Rootfs::Host {
+        // This root is read-only, so HOME (where pip, npm, git and shells keep caches and
+        // settings) lives in the sandbox's own /tmp.
+        let home = root.join(HOST_ROOTFS_HOME.trim_start_matches('/'));
+        DirBuilder::new()
+            .mode(0o700)
+            .create(&home)
+            .step(|| format!("creating {}", home.display()))?;
+    }
 
     devfs::populate(&root, in_user_namespace)?;
     procfs::mount_proc(&root)?;
