@@ -10,10 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use tether_relay::image::config::{
-    Descriptor, History, Manifest, Platform, MEDIA_CONFIG, MEDIA_MANIFEST, REF_NAME,
-};
-use tether_relay::image::constants::{ARCHITECTURE, OS};
+use tether_relay::image::config::{Descriptor, History, Manifest, MEDIA_CONFIG, MEDIA_MANIFEST};
 use tether_relay::image::layout::Layout;
 use tether_relay::image::reference::Reference;
 use tether_relay::image::source::ImageSource;
@@ -119,15 +116,8 @@ impl Images {
             layers,
             annotations: None,
         };
-        let mut desc = layout.write_json(MEDIA_MANIFEST, &manifest)?;
-        desc.platform = Some(Platform {
-            architecture: ARCHITECTURE.into(),
-            os: OS.into(),
-            variant: None,
-        });
-        desc.annotations = Some([(REF_NAME.to_string(), TAG.to_string())].into());
-        let digest = desc.digest.clone();
-        layout.write_index(vec![desc])?;
+        let desc = layout.write_json(MEDIA_MANIFEST, &manifest)?;
+        let digest = layout.write_image_index(desc, Some(TAG))?;
         drop(source);
         self.keep(&dir, digest.hex())
     }

@@ -4,7 +4,6 @@
 //! output and moved into place at the end, and the result is reproducible: the same base,
 //! agent, settings and `SOURCE_DATE_EPOCH` give the same manifest digest.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
@@ -13,10 +12,8 @@ use serde::Serialize;
 
 use super::agent;
 use super::base::Base;
-use super::config::{
-    self, Descriptor, Manifest, Overrides, Platform, MEDIA_CONFIG, MEDIA_MANIFEST, REF_NAME,
-};
-use super::constants::{AGENT_PATH, ARCHITECTURE, OS, SOURCE_DATE_EPOCH};
+use super::config::{self, Descriptor, Manifest, Overrides, MEDIA_CONFIG, MEDIA_MANIFEST};
+use super::constants::{AGENT_PATH, SOURCE_DATE_EPOCH};
 use super::digest::Digest;
 use super::error::{ImageError, IoContext};
 use super::layer;
@@ -117,15 +114,8 @@ pub fn build(opts: &BuildOptions, step: &dyn Fn(&str)) -> Result<Built, ImageErr
         layers: layers.clone(),
         annotations: None,
     };
-    let mut manifest_desc = layout.write_json(MEDIA_MANIFEST, &manifest)?;
-    manifest_desc.platform = Some(Platform {
-        architecture: ARCHITECTURE.into(),
-        os: OS.into(),
-        variant: None,
-    });
-    manifest_desc.annotations = Some(BTreeMap::from([(REF_NAME.to_string(), opts.tag.clone())]));
-    let digest = manifest_desc.digest.clone();
-    layout.write_index(vec![manifest_desc])?;
+    let manifest_desc = layout.write_json(MEDIA_MANIFEST, &manifest)?;
+    let digest = layout.write_image_index(manifest_desc, Some(&opts.tag))?;
 
     step("writing the image");
     drop(base);
@@ -146,7 +136,7 @@ fn rfc3339(epoch: u64) -> String {
 }
 
 /// The directory an output goes in (`.` for a bare file name).
-fn parent_dir(output: &Path) -> PathBuf {
+pub(crate) fn parent_dir(output: &Path) -> PathBuf {
     match output.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

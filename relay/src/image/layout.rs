@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::config::{Descriptor, Index, MEDIA_INDEX};
-use super::constants::MAX_JSON_BYTES;
+use super::config::{Descriptor, Index, Platform, MEDIA_INDEX, REF_NAME};
+use super::constants::{ARCHITECTURE, MAX_JSON_BYTES, OS};
 use super::digest::{digest_reader, Digest, HashingWriter};
 use super::error::{ImageError, IoContext};
 
@@ -221,6 +221,24 @@ impl Layout {
         let bytes = serde_json::to_vec(&index).expect("the index serializes");
         let path = self.root.join(INDEX);
         fs::write(&path, bytes).io(|| format!("writing {}", path.display()))
+    }
+
+    /// Writes `index.json` listing the one linux/amd64 image whose manifest is `manifest`,
+    /// under `tag` when given; returns the manifest's digest.
+    pub fn write_image_index(
+        &self,
+        mut manifest: Descriptor,
+        tag: Option<&str>,
+    ) -> Result<Digest, ImageError> {
+        manifest.platform = Some(Platform {
+            architecture: ARCHITECTURE.into(),
+            os: OS.into(),
+            variant: None,
+        });
+        manifest.annotations = tag.map(|t| [(REF_NAME.to_string(), t.to_string())].into());
+        let digest = manifest.digest.clone();
+        self.write_index(vec![manifest])?;
+        Ok(digest)
     }
 
     /// An [`ImageError::BadImage`] about this layout.

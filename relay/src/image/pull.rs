@@ -1,19 +1,22 @@
 //! Pulling an image from a registry into an OCI image layout on disk: the manifest (the
 //! linux/amd64 one, when the reference names a multi-platform index), its config and its
-//! layers, each checked against its digest and size as it streams in. The manifest is kept
+//! layers, each checked against its digest and size as it streams in ([`fetch_manifest`]
+//! alone reads an image's manifest without its layers). The manifest is kept
 //! byte for byte, so the layout's digest is the registry's. Used by the provider fakes'
 //! builders, and by anything that needs a registry image as a local base.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
 use serde::Deserialize;
 
-use super::config::{Descriptor, Manifest, Platform, REF_NAME};
+use super::build::parent_dir;
+use super::config::{Descriptor, Manifest};
 use super::constants::{ARCHITECTURE, OS};
 use super::digest::Digest;
 use super::error::{ImageError, IoContext};
-use super::layout::{descriptor, Layout};
+use super::layout::Layout;
 use super::reference::{Reference, Target};
 use super::registry::Registry;
 
@@ -40,13 +43,24 @@ struct Entries {
     manifests: Vec<Descriptor>,
 }
 
-/// Pulls `reference`'s linux/amd64 image into a new OCI image layout directory `dir` (which
-/// must not exist, or be empty), tagged with the reference's tag.
-pub async fn pull(
+/// A registry image's linux/amd64 manifest, exactly as the registry stores it.
+pub struct RemoteManifest {
+    /// The repository it came from, for fetching its blobs.
+    pub registry: Registry,
+    /// The manifest's bytes.
+    pub bytes: Bytes,
+    /// Its media type.
+    pub media_type: String,
+    /// The manifest, parsed.
+    pub manifest: Manifest,
+}
+
+/// Fetches `reference`'s manifest, choosing the linux/amd64 one when the reference names a
+/// multi-platform index, and checking digests wherever one is known.
+pub async fn fetch_manifest(
     reference: &Reference,
-    dir: &Path,
     opts: &PullOptions,
-) -> Result<Pulled, ImageError> {
+) -> Result<RemoteManifest, ImageError> {
     let registry = Registry::new(reference, opts.insecure || reference.is_loopback())?;
     let name = reference.to_string();
     let (mut bytes, mut media_type) = registry.get_manifest(reference.target_str()).await?;
@@ -81,12 +95,30 @@ pub async fn pull(
     if media_type.is_empty() {
         media_type = manifest.media_type.clone().unwrap_or_default();
     }
+    Ok(RemoteManifest {
+        registry,
+        bytes,
+        media_type,
+        manifest,
+    })
+}
+
+/// Pulls `reference`'s linux/amd64 image into a new OCI image layout directory `dir` (which
+/// must not exist, or be empty), tagged with the reference's tag.
+pub async fn pull(
+    reference: &Reference,
+    dir: &Path,
+    opts: &PullOptions,
+) -> Result<Pulled, ImageError> {
+    let RemoteManifest {
+        registry,
+        bytes,
+        media_type,
+        manifest,
+    } = fetch_manifest(reference, opts).await?;
 
     // Staged beside `dir` and renamed into place, so a failed pull leaves nothing behind.
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let parent = parent_dir(dir);
     let staging = tempfile::Builder::new()
         .prefix(".tether-pull-")
         .tempdir_in(&parent)
@@ -95,18 +127,12 @@ pub async fn pull(
     for blob in std::iter::once(&manifest.config).chain(&manifest.layers) {
         fetch_blob(&registry, &layout, blob).await?;
     }
-    let mut desc = layout.write_blob(&media_type, &bytes)?;
-    let digest = desc.digest.clone();
-    desc = descriptor(&media_type, digest.clone(), desc.size);
-    desc.platform = Some(Platform {
-        architecture: ARCHITECTURE.into(),
-        os: OS.into(),
-        variant: None,
-    });
-    if let Target::Tag(tag) = &reference.target {
-        desc.annotations = Some([(REF_NAME.to_string(), tag.clone())].into());
-    }
-    layout.write_index(vec![desc])?;
+    let desc = layout.write_blob(&media_type, &bytes)?;
+    let tag = match &reference.target {
+        Target::Tag(tag) => Some(tag.as_str()),
+        Target::Digest(_) => None,
+    };
+    let digest = layout.write_image_index(desc, tag)?;
     // An empty directory may stand where the layout goes; anything else is refused.
     let _ = std::fs::remove_dir(dir);
     std::fs::rename(layout.root(), dir)

@@ -20,6 +20,7 @@ use serde::Serialize;
 use super::config::Overrides;
 use super::error::ImageError;
 use super::reference::Reference;
+use super::registry::Registry;
 
 pub mod daytona;
 pub mod e2b;
@@ -133,6 +134,36 @@ pub enum TargetError {
     /// Building, reading or pushing an image here failed.
     #[error(transparent)]
     Image(#[from] ImageError),
+}
+
+/// Fails when `from`'s registry says it has no such image, so that a typo costs no upload and
+/// no build. Other failures to look (no credentials here, a registry only the provider can
+/// reach) become a note, and `provider` judges the base itself.
+async fn check_base(
+    provider: &str,
+    from: &str,
+    insecure: bool,
+    events: &(dyn Fn(Event) + Send + Sync),
+) -> Result<(), TargetError> {
+    let reference = Reference::parse(from)?;
+    let registry = Registry::new(&reference, insecure || reference.is_loopback())?;
+    match registry.get_manifest(reference.target_str()).await {
+        Ok(_) => Ok(()),
+        Err(ImageError::Registry {
+            status: 404,
+            message,
+            ..
+        }) => Err(TargetError::Usage(format!(
+            "the base {from} does not exist: its registry answered HTTP 404{message}; check \
+             --from (push a base with `tether image push LAYOUT REGISTRY/NAME:TAG`)"
+        ))),
+        Err(e) => {
+            events(Event::Log(format!(
+                "note: cannot check {from} from here ({e}); {provider} will try to pull it"
+            )));
+            Ok(())
+        }
+    }
 }
 
 /// Builds `req` on `builder`, reporting progress to `events`.

@@ -24,9 +24,6 @@ use crate::client::default_data_dir;
 use crate::image::agent;
 use crate::image::config::Overrides;
 use crate::image::constants::{AGENT_PATH, ENTRYPOINT};
-use crate::image::reference::Reference;
-use crate::image::registry::Registry;
-use crate::image::ImageError;
 use crate::provider::cloud::settings::Settings;
 use crate::provider::modal::{BuildError, Definition, ImageName, ModalProvider};
 use crate::provider::ProviderError;
@@ -39,8 +36,6 @@ const PROVIDER: &str = "modal";
 const AGENT_CONTEXT_FILE: &str = "/tether-agent";
 /// The agent's permissions in the image: executable by every user.
 const AGENT_MODE: &str = "755";
-/// What a registry answers for a manifest it does not have.
-const NOT_FOUND: u16 = 404;
 
 /// Builds `req` on Modal and publishes it under `req.name`.
 pub async fn build(
@@ -68,7 +63,7 @@ pub async fn build(
     agent::check_static(&req.agent)?;
     let commands = dockerfile_commands(from, &req.overrides)?;
     events(Event::Step(format!("checking {from}")));
-    check_base(from, req.insecure, events).await?;
+    super::check_base("Modal", from, req.insecure, events).await?;
     let bytes = tokio::fs::read(&req.agent).await.map_err(|e| {
         TargetError::Usage(format!(
             "cannot read the agent {}: {e}",
@@ -116,34 +111,6 @@ pub async fn build(
         id: image_id,
         build_id: None,
     })
-}
-
-/// Fails if `from`'s registry says it has no such image; other failures to look are only
-/// reported, since Modal pulls from where it is, with its own credentials.
-async fn check_base(
-    from: &str,
-    insecure: bool,
-    events: &(dyn Fn(Event) + Send + Sync),
-) -> Result<(), TargetError> {
-    let reference = Reference::parse(from)?;
-    let registry = Registry::new(&reference, insecure || reference.is_loopback())?;
-    match registry.get_manifest(reference.target_str()).await {
-        Ok(_) => Ok(()),
-        Err(ImageError::Registry {
-            status: NOT_FOUND,
-            message,
-            ..
-        }) => Err(TargetError::Usage(format!(
-            "the base {from} does not exist: its registry has no such image (HTTP \
-             {NOT_FOUND}{message}); check --from"
-        ))),
-        Err(e) => {
-            events(Event::Log(format!(
-                "note: cannot check {from} from here ({e}); Modal will try to pull it"
-            )));
-            Ok(())
-        }
-    }
 }
 
 fn api_error(e: ProviderError) -> TargetError {

@@ -19,9 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::{Event, RemoteBuild, RemoteBuilt, TargetError};
 use crate::image::constants::AGENT_PATH;
-use crate::image::error::ImageError;
 use crate::image::reference::Reference;
-use crate::image::registry::Registry;
 use crate::provider::cloud::settings::{Settings, CONFIG_FILE};
 
 /// The provider's name, as `tether create --provider` takes it.
@@ -73,7 +71,7 @@ pub async fn build(
         .map_err(|e| TargetError::Settings(e.to_string()))?;
     if req.from.is_some() {
         events(Event::Step(format!("checking the base {from}")));
-        check_base(&from).await?;
+        super::check_base("E2B", &from, false, events).await?;
     }
 
     events(Event::Step("packing the agent".into()));
@@ -247,29 +245,6 @@ fn check_name(name: &str) -> Result<(), TargetError> {
         "{name:?} is not a valid E2B template name: write NAME or NAME:TAG, NAME of lowercase \
          letters, digits, '-' and '_' (and TAG also '.'), e.g. tether-sandbox:v1"
     )))
-}
-
-/// Fails when the base's registry says it has no such image, so that a typo costs no upload
-/// and no build. Other failures (no credentials here, a registry only E2B can reach) are left
-/// for E2B's builder to judge.
-async fn check_base(from: &str) -> Result<(), TargetError> {
-    let reference = Reference::parse(from)?;
-    let registry = Registry::new(&reference, reference.is_loopback())?;
-    match registry.get_manifest(reference.target_str()).await {
-        Ok(_) => Ok(()),
-        Err(ImageError::Registry {
-            status: 404,
-            message,
-            ..
-        }) => Err(TargetError::Usage(format!(
-            "the base {from} does not exist: its registry answered HTTP 404{message}; check \
-             --from (push a base with `tether image push LAYOUT REGISTRY/NAME:TAG`)"
-        ))),
-        Err(e) => {
-            tracing::debug!("cannot check the base {from} from here ({e}); E2B will try");
-            Ok(())
-        }
-    }
 }
 
 #[cfg(test)]
