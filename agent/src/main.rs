@@ -40,6 +40,8 @@ use clap::{Parser, Subcommand};
 
 /// The environment variable the token may come from; removed before any process starts.
 const TOKEN_ENV: &str = "TETHER_AGENT_TOKEN";
+/// [`TOKEN_ENV`] for libc.
+const TOKEN_ENV_C: &std::ffi::CStr = c"TETHER_AGENT_TOKEN";
 
 #[derive(Parser)]
 #[command(name = "tether-agent", version, about = "Tether's in-sandbox agent")]
@@ -99,9 +101,13 @@ struct ServeArgs {
 }
 
 fn main() -> anyhow::Result<()> {
-    // Read and scrub the token before any thread or child exists.
+    // Before any thread or child exists: no sandbox process may read this one's memory,
+    // environment or descriptors, and the token leaves the environment block for good.
+    if let Err(e) = sys::make_undumpable() {
+        eprintln!("tether-agent: cannot make the agent undumpable: {e}");
+    }
     let env_token = std::env::var(TOKEN_ENV).ok();
-    std::env::remove_var(TOKEN_ENV);
+    sys::scrub_env(TOKEN_ENV_C);
 
     let cli = Cli::parse();
     match cli.command {

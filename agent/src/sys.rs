@@ -1,10 +1,12 @@
 //! The agent's only unsafe code: adopting inherited file descriptors, reading into
-//! uninitialised buffers, terminal ioctls, and what a child does between fork and exec.
+//! uninitialised buffers, terminal ioctls, what a child does between fork and exec, and
+//! guarding the agent's own process (not dumpable, its token scrubbed from memory).
 #![allow(unsafe_code)]
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -164,4 +166,40 @@ fn reset_oom_score() {
             libc::close(fd);
         }
     }
+}
+
+/// Keeps the sandbox's processes off the agent: a process that is not dumpable cannot be
+/// traced, and its memory, environment and descriptors under `/proc/<pid>/` are closed to any
+/// process without `CAP_SYS_PTRACE` (which sandbox processes never have), same uid or not.
+/// Exec'd children are dumpable again, so debuggers still work on them.
+pub fn make_undumpable() -> io::Result<()> {
+    // SAFETY: PR_SET_DUMPABLE takes integers and touches no memory of ours.
+    let res = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) };
+    if res == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Overwrites the value of environment variable `name` with zeros where the process received
+/// it, the memory `/proc/<pid>/environ` shows, then removes the variable. Removing it alone
+/// only unlinks it from `environ`; the bytes would stay readable.
+///
+/// Must run before any other thread exists (it touches the environment unsynchronised).
+pub fn scrub_env(name: &CStr) {
+    // SAFETY: single-threaded (the caller's contract), so no other thread reads or changes the
+    // environment meanwhile. getenv returns NULL or a pointer to the NUL-terminated value
+    // inside the process's own environment block, which is writable memory; we overwrite
+    // exactly strlen(value) bytes and leave the terminator.
+    unsafe {
+        let value = libc::getenv(name.as_ptr());
+        if !value.is_null() {
+            let len = libc::strlen(value);
+            for i in 0..len {
+                std::ptr::write_volatile(value.add(i), 0);
+            }
+        }
+    }
+    std::env::remove_var(OsStr::from_bytes(name.to_bytes()));
 }

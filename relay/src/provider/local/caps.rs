@@ -1,6 +1,8 @@
-//! The privileges left to a sandbox's root: the capability bounding set is cut to what
-//! ordinary work needs (Docker's default set, minus `MKNOD` and `SETFCAP`, plus
-//! `SYS_RESOURCE` so the agent can protect itself from the OOM killer). Without `SYS_ADMIN`
+//! The privileges left to a sandbox's root (which is root only in its user namespace): the
+//! capability bounding set is cut to what ordinary work needs (Docker's default set, minus
+//! `MKNOD`, `SETFCAP` and `NET_RAW`: no raw sockets, so no sniffing or forged packets, and
+//! no `SYS_RESOURCE`, so no process may exceed its limits). Without `SYS_PTRACE` no sandbox
+//! process can trace or read the agent, which is not dumpable. Without `SYS_ADMIN`
 //! nothing inside can remount the read-only binds, undo `/proc`'s masks or mount anything; without
 //! `DAC_READ_SEARCH` it cannot open host files by handle; without `NET_ADMIN` it cannot touch
 //! the host's network when it shares it.
@@ -9,7 +11,7 @@ use super::error::{InitError, Step};
 use super::sys;
 
 /// Capabilities a sandbox keeps, by number (see capabilities(7)).
-const KEPT: [(u32, &str); 13] = [
+const KEPT: [(u32, &str); 11] = [
     (0, "CHOWN"),
     (1, "DAC_OVERRIDE"),
     (3, "FOWNER"),
@@ -19,9 +21,7 @@ const KEPT: [(u32, &str); 13] = [
     (7, "SETUID"),
     (8, "SETPCAP"),
     (10, "NET_BIND_SERVICE"),
-    (13, "NET_RAW"),
     (18, "SYS_CHROOT"),
-    (24, "SYS_RESOURCE"),
     (29, "AUDIT_WRITE"),
 ];
 
@@ -43,8 +43,9 @@ mod tests {
 
     #[test]
     fn dangerous_capabilities_are_not_kept() {
-        // SYS_ADMIN, SYS_MODULE, SYS_PTRACE, NET_ADMIN, DAC_READ_SEARCH, MKNOD, SYS_RAWIO.
-        for cap in [21, 16, 19, 12, 2, 27, 17] {
+        // SYS_ADMIN, SYS_MODULE, SYS_PTRACE, NET_ADMIN, DAC_READ_SEARCH, MKNOD, SYS_RAWIO,
+        // NET_RAW, SYS_RESOURCE.
+        for cap in [21, 16, 19, 12, 2, 27, 17, 13, 24] {
             assert!(
                 !KEPT.iter().any(|(k, _)| *k == cap),
                 "capability {cap} must be dropped"

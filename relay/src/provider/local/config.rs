@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::constants::MAX_REPORT_LEN;
 use super::layout::Layout;
 use super::plan::Rootfs;
+use super::stage::{STAGED_AGENT, STAGED_LOWER};
 use crate::provider::NetworkPolicy;
 
 /// Everything the sandbox init needs to build one sandbox and start its agent.
@@ -26,8 +27,11 @@ pub(super) struct InitConfig {
     pub network: NetworkPolicy,
     /// The `cgroup.procs` files to join before anything else.
     pub cgroup_procs: Vec<PathBuf>,
-    /// When the relay is not root: the host ids that become root in a new user namespace.
-    pub user_map: Option<IdMap>,
+    /// How the sandbox's users map to the host's: always a user namespace of its own.
+    pub users: IdMapping,
+    /// Run without the seccomp filter (an admin's choice for one sandbox).
+    #[serde(default)]
+    pub seccomp_unconfined: bool,
     /// The agent's complete environment, `KEY=VALUE`.
     pub env: Vec<String>,
     /// Arguments after the agent's fixed ones: an image's working directory and user.
@@ -35,13 +39,54 @@ pub(super) struct InitConfig {
     pub agent_args: Vec<String>,
 }
 
-/// The host user and group that a non-root relay maps to root inside the sandbox.
+impl InitConfig {
+    /// The configuration as PID 1 of a root relay's sandbox uses it: it starts in the sandbox's
+    /// directory and finds its parts there by relative paths, the agent and the image staged
+    /// by the init (see `stage`).
+    pub(super) fn staged(mut self) -> Self {
+        self.layout = Layout::here();
+        if let Rootfs::Image(lower) = &mut self.rootfs {
+            *lower = STAGED_LOWER.into();
+        }
+        self.agent_binary = STAGED_AGENT.into();
+        self
+    }
+}
+
+/// How a sandbox's user namespace maps ids to the host's. Root inside is never root outside.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct IdMap {
-    /// Host uid.
-    pub uid: u32,
-    /// Host gid.
-    pub gid: u32,
+#[serde(tag = "mapping", rename_all = "snake_case")]
+pub(super) enum IdMapping {
+    /// A relay that is not root can map only itself: its uid and gid become root inside, and
+    /// no other id exists there.
+    Own {
+        /// Host uid.
+        uid: u32,
+        /// Host gid.
+        gid: u32,
+    },
+    /// A root relay maps the sandbox's ids `0..count` to the unprivileged host ids
+    /// `base..base + count`, and makes the namespace's owner `owner`, a host uid of this
+    /// sandbox alone, so per-user kernel limits (inotify instances and watches, user
+    /// namespaces, keys) are counted per sandbox rather than against host root.
+    Range {
+        /// The host uid (and gid) that is root inside.
+        base: u32,
+        /// How many ids are mapped.
+        count: u32,
+        /// The host uid that owns the namespace.
+        owner: u32,
+    },
+}
+
+impl IdMapping {
+    /// The host uid and gid that are root inside the sandbox: the owner of what it writes.
+    pub(super) fn root_on_host(&self) -> (u32, u32) {
+        match *self {
+            IdMapping::Own { uid, gid } => (uid, gid),
+            IdMapping::Range { base, .. } => (base, base),
+        }
+    }
 }
 
 /// One line on the status pipe. The monitor reports `Started` after forking the sandbox's
@@ -98,10 +143,12 @@ mod tests {
             agent_binary: "/usr/bin/tether-agent".into(),
             network: NetworkPolicy::Host,
             cgroup_procs: vec!["/sys/fs/cgroup/tether/sb-1/cgroup.procs".into()],
-            user_map: Some(IdMap {
-                uid: 1000,
-                gid: 1000,
-            }),
+            users: IdMapping::Range {
+                base: 2_000_000_000,
+                count: 65536,
+                owner: 2_000_070_000,
+            },
+            seccomp_unconfined: false,
             agent_args: vec!["--workdir".into(), "/srv".into()],
             env: vec!["A=B".into()],
         };

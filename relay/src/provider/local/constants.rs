@@ -19,6 +19,21 @@ pub(super) const IMAGE_CACHE_KEEP_UNUSED: usize = 4;
 /// The folder under each cgroup hierarchy that holds one cgroup per sandbox.
 pub(super) const CGROUP_PARENT: &str = "tether";
 
+/// The host uid (and gid) that is root inside every sandbox of a root relay; ids `0..count`
+/// inside are this and the ones after it. Outside every range that `useradd` (subordinate ids
+/// from 100000) and systemd (nspawn containers up to 1879048191, its own ranges from
+/// 2147352576) hand out, so no host file or user has these ids.
+pub(super) const SANDBOX_ID_BASE: u32 = 2_000_000_000;
+/// How many ids a sandbox has: uid and gid 0 to 65535, as a container expects.
+pub(super) const SANDBOX_ID_COUNT: u32 = 65_536;
+/// The first host uid that owns a sandbox's user namespace (one per sandbox, by id hash).
+pub(super) const SANDBOX_OWNER_BASE: u32 = SANDBOX_ID_BASE + SANDBOX_ID_COUNT;
+/// How many owner uids there are to spread sandboxes over.
+pub(super) const SANDBOX_OWNER_SLOTS: u32 = 1 << 20;
+// Owners are no id of any sandbox, and every id stays below systemd's ranges (2147352576).
+const _: () = assert!(SANDBOX_OWNER_BASE >= SANDBOX_ID_BASE + SANDBOX_ID_COUNT);
+const _: () = assert!(SANDBOX_OWNER_BASE as u64 + SANDBOX_OWNER_SLOTS as u64 <= 2_147_352_576);
+
 /// Processes allowed when the spec sets no limit: enough for builds, small enough to contain
 /// a fork bomb.
 pub(super) const DEFAULT_PIDS_MAX: u64 = 4096;

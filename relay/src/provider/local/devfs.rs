@@ -24,7 +24,7 @@ const LINKS: [(&str, &str); 5] = [
 
 /// Builds `<root>/dev`. In a user namespace the host's `tty` group cannot be named, so
 /// terminals are owned by the sandbox's root group instead.
-pub(super) fn populate(root: &Path, in_user_namespace: bool) -> Result<(), InitError> {
+pub(super) fn populate(root: &Path, single_id: bool) -> Result<(), InitError> {
     let dev = root.join("dev");
     mounts::mount_point_dir(&dev)?;
     let fixed = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
@@ -42,7 +42,8 @@ pub(super) fn populate(root: &Path, in_user_namespace: bool) -> Result<(), InitE
 
     let pts = dev.join("pts");
     mounts::mount_point_dir(&pts)?;
-    let tty_group = if in_user_namespace { "" } else { ",gid=5" };
+    // With only the relay's own id mapped, there is no group 5 (tty) to give the terminals.
+    let tty_group = if single_id { "" } else { ",gid=5" };
     let options = format!("newinstance,ptmxmode=0666,mode=0620{tty_group}");
     mount(
         Some("devpts"),

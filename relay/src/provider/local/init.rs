@@ -27,11 +27,11 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{chdir, dup2, execve, pipe2, sethostname, setsid, ForkResult, Pid};
 
-use super::config::{InitConfig, Report};
+use super::config::{IdMapping, InitConfig, Report};
 use super::constants::{AGENT_ARGS, AGENT_LISTEN_FD, AGENT_PATH, INIT_SUBCOMMAND, WORKSPACE};
 use super::error::{InitError, Step};
 use super::process::ProcessIdentity;
-use super::{caps, namespaces, net, rootfs, sys};
+use super::{caps, namespaces, net, rootfs, seccomp, stage, sys, userns};
 use crate::provider::NetworkPolicy;
 
 /// Descriptors at or above this number are free for the init's own use.
@@ -126,8 +126,8 @@ fn read_config() -> Result<InitConfig, InitError> {
     serde_json::from_slice(&text).map_err(|e| InitError::Config(e.to_string()))
 }
 
-/// Everything before the fork: the socket while the host's file system is still ours, the user
-/// namespace before the namespaces it must own, then the PID namespace.
+/// Everything before the fork: the socket while the host's file system is still ours, then
+/// the user and PID namespaces, in the order the relay's privilege allows.
 fn start() -> Result<Role, InitError> {
     // fork and unshare(CLONE_NEWUSER) are only sound in a single-threaded process.
     if thread_count() != Some(1) {
@@ -143,24 +143,105 @@ fn start() -> Result<Role, InitError> {
         .step(|| format!("binding the agent socket {}", socket.display()))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
         .step(|| format!("restricting {}", socket.display()))?;
+    let contained = pipe2(OFlag::O_CLOEXEC).step(|| "creating the containment pipe".into())?;
 
-    if let Some(map) = config.user_map {
-        namespaces::enter_user_namespace(map)?;
+    match config.users {
+        IdMapping::Own { uid, gid } => {
+            namespaces::enter_user_namespace(uid, gid)?;
+            namespaces::new_pid_namespace()?;
+            match sys::fork().step(|| "forking the sandbox's first process".into())? {
+                ForkResult::Child => Ok(Role::Pid1 {
+                    config,
+                    listener: listener.into(),
+                    contained: contained.0,
+                }),
+                ForkResult::Parent { child } => Ok(Role::Monitor {
+                    child,
+                    config,
+                    contained: contained.1,
+                }),
+            }
+        }
+        IdMapping::Range { base, count, owner } => {
+            start_mapped(config, listener.into(), contained, (base, count, owner))
+        }
     }
-    namespaces::new_pid_namespace()?;
-    let (read_end, write_end) =
-        pipe2(OFlag::O_CLOEXEC).step(|| "creating the containment pipe".into())?;
-    match sys::fork().step(|| "forking the sandbox's first process".into())? {
-        ForkResult::Child => Ok(Role::Pid1 {
-            config,
-            listener: listener.into(),
-            contained: read_end,
-        }),
-        ForkResult::Parent { child } => Ok(Role::Monitor {
-            child,
-            config,
-            contained: write_end,
-        }),
+}
+
+/// A root relay's sandbox: the init stays root on the host and forks a child that becomes
+/// the namespace's unprivileged owner and unshares it; the init maps the child's ids and
+/// stages what PID 1 mounts (see `stage`); the child makes the PID namespace, forks PID 1 and
+/// exits, leaving PID 1 to the init, which is a subreaper.
+fn start_mapped(
+    config: InitConfig,
+    listener: OwnedFd,
+    contained: (OwnedFd, OwnedFd),
+    (base, count, owner): (u32, u32, u32),
+) -> Result<Role, InitError> {
+    sys::become_subreaper().step(|| "becoming the sandbox's subreaper".into())?;
+    // PID 1 inherits this working directory and finds everything from it by relative paths.
+    chdir(config.layout.dir())
+        .step(|| format!("changing into {}", config.layout.dir().display()))?;
+    stage::private_mount_namespace()?;
+    stage::agent(&config)?;
+    let (go_read, go_write) = pipe2(OFlag::O_CLOEXEC).step(|| "creating a pipe".into())?;
+    let (news_read, news_write) = pipe2(OFlag::O_CLOEXEC).step(|| "creating a pipe".into())?;
+    match sys::fork().step(|| "forking the sandbox's namespace process".into())? {
+        ForkResult::Child => {
+            drop((go_write, news_read, contained.1));
+            let mut news = File::from(news_write);
+            userns::become_owner_and_unshare(base, owner)?;
+            news.write_all(b"u")
+                .step(|| "telling the init the namespace exists".into())?;
+            let mut byte = [0u8; 1];
+            if !matches!(File::from(go_read).read(&mut byte), Ok(1)) {
+                return Err(InitError::Config(
+                    "the init exited before mapping the sandbox's ids".into(),
+                ));
+            }
+            userns::become_root_inside()?;
+            namespaces::new_pid_namespace()?;
+            match sys::fork().step(|| "forking the sandbox's first process".into())? {
+                ForkResult::Child => Ok(Role::Pid1 {
+                    config: config.staged(),
+                    listener,
+                    contained: contained.0,
+                }),
+                ForkResult::Parent { child } => {
+                    let _ = news.write_all(child.as_raw().to_string().as_bytes());
+                    process::exit(0)
+                }
+            }
+        }
+        ForkResult::Parent { child } => {
+            drop((go_read, news_write, contained.0, listener));
+            let mut news = File::from(news_read);
+            let mut byte = [0u8; 1];
+            if !matches!(news.read(&mut byte), Ok(1)) {
+                let _ = waitpid(child, None);
+                return Err(InitError::Config(
+                    "the sandbox's namespace process failed; its error is in the sandbox log"
+                        .into(),
+                ));
+            }
+            userns::write_maps(child, base, count)?;
+            stage::image(&config, child)?;
+            File::from(go_write)
+                .write_all(b"g")
+                .step(|| "releasing the sandbox's namespace process".into())?;
+            let mut pid = String::new();
+            let _ = news.read_to_string(&mut pid);
+            // Reaped, the intermediate process hands PID 1 to us, its subreaper.
+            let _ = waitpid(child, None);
+            let pid1 = pid.trim().parse::<i32>().map_err(|_| {
+                InitError::Config("the sandbox's namespace process did not start PID 1".into())
+            })?;
+            Ok(Role::Monitor {
+                child: Pid::from_raw(pid1),
+                config,
+                contained: contained.1,
+            })
+        }
     }
 }
 
@@ -267,7 +348,14 @@ fn prepare_pid1(
     fcntl(AGENT_LISTEN_FD, FcntlArg::F_SETFD(FdFlag::empty()))
         .step(|| "keeping the agent socket open across exec".into())?;
     sys::cloexec_from(AGENT_LISTEN_FD + 1).step(|| "closing inherited descriptors".into())?;
-    sys::reset_sigpipe().step(|| "restoring SIGPIPE's default action".into())
+    sys::reset_sigpipe().step(|| "restoring SIGPIPE's default action".into())?;
+    // Last, so nothing above runs under them: no exec in the sandbox gains privileges, and
+    // every process in it, the agent included, runs under the seccomp filter.
+    sys::set_no_new_privs().step(|| "setting no_new_privs".into())?;
+    if config.seccomp_unconfined {
+        return Ok(());
+    }
+    seccomp::apply()
 }
 
 /// Reaps the sandbox's PID 1 and returns its status as an exit code, leaving a line in the log.

@@ -26,6 +26,14 @@ impl Layout {
         }
     }
 
+    /// The layout as seen from inside the sandbox's directory (the working directory), for
+    /// a process that may not traverse the directories above it.
+    pub(super) fn here() -> Self {
+        Layout {
+            dir: PathBuf::from("."),
+        }
+    }
+
     /// A layout from a directory stored in metadata, if it is where `new` would put it:
     /// a delete must never remove a directory outside the provider's own.
     pub(super) fn from_stored(data_dir: &Path, id: &str, dir: &Path) -> Option<Self> {

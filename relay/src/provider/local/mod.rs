@@ -1,5 +1,5 @@
 //! The `local` provider: each sandbox is a set of fresh Linux namespaces (mount, PID, network,
-//! UTS, IPC, cgroup; plus user when the relay is not root) limited by a cgroup (v2 or v1),
+//! UTS, IPC, cgroup and user: root inside is an unprivileged host uid) limited by a cgroup (v2 or v1),
 //! with `tether-agent` as its PID 1, on this machine.
 //!
 //! # Layout
@@ -40,21 +40,23 @@ mod plan;
 mod process;
 mod procfs;
 mod rootfs;
+mod seccomp;
 mod spawn;
+mod stage;
 mod sys;
 mod teardown;
+mod userns;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use nix::unistd::{getegid, geteuid};
 
 pub use constants::INIT_SUBCOMMAND;
 pub use init::{run_if_sandbox_init, sandbox_init_main};
 
-use self::config::{IdMap, InitConfig};
+use self::config::InitConfig;
 use self::constants::{IMAGE_CACHE_DIR, IMAGE_CACHE_KEEP_UNUSED, PROVIDER_DIR};
 use self::error::LocalError;
 use self::hierarchy::Hierarchy;
@@ -195,17 +197,23 @@ impl LocalProvider {
             std::fs::write(layout.image_marker(), p.digest.hex())
                 .map_err(|e| LocalError::io("record the sandbox's image", e))?;
         }
+        let users = userns::mapping_for(id);
+        let (workspace, upper, work) = (layout.workspace(), layout.upper(), layout.work());
+        let mut writable = vec![workspace.as_path()];
+        if matches!(rootfs, Rootfs::Image(_)) {
+            writable.extend([upper.as_path(), work.as_path()]);
+        }
+        let handed_over = userns::hand_over(&layout, users, &writable);
         let guard = CreateGuard::new(Teardown {
             id: id.to_string(),
             layout: layout.clone(),
             cgroup: Some(cgroup.clone()),
             process: None,
         });
-        let euid = geteuid();
-        let user_map = (!euid.is_root()).then(|| IdMap {
-            uid: euid.as_raw(),
-            gid: getegid().as_raw(),
-        });
+        if let Err(e) = handed_over {
+            guard.undo().await;
+            return Err(e);
+        }
         let config = InitConfig {
             id: id.to_string(),
             layout: layout.clone(),
@@ -213,7 +221,8 @@ impl LocalProvider {
             agent_binary,
             network: spec.network,
             cgroup_procs: cgroup.procs_files(),
-            user_map,
+            users,
+            seccomp_unconfined: false,
             env,
             agent_args: prepared
                 .as_ref()
@@ -235,7 +244,7 @@ impl LocalProvider {
                     cgroup,
                     network: spec.network,
                     rootfs,
-                    user_namespace: user_map.is_some(),
+                    user_namespace: true,
                 })
             }
             Err(e) => {

@@ -1,5 +1,6 @@
 //! Creating the sandbox's namespaces, with errors that say what the host is missing. The
-//! monitor makes the user namespace (non-root relays only) and the PID namespace, whose first
+//! monitor (or, for root relays, the child that owns it: see `userns`) makes the user
+//! namespace and the PID namespace, whose first
 //! child is the sandbox's PID 1; that child then makes the mount, UTS, IPC and (unless the
 //! network is shared) network namespaces for itself, and its cgroup namespace once it has been
 //! moved into the sandbox's cgroup.
@@ -9,18 +10,17 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::sched::{unshare, CloneFlags};
 
-use super::config::IdMap;
 use super::error::{InitError, Step};
 use crate::provider::NetworkPolicy;
 
-/// Enters a new user namespace in which the relay's user is root.
-pub(super) fn enter_user_namespace(map: IdMap) -> Result<(), InitError> {
+/// Enters a new user namespace in which the relay's user (not root) is root.
+pub(super) fn enter_user_namespace(uid: u32, gid: u32) -> Result<(), InitError> {
     unshare_or_explain(CloneFlags::CLONE_NEWUSER)?;
     // An unprivileged process may map only its own ids, and only once setgroups is denied.
     for (file, line) in [
         ("/proc/self/setgroups", "deny".to_string()),
-        ("/proc/self/uid_map", format!("0 {} 1", map.uid)),
-        ("/proc/self/gid_map", format!("0 {} 1", map.gid)),
+        ("/proc/self/uid_map", format!("0 {uid} 1")),
+        ("/proc/self/gid_map", format!("0 {gid} 1")),
     ] {
         std::fs::write(Path::new(file), line.as_bytes())
             .step(|| format!("writing {line:?} to {file}"))?;

@@ -13,7 +13,7 @@ use nix::errno::Errno;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::unistd::{chdir, pivot_root};
 
-use super::config::InitConfig;
+use super::config::{IdMapping, InitConfig};
 use super::constants::{AGENT_PATH, HOST_ROOTFS_HOME, ROOT_SIZE_BYTES, TMP_SIZE_BYTES, WORKSPACE};
 use super::error::{InitError, Step};
 use super::layout::Layout;
@@ -34,7 +34,6 @@ const READ_ONLY: MsFlags = MsFlags::MS_RDONLY.union(NO_DEVICES);
 /// in its new mount and PID namespaces, before [`enter`].
 pub(super) fn assemble(config: &InitConfig) -> Result<(), InitError> {
     let root = config.layout.root();
-    let in_user_namespace = config.user_map.is_some();
     mounts::make_private()?;
 
     match &config.rootfs {
@@ -55,7 +54,7 @@ pub(super) fn assemble(config: &InitConfig) -> Result<(), InitError> {
             }
         }
         Rootfs::Image(lower) => {
-            mount_overlay(&root, lower, &config.layout, in_user_namespace)?;
+            mount_overlay(&root, lower, &config.layout)?;
             etc::write_identity(&root, &config.id)?;
             if config.network == NetworkPolicy::Host {
                 etc::copy_resolver(&root)?;
@@ -84,7 +83,7 @@ pub(super) fn assemble(config: &InitConfig) -> Result<(), InitError> {
             .step(|| format!("creating {}", home.display()))?;
     }
 
-    devfs::populate(&root, in_user_namespace)?;
+    devfs::populate(&root, matches!(config.users, IdMapping::Own { .. }))?;
     procfs::mount_proc(&root)?;
 
     let agent = root.join(AGENT_PATH.trim_start_matches('/'));
@@ -119,22 +118,16 @@ fn bind_host_dirs(root: &Path) -> Result<Vec<PathBuf>, InitError> {
 }
 
 /// Mounts the image `lower` with a writable layer in the sandbox's directory on `root`.
-fn mount_overlay(
-    root: &Path,
-    lower: &Path,
-    layout: &Layout,
-    in_user_namespace: bool,
-) -> Result<(), InitError> {
+fn mount_overlay(root: &Path, lower: &Path, layout: &Layout) -> Result<(), InitError> {
     let mut options = format!(
         "lowerdir={},upperdir={},workdir={}",
         lower.display(),
         layout.upper().display(),
         layout.work().display()
     );
-    if in_user_namespace {
-        // Unprivileged overlays keep their metadata in user.* instead of trusted.* xattrs.
-        options.push_str(",userxattr");
-    }
+    // Mounted from the sandbox's user namespace, the overlay keeps its metadata in user.*
+    // instead of trusted.* xattrs.
+    options.push_str(",userxattr");
     let what = || format!("mounting the image {} as an overlay", lower.display());
     match mount(
         Some("overlay"),

@@ -145,3 +145,88 @@ pub(super) fn dup_above(fd: BorrowedFd<'_>, min: RawFd) -> nix::Result<OwnedFd> 
     // SAFETY: F_DUPFD_CLOEXEC just returned `new` as a fresh descriptor nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
+
+/// Clones the mount at `path` (not its submounts) as a detached mount, read-only, nosuid and
+/// nodev, whose file owners appear through the id mapping of the user namespace `userns`:
+/// host uid 0 shows as the namespace's uid 0, and so on. Returns the detached mount.
+pub(super) fn idmapped_clone(
+    path: &std::ffi::CStr,
+    userns: BorrowedFd<'_>,
+) -> nix::Result<OwnedFd> {
+    // SAFETY: `path` is a valid NUL-terminated string for the duration of the call; open_tree
+    // returns a new descriptor or -1 and touches no other memory.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint,
+        )
+    };
+    let tree = Errno::result(tree)? as RawFd;
+    // SAFETY: open_tree just returned `tree` as a fresh descriptor nobody else owns.
+    let tree = unsafe { OwnedFd::from_raw_fd(tree) };
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_IDMAP
+            | libc::MOUNT_ATTR_RDONLY
+            | libc::MOUNT_ATTR_NOSUID
+            | libc::MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    // SAFETY: `attr` is a valid mount_attr whose size we pass; the empty path with
+    // AT_EMPTY_PATH makes the call act on `tree` itself.
+    let res = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    Errno::result(res)?;
+    Ok(tree)
+}
+
+/// Attaches the detached mount `tree` at `target`.
+pub(super) fn attach_mount(tree: BorrowedFd<'_>, target: &std::ffi::CStr) -> nix::Result<()> {
+    // SAFETY: both strings are valid and NUL-terminated for the duration of the call;
+    // MOVE_MOUNT_F_EMPTY_PATH makes the empty source path name `tree` itself.
+    let res = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    Errno::result(res).map(drop)
+}
+
+/// Makes the calling process the reaper of its orphaned descendants, so a sandbox's PID 1
+/// stays the init's to wait for after the intermediate process that forked it exits.
+pub(super) fn become_subreaper() -> nix::Result<()> {
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer and touches no memory of ours.
+    let res = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) };
+    Errno::result(res).map(drop)
+}
+
+/// Sets `no_new_privs`: no exec in the sandbox can gain privileges (setuid, file
+/// capabilities), and the seccomp filter may be installed without `CAP_SYS_ADMIN`.
+pub(super) fn set_no_new_privs() -> nix::Result<()> {
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes integers and touches no memory of ours.
+    let res = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) };
+    Errno::result(res).map(drop)
+}
+
+/// Marks the calling process dumpable again (see `userns::become_root_inside`).
+pub(super) fn set_dumpable() -> nix::Result<()> {
+    // SAFETY: PR_SET_DUMPABLE takes integers and touches no memory of ours.
+    let res = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1 as libc::c_ulong, 0, 0, 0) };
+    Errno::result(res).map(drop)
+}
