@@ -28,7 +28,7 @@ use tracing::debug;
 
 use crate::reaper::{Ended, Reaper};
 use crate::replay::{Reader, Ring};
-use crate::spawn::{self, ChildIo};
+use crate::spawn::{self, ChildIo, Inheritance};
 use crate::stream::OpError;
 use crate::{output, pty, sys};
 
@@ -46,8 +46,8 @@ struct Registry {
     table: Mutex<HashMap<ProcessId, Arc<Process>>>,
     next_id: AtomicU64,
     reaper: Arc<Reaper>,
-    /// The agent lowered its own OOM score, so children must raise theirs back.
-    reset_oom: bool,
+    /// What children undo: the agent's OOM shield, the signals it was started ignoring.
+    inheritance: Inheritance,
 }
 
 /// One process and its output history.
@@ -98,14 +98,20 @@ impl Input {
 impl Processes {
     /// Starts the registry and the reaper. Must be called inside the tokio runtime.
     pub fn start() -> Processes {
+        // The agent lowered its own OOM score, so children must raise theirs back.
         let reset_oom = std::fs::read_to_string("/proc/self/oom_score_adj")
             .is_ok_and(|score| score.trim() != "0");
+        // Read before the reaper and the signal tasks install their handlers.
+        let inheritance = Inheritance {
+            reset_oom,
+            default_signals: sys::ignores_signals(),
+        };
         Processes {
             registry: Arc::new(Registry {
                 table: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
                 reaper: Reaper::start(),
-                reset_oom,
+                inheritance,
             }),
         }
     }
@@ -119,7 +125,7 @@ impl Processes {
         ring_bytes: usize,
     ) -> Result<Arc<Process>, OpError> {
         let registry = &self.registry;
-        let child = spawn::spawn(spec, workdir, registry.reset_oom, &registry.reaper)?;
+        let child = spawn::spawn(spec, workdir, registry.inheritance, &registry.reaper)?;
         let capacity = spec
             .ring_bytes
             .map_or(ring_bytes, |b| b.clamp(RING_BYTES.0, RING_BYTES.1) as usize);

@@ -62,12 +62,22 @@ pub enum ChildIo {
     },
 }
 
+/// What a child must not inherit from the agent, decided once when the agent starts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Inheritance {
+    /// Undo the agent's OOM shield.
+    pub reset_oom: bool,
+    /// Restore every signal's default action: the agent was started with some ignored (by
+    /// `nohup`, a shell, or a relay that was), and user commands must start clean.
+    pub default_signals: bool,
+}
+
 /// Starts the child described by `spec`. `workdir` is the default (and base of a relative)
-/// working directory; `reset_oom` asks the child to undo the agent's OOM shield.
+/// working directory; `inheritance` says what of the agent's state the child undoes.
 pub fn spawn(
     spec: &ExecSpec,
     workdir: &Path,
-    reset_oom: bool,
+    inheritance: Inheritance,
     reaper: &Reaper,
 ) -> Result<Child, OpError> {
     let cwd = working_dir(spec.cwd.as_deref(), workdir)?;
@@ -99,7 +109,8 @@ pub fn spawn(
     };
 
     let mut setup = ChildSetup {
-        reset_oom,
+        reset_oom: inheritance.reset_oom,
+        default_signals: inheritance.default_signals,
         ..ChildSetup::default()
     };
     if let Some(account) = &account {

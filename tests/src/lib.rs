@@ -13,6 +13,7 @@ use tether_relay::client::{RelayClient, Session};
 
 pub mod cloud;
 pub mod images;
+pub mod signals;
 
 /// How long a binary may take to print its readiness line.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -94,6 +95,12 @@ impl Agent {
 
     /// Starts an agent with extra `serve` arguments.
     pub fn start_with(extra: &[&str]) -> Agent {
+        Agent::start_custom(extra, |_| {})
+    }
+
+    /// Starts an agent with extra `serve` arguments and `setup` applied to its command (an
+    /// environment, a `pre_exec` hook).
+    pub fn start_custom(extra: &[&str], setup: impl FnOnce(&mut Command)) -> Agent {
         let dir = tempfile::tempdir().expect("temp dir");
         let token = token();
         let mut cmd = Command::new(bin("tether-agent"));
@@ -106,6 +113,7 @@ impl Agent {
                 std::env::var("TETHER_LOG").unwrap_or_else(|_| "warn".into()),
             )
             .current_dir(dir.path());
+        setup(&mut cmd);
         let (child, url) = spawn_ready(cmd, "listening ");
         Agent {
             child,
@@ -176,9 +184,27 @@ impl Relay {
         relay
     }
 
+    /// Starts a relay on a fresh data directory from `program` (a `tether` binary), with
+    /// `setup` applied to its command (its stderr, a `pre_exec` hook).
+    pub fn start_custom(program: &Path, setup: impl FnOnce(&mut Command)) -> Relay {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut relay = Relay::start_from(program, dir.path(), setup);
+        relay._owned_dir = Some(dir);
+        relay
+    }
+
+    /// The relay's pid on this host.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the relay runs").id()
+    }
+
     /// Starts a relay on an existing data directory (for restart tests).
     pub fn start_on(data_dir: &Path) -> Relay {
-        let mut cmd = Command::new(bin("tether"));
+        Relay::start_from(&bin("tether"), data_dir, |_| {})
+    }
+
+    fn start_from(program: &Path, data_dir: &Path, setup: impl FnOnce(&mut Command)) -> Relay {
+        let mut cmd = Command::new(program);
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .env("TETHER_AGENT_BIN", bin("tether-agent"))
@@ -186,6 +212,7 @@ impl Relay {
                 "TETHER_LOG",
                 std::env::var("TETHER_LOG").unwrap_or_else(|_| "warn".into()),
             );
+        setup(&mut cmd);
         let (child, url) = spawn_ready(cmd, "listening ");
         let admin_token = std::fs::read_to_string(data_dir.join("admin.token"))
             .expect("relay wrote admin.token")

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use tether_e2e::{eventually, sha256_hex, Agent};
+use tether_e2e::{eventually, sha256_hex, signals, Agent};
 use tether_proto::op::{ExecSpec, Op, PtySpec};
 use tether_proto::{Channel, ErrorCode, ProcessId};
 use tether_relay::client::{ClientError, Event, Output, Process, ProcessEvent, Session};
@@ -227,6 +227,40 @@ async fn children_do_not_inherit_the_agents_oom_shield() {
     )
     .await;
     assert_eq!(out.stdout, b"0\n");
+}
+
+#[tokio::test]
+async fn children_start_with_default_signals_whatever_the_agent_inherited() {
+    // Started as `nohup` and a blocking service manager leave it.
+    let agent = Agent::start_custom(&[], |cmd| {
+        signals::ignore_and_block(cmd, &signals::NOHUP_SIGNALS)
+    });
+    let own = std::fs::read_to_string(format!("/proc/{}/status", agent.pid())).unwrap();
+    let hup = signals::status_mask(&[nix::sys::signal::Signal::SIGHUP]);
+    assert_eq!(
+        signals::status_field(&own, "SigIgn").unwrap() & hup,
+        hup,
+        "{own}"
+    );
+    let session = agent.session().await;
+    let script = "grep -E '^Sig(Ign|Blk)' /proc/self/status";
+    // Pipes (posix_spawn, when nothing else is needed) and a terminal (fork) alike.
+    for spec in [shell(script), pty(script, 80, 24)] {
+        let out = run(&session, spec).await;
+        let text = String::from_utf8(out.stdout).unwrap().replace('\r', "");
+        assert_eq!(
+            text, "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n",
+            "{:?}",
+            out.stderr
+        );
+    }
+    // A hangup ends a sleep: were HUP still ignored, it would sleep its 30 s and exit 0.
+    let hup = run(
+        &session,
+        shell("sleep 30 & pid=$!; kill -HUP $pid; wait $pid; echo status=$?"),
+    )
+    .await;
+    assert_eq!(hup.stdout, b"status=129\n");
 }
 
 #[tokio::test]

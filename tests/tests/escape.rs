@@ -15,7 +15,11 @@ use tether_e2e::Relay;
 
 fn create(relay: &Relay, extra: &[&str]) -> String {
     let out = relay.tether().arg("create").args(extra).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
@@ -58,14 +62,21 @@ fn python_in_background(relay: &Relay, id: &str, script: &str) -> (Child, String
 
 /// The host pid of the process whose command line is exactly `argv`, waiting up to 10 s.
 fn host_pid_of(argv: &[&str]) -> u32 {
-    let want: Vec<u8> = argv.iter().flat_map(|a| [a.as_bytes(), b"\0"].concat()).collect();
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         for entry in std::fs::read_dir("/proc").unwrap().flatten() {
             let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
                 continue;
             };
-            if std::fs::read(format!("/proc/{pid}/cmdline")).ok().as_deref() == Some(&want[..]) {
+            if std::fs::read(format!("/proc/{pid}/cmdline"))
+                .ok()
+                .as_deref()
+                == Some(&want[..])
+            {
                 return pid;
             }
         }
@@ -78,8 +89,16 @@ fn host_pid_of(argv: &[&str]) -> u32 {
 fn root_inside_is_an_unprivileged_uid_outside() {
     let relay = Relay::start();
     let id = create(&relay, &[]);
-    let inside = sh(&relay, &id, "id -u; cat /proc/self/uid_map; echo x > /workspace/mine");
-    assert!(inside.status.success(), "{}", String::from_utf8_lossy(&inside.stderr));
+    let inside = sh(
+        &relay,
+        &id,
+        "id -u; cat /proc/self/uid_map; echo x > /workspace/mine",
+    );
+    assert!(
+        inside.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inside.stderr)
+    );
     let text = stdout(&inside);
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("0"), "not root inside");
@@ -108,7 +127,11 @@ fn root_inside_is_an_unprivileged_uid_outside() {
         .collect();
     assert!(uids.iter().all(|&u| u == host_uid), "host uids {uids:?}");
     // So do its files.
-    let file = relay.data_dir.join("local").join(&id).join("workspace/mine");
+    let file = relay
+        .data_dir
+        .join("local")
+        .join(&id)
+        .join("workspace/mine");
     assert_eq!(u64::from(std::fs::metadata(&file).unwrap().uid()), host_uid);
     let _ = sleeper.kill();
     let _ = sleeper.wait();
@@ -126,7 +149,11 @@ fn the_filter_no_new_privs_and_capabilities_hold() {
     // NET_RAW, SYS_PTRACE, SYS_ADMIN, SYS_RESOURCE, SYS_MODULE, NET_ADMIN.
     for cap in [13, 19, 21, 24, 16, 12] {
         assert_eq!(effective & (1 << cap), 0, "capability {cap} is effective");
-        assert_eq!(bounding & (1 << cap), 0, "capability {cap} is in the bounding set");
+        assert_eq!(
+            bounding & (1 << cap),
+            0,
+            "capability {cap} is in the bounding set"
+        );
     }
 
     // Each call from the issue, made for real; each must fail with the errno named.
@@ -172,7 +199,11 @@ for name, err in calls.items():
 "#;
     let out = sh(&relay, &id, &format!("python3 -c '{probe}'"));
     let text = stdout(&out);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for line in text.lines() {
         let (name, err) = line.split_once(' ').unwrap();
         let want = if name == "clone3" { "ENOSYS" } else { "EPERM" };
@@ -203,7 +234,10 @@ fn sandbox_code_cannot_reach_the_agent() {
     );
     let text = stdout(&attempts);
     assert!(!text.contains("OPEN"), "the agent is reachable: {text}");
-    assert!(text.contains("ptrace -1 1\n"), "PTRACE_ATTACH to the agent: {text}");
+    assert!(
+        text.contains("ptrace -1 1\n"),
+        "PTRACE_ATTACH to the agent: {text}"
+    );
     // Still serving after all of that.
     assert_eq!(stdout(&sh(&relay, &id, "echo still")), "still\n");
 
@@ -220,7 +254,11 @@ fn sandbox_code_cannot_reach_the_agent() {
     let agent = status_field(&status, "PPid");
     let environ = std::fs::read(format!("/proc/{agent}/environ")).unwrap();
     let cmdline = std::fs::read(format!("/proc/{agent}/cmdline")).unwrap();
-    assert!(cmdline.starts_with(b"tether-agent"), "{}", String::from_utf8_lossy(&cmdline));
+    assert!(
+        cmdline.starts_with(b"tether-agent"),
+        "{}",
+        String::from_utf8_lossy(&cmdline)
+    );
     let key = b"TETHER_AGENT_TOKEN=";
     for entry in environ.split(|b| *b == 0) {
         assert!(
@@ -252,10 +290,17 @@ fn one_sandbox_cannot_use_up_inotify_for_others_or_the_host() {
     assert!(held > 0, "the hog got no inotify instance at all");
 
     let probe = "python3 -c 'import ctypes; print(ctypes.CDLL(None).inotify_init1(0) >= 0)'";
-    assert_eq!(stdout(&sh(&relay, &other, probe)), "True\n", "another sandbox lost inotify");
+    assert_eq!(
+        stdout(&sh(&relay, &other, probe)),
+        "True\n",
+        "another sandbox lost inotify"
+    );
     // And the host (this test runs as the relay's user) keeps its own.
     let host = Command::new("python3")
-        .args(["-c", "import ctypes; print(ctypes.CDLL(None).inotify_init1(0) >= 0)"])
+        .args([
+            "-c",
+            "import ctypes; print(ctypes.CDLL(None).inotify_init1(0) >= 0)",
+        ])
         .output()
         .unwrap();
     assert_eq!(stdout(&host), "True\n", "the host lost inotify");

@@ -1,11 +1,16 @@
 //! The local sandbox really isolates: host files, host loopback services and host processes
 //! are out of reach, writes outside /workspace and /tmp fail, a memory hog dies alone, delete
-//! leaves nothing behind, and sandboxes survive a relay restart.
+//! leaves nothing behind, and sandboxes survive a relay restart. A relay whose binary is
+//! replaced under it keeps creating sandboxes, and signals the relay inherited ignored or
+//! blocked do not reach sandboxed processes.
 
 use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
 
-use tether_e2e::Relay;
+use nix::sys::signal::Signal;
+use tether_e2e::signals::{self, NOHUP_SIGNALS};
+use tether_e2e::{bin, Relay};
 
 fn create(relay: &Relay, extra: &[&str]) -> String {
     let out = relay.tether().arg("create").args(extra).output().unwrap();
@@ -141,4 +146,95 @@ fn sandboxes_survive_a_relay_restart() {
     let r = sh(&relay, &id, "cat /workspace/f");
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     assert_eq!(String::from_utf8_lossy(&r.stdout), "kept\n");
+}
+
+/// Copies the `tether` binary to `path`, executable, as an installer would.
+fn install_tether(path: &std::path::Path) {
+    std::fs::copy(bin("tether"), path).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn assert_sandbox_works(relay: &Relay) {
+    let id = create(relay, &[]);
+    let out = sh(relay, &id, "echo works in $(hostname)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("works in {id}\n")
+    );
+}
+
+#[test]
+fn a_relay_whose_binary_is_replaced_or_deleted_keeps_creating_sandboxes() {
+    let dir = tempfile::tempdir().unwrap();
+    let installed = dir.path().join("tether");
+    install_tether(&installed);
+    let log = dir.path().join("relay.log");
+    let relay = Relay::start_custom(&installed, |cmd| {
+        cmd.stderr(std::fs::File::create(&log).unwrap());
+    });
+    assert_sandbox_works(&relay);
+
+    // An upgrade: the new binary is written beside the old one and renamed over it.
+    let staged = dir.path().join("tether.new");
+    install_tether(&staged);
+    std::fs::rename(&staged, &installed).unwrap();
+    assert_sandbox_works(&relay);
+
+    // An uninstall: the file is gone.
+    std::fs::remove_file(&installed).unwrap();
+    assert_sandbox_works(&relay);
+
+    let log = std::fs::read_to_string(&log).unwrap();
+    let warnings = log
+        .matches("changed on disk since the relay started")
+        .count();
+    assert_eq!(warnings, 1, "the replacement is logged once:\n{log}");
+    assert!(log.contains(&installed.display().to_string()), "{log}");
+}
+
+#[test]
+fn sandboxed_processes_start_with_default_signals_whatever_the_relay_inherited() {
+    let relay = Relay::start_custom(&bin("tether"), |cmd| {
+        signals::ignore_and_block(cmd, &NOHUP_SIGNALS)
+    });
+    // The relay itself really runs as `nohup` (and a blocking service manager) leave it.
+    let own = std::fs::read_to_string(format!("/proc/{}/status", relay.pid())).unwrap();
+    let inherited = signals::status_mask(&NOHUP_SIGNALS);
+    // (It handles SIGINT itself, so only HUP and QUIT stay ignored.)
+    let hup = signals::status_mask(&[Signal::SIGHUP]);
+    for (field, expected) in [("SigIgn", hup), ("SigBlk", inherited)] {
+        let mask = signals::status_field(&own, field).unwrap();
+        assert_eq!(mask & expected, expected, "the relay's {field}: {own}");
+    }
+
+    let id = create(&relay, &[]);
+    // A command starts with nothing ignored and nothing blocked, as the operator
+    // checks it.
+    let out = sh(&relay, &id, "cat /proc/self/status");
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(status.contains("\nSigIgn:\t0000000000000000\n"), "{status}");
+    assert!(status.contains("\nSigBlk:\t0000000000000000\n"), "{status}");
+    // So does the agent (PID 1; it ignores only SIGPIPE, as every Rust program does).
+    let out = sh(&relay, &id, "cat /proc/1/status");
+    let agent = String::from_utf8_lossy(&out.stdout);
+    let ignored = signals::status_field(&agent, "SigIgn").unwrap();
+    assert_eq!(
+        ignored & inherited,
+        0,
+        "the agent inherited ignored signals:\n{agent}"
+    );
+    assert_eq!(signals::status_field(&agent, "SigBlk"), Some(0), "{agent}");
+
+    // A hangup ends a sleep: were HUP still ignored, it would sleep its 30 s and exit 0.
+    let hup = sh(
+        &relay,
+        &id,
+        "sleep 30 & pid=$!; kill -HUP $pid; wait $pid; echo status=$?",
+    );
+    assert_eq!(String::from_utf8_lossy(&hup.stdout), "status=129\n");
 }

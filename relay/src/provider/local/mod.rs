@@ -11,6 +11,8 @@
 //!   sandbox init (`spawn`), handing it an `InitConfig` (`config`).
 //!   It keeps `Meta` (`meta`) in the registry, answers `state` from it (`process`), connects
 //!   to the agent (`connect`) and removes everything on delete (`teardown`).
+//! - The relay's binary is pinned by a descriptor when the provider is made (`own_binary`),
+//!   so an upgrade in place does not stop creates.
 //! - Sandbox side: the relay binary re-executed as `tether __sandbox-init` (`init`) creates
 //!   the namespaces (`namespaces`) and forks PID 1, which brings `lo` up (`net`), assembles and
 //!   enters its root (`rootfs`, from `mounts`, `etc`, `devfs`, `procfs`), drops capabilities
@@ -36,6 +38,7 @@ mod mountinfo;
 mod mounts;
 mod namespaces;
 mod net;
+mod own_binary;
 mod plan;
 mod process;
 mod procfs;
@@ -62,6 +65,7 @@ use self::error::LocalError;
 use self::hierarchy::Hierarchy;
 use self::layout::Layout;
 use self::meta::Meta;
+use self::own_binary::{InitProgram, OwnBinary};
 use self::plan::Rootfs;
 use self::teardown::{CreateGuard, Teardown};
 use super::{
@@ -79,8 +83,10 @@ pub struct LocalProvider {
 
 impl LocalProvider {
     /// A provider that keeps its files under `ctx.data_dir/local/`. Never fails: what the host
-    /// lacks is reported by `create`.
+    /// lacks is reported by `create`. Pins the relay's own binary (the first time in this
+    /// process), so sandboxes still start after the file is replaced on disk.
     pub fn new(ctx: ProviderContext) -> Self {
+        let _ = OwnBinary::get();
         LocalProvider {
             ctx,
             init_program: None,
@@ -97,15 +103,10 @@ impl LocalProvider {
         }
     }
 
-    fn init_program(&self) -> Result<PathBuf, LocalError> {
+    fn init_program(&self) -> Result<InitProgram, LocalError> {
         match &self.init_program {
-            Some(program) => Ok(program.clone()),
-            None => std::env::current_exe().map_err(|e| {
-                LocalError::Unavailable(format!(
-                    "the local provider re-executes the relay's own binary, which cannot be \
-                     found: {e}"
-                ))
-            }),
+            Some(program) => Ok(InitProgram::at(program)),
+            None => own_binary::own_program(),
         }
     }
 

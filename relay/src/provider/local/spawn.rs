@@ -14,12 +14,13 @@ use tokio::process::{Child, Command};
 use super::config::{InitConfig, Report};
 use super::constants::{INIT_SUBCOMMAND, START_TIMEOUT};
 use super::error::{IoContext, LocalError};
+use super::own_binary::InitProgram;
 use super::process::ProcessIdentity;
 
 /// Starts the sandbox described by `config` with `program` (the relay binary) and returns its
 /// first process once the agent is being exec'd. The sandbox's output goes to `log`.
 pub(super) async fn start(
-    program: &Path,
+    program: &InitProgram,
     config: &InitConfig,
     log: &Path,
 ) -> Result<ProcessIdentity, LocalError> {
@@ -29,7 +30,8 @@ pub(super) async fn start(
         .mode(0o600)
         .open(log)
         .context(|| format!("open the sandbox log {}", log.display()))?;
-    let mut child = Command::new(program)
+    let mut child = Command::new(&program.path)
+        .arg0(&program.name)
         .arg(INIT_SUBCOMMAND)
         .env_clear()
         .current_dir("/")
@@ -37,7 +39,7 @@ pub(super) async fn start(
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log_file))
         .spawn()
-        .context(|| format!("start the sandbox init {}", program.display()))?;
+        .context(|| format!("start the sandbox init {}", program.name))?;
 
     let config = serde_json::to_vec(config)
         .map_err(|e| LocalError::io("encode the sandbox configuration", e.into()))?;

@@ -138,6 +138,59 @@ pub(super) fn reset_sigpipe() -> nix::Result<()> {
     unsafe { nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigDfl) }.map(drop)
 }
 
+/// The highest signal number Linux has (`_NSIG - 1`: 31 standard and 33 real-time signals).
+const LAST_SIGNAL: libc::c_int = 64;
+
+/// The kernel's `struct sigaction` (x86-64 and arm64 share it), which `rt_sigaction` takes.
+/// Not libc's: libc refuses the real-time signals it keeps for itself (32 and 33 for glibc),
+/// which a glibc parent's `posix_spawn` leaves ignored in every child.
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
+/// Restores the default action of every signal but SIGPIPE and unblocks every signal, as
+/// `posix_spawn` with `POSIX_SPAWN_SETSIGDEF` would: what the relay inherited (`nohup` ignores
+/// SIGHUP, a shell adds SIGINT and SIGQUIT, a service manager may block some, glibc's
+/// `posix_spawn` ignores its own) must not reach the agent and every command it runs. SIGPIPE
+/// stays ignored, as the Rust runtime set it, while the init writes to pipes;
+/// [`reset_sigpipe`] restores it right before the agent's exec.
+pub(super) fn reset_signal_dispositions() {
+    let default = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for signal in 1..=LAST_SIGNAL {
+        if [libc::SIGKILL, libc::SIGSTOP, libc::SIGPIPE].contains(&signal) {
+            continue;
+        }
+        // SAFETY: `default` is a valid kernel sigaction that outlives the call, its mask is
+        // 8 bytes as the last argument says, and SIG_DFL runs no handler code. The init is
+        // single-threaded, so libc's handlers for its own signals are not needed. The call
+        // cannot fail for a signal number in range other than SIGKILL and SIGSTOP.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                &default,
+                std::ptr::null_mut::<KernelSigaction>(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
+    // An empty mask is always a valid argument: this cannot fail.
+    let _ = nix::sys::signal::sigprocmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&nix::sys::signal::SigSet::empty()),
+        None,
+    );
+}
+
 /// Duplicates `fd` to a new close-on-exec descriptor numbered `min` or higher, so it cannot
 /// collide with the low numbers the agent's contract fixes (fd 3).
 pub(super) fn dup_above(fd: BorrowedFd<'_>, min: RawFd) -> nix::Result<OwnedFd> {
