@@ -28,6 +28,11 @@ pub(super) fn enter_user_namespace(uid: u32, gid: u32) -> Result<(), InitError> 
     Ok(())
 }
 
+/// Moves the calling process into a new user namespace, whose ids the init maps from outside.
+pub(super) fn unshare_user_namespace() -> Result<(), InitError> {
+    unshare_or_explain(CloneFlags::CLONE_NEWUSER)
+}
+
 /// Makes the next child the first process of a new PID namespace.
 pub(super) fn new_pid_namespace() -> Result<(), InitError> {
     unshare_or_explain(CloneFlags::CLONE_NEWPID)

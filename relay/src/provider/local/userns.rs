@@ -13,7 +13,6 @@
 use std::os::unix::fs::{chown, PermissionsExt};
 use std::path::Path;
 
-use nix::sched::{unshare, CloneFlags};
 use nix::unistd::{getegid, geteuid, setgroups, setresgid, setresuid, Gid, Pid, Uid};
 
 use super::config::IdMapping;
@@ -22,7 +21,7 @@ use super::constants::{
 };
 use super::error::{InitError, IoContext, LocalError, Step};
 use super::layout::Layout;
-use super::sys;
+use super::{namespaces, sys};
 
 /// The user namespace mapping of sandbox `id` for a relay running as this process's user.
 pub(super) fn mapping_for(id: &str) -> IdMapping {
@@ -83,7 +82,7 @@ pub(super) fn become_owner_and_unshare(base: u32, owner: u32) -> Result<(), Init
     setresgid(gid, gid, gid).step(|| format!("switching to host gid {base}"))?;
     let uid = Uid::from_raw(owner);
     setresuid(uid, uid, uid).step(|| format!("switching to host uid {owner}"))?;
-    unshare(CloneFlags::CLONE_NEWUSER).step(|| "unshare(CLONE_NEWUSER)".into())
+    namespaces::unshare_user_namespace()
 }
 
 /// In the child, once mapped: takes uid and gid 0 of its namespace (host `base`).
