@@ -104,7 +104,7 @@ impl Processes {
         // Read before the reaper and the signal tasks install their handlers.
         let inheritance = Inheritance {
             reset_oom,
-            default_signals: sys::ignores_signals(),
+            default_signals: sys::children_inherit_ignored_signals(),
         };
         Processes {
             registry: Arc::new(Registry {

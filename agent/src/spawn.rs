@@ -67,8 +67,9 @@ pub enum ChildIo {
 pub struct Inheritance {
     /// Undo the agent's OOM shield.
     pub reset_oom: bool,
-    /// Restore every signal's default action: the agent was started with some ignored (by
-    /// `nohup`, a shell, or a relay that was), and user commands must start clean.
+    /// Restore every signal's default action in the child, which would otherwise inherit
+    /// ignored signals: those the agent was started with (by `nohup`, a shell, or a relay
+    /// that was), or, under glibc, those its `posix_spawn` ignores. User commands start clean.
     pub default_signals: bool,
 }
 

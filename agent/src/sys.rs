@@ -238,7 +238,7 @@ const DEFAULT_ACTION: KernelSigaction = KernelSigaction {
 /// the defaults itself. SIGPIPE does not count: the Rust runtime ignores it, and `Command`
 /// restores it in every child. Under glibc always true: its `posix_spawn` leaves the
 /// real-time signals glibc keeps for itself ignored in the child.
-pub fn ignores_signals() -> bool {
+pub fn children_inherit_ignored_signals() -> bool {
     if cfg!(target_env = "gnu") {
         return true;
     }

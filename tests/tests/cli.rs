@@ -6,10 +6,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use serde_json::Value;
-use tether_e2e::{bin, sha256_hex, Relay};
+use tether_e2e::{bin, sha256_hex, signals, Relay};
 
 /// How long a terminal test waits for the screen to show what it expects.
 const SCREEN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -266,6 +269,124 @@ fn exec_forwards_local_interrupts() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(code, Some(128 + 2), "the remote sleep died of SIGINT");
+}
+
+/// A remote script that answers `signal` by printing `got-NAME` and exiting `code`, and
+/// otherwise waits 30 s (what bounds a test whose signal never arrives).
+fn trap_script(signal: &str, code: i32) -> String {
+    let name = signal.to_lowercase();
+    format!(
+        "trap 'echo got-{name}; exit {code}' {signal}; echo ready; \
+         sleep 30 >/dev/null 2>&1 & wait"
+    )
+}
+
+/// Runs `tether ARGS`, whose remote command prints `ready` once it can take signals, sends
+/// `signal` to the local `tether` process then, and returns its exit code and what it
+/// printed after `ready`.
+fn signalled_when_ready(relay: &Relay, args: &[&str], signal: Signal) -> (Option<i32>, String) {
+    let mut child = relay
+        .tether()
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            // A terminal ends lines with \r\n.
+            if lines.send(line.trim_end().to_string()).is_err() {
+                break;
+            }
+        }
+    });
+    let ready = received.recv_timeout(SCREEN_TIMEOUT);
+    assert_eq!(ready.as_deref(), Ok("ready"), "tether {args:?}");
+    nix::sys::signal::kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+    // The remote sleep ends the command within 30 s even if the signal went nowhere.
+    let mut after = Vec::new();
+    loop {
+        match received.recv_timeout(SCREEN_TIMEOUT) {
+            Ok(line) => after.push(line),
+            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => panic!("tether {args:?} did not end: {after:?}"),
+        }
+    }
+    (child.wait().unwrap().code(), after.join("\n"))
+}
+
+#[test]
+fn exec_shell_and_run_forward_hangup_quit_and_user_signals() {
+    // Under `nohup`, as operators start it: the remote script must still see HUP.
+    let relay = Relay::start_custom(&bin("tether"), |cmd| {
+        signals::ignore_and_block(cmd, &signals::NOHUP_SIGNALS)
+    });
+    let id = create(&relay);
+    let cases = [
+        (Signal::SIGHUP, "HUP", 3),
+        (Signal::SIGUSR1, "USR1", 4),
+        (Signal::SIGUSR2, "USR2", 5),
+        (Signal::SIGQUIT, "QUIT", 6),
+    ];
+    for (signal, name, code) in cases {
+        let script = trap_script(name, code);
+        let (status, output) = signalled_when_ready(&relay, &["exec", &id, "-c", &script], signal);
+        assert_eq!(status, Some(code), "exec, {name}: {output}");
+        assert_eq!(output, format!("got-{}", name.to_lowercase()));
+    }
+
+    // Under a terminal a hangup reaches the remote side too, and the session ends with it.
+    let script = trap_script("HUP", 3);
+    let (status, output) =
+        signalled_when_ready(&relay, &["exec", "-t", &id, "-c", &script], Signal::SIGHUP);
+    assert_eq!(status, Some(3), "exec -t, HUP: {output}");
+    assert!(output.contains("got-hup"), "{output}");
+    // One that ignores the hangup is given up on after a grace period, well before its sleep
+    // would end.
+    let begun = Instant::now();
+    let (status, _) = signalled_when_ready(
+        &relay,
+        &[
+            "exec",
+            "-t",
+            &id,
+            "-c",
+            "trap '' HUP; echo ready; exec sleep 30",
+        ],
+        Signal::SIGHUP,
+    );
+    assert_eq!(status, Some(128 + 1));
+    assert!(
+        begun.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        begun.elapsed()
+    );
+    let (status, output) = signalled_when_ready(
+        &relay,
+        &["shell", &id, "--", "sh", "-c", &trap_script("USR1", 4)],
+        Signal::SIGUSR1,
+    );
+    assert_eq!(status, Some(4), "shell, USR1: {output}");
+
+    // `run` forwards them as well, and still deletes its sandbox.
+    let (status, output) = signalled_when_ready(
+        &relay,
+        &["run", "--", "sh", "-c", &trap_script("USR2", 5)],
+        Signal::SIGUSR2,
+    );
+    assert_eq!(status, Some(5), "run, USR2: {output}");
+    assert_eq!(ok(&relay, &["ls", "-q"]).trim(), id, "run left its sandbox");
+
+    // A remote command that does not trap the signal dies of it, and so do we: 128 + 10.
+    let (status, _) = signalled_when_ready(
+        &relay,
+        &["exec", &id, "-c", "echo ready; exec sleep 30"],
+        Signal::SIGUSR1,
+    );
+    assert_eq!(status, Some(128 + 10));
 }
 
 #[test]

@@ -1,15 +1,18 @@
 //! A running remote process wired to this one, until it exits: its output to our stdout and
 //! stderr (binary-safe, written as it arrives), our stdin to its stdin when asked (local
-//! end-of-file closes it), the signals we receive forwarded to its process group, and, when
-//! it runs under a terminal, the window size followed.
+//! end-of-file closes it), the signals we receive (INT, TERM, HUP, QUIT, USR1, USR2)
+//! forwarded to its process group, and, when it runs under a terminal, the window size
+//! followed. We exit as it exits: its code, or 128 + the signal that ended it.
 
 use std::io::{ErrorKind, Read, Write};
+use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 
 use tether_proto::control::ExitStatus;
@@ -24,6 +27,9 @@ const STDIN_QUEUE: usize = 16;
 /// Interrupts (Ctrl-C without a terminal) after which `tether` stops waiting for a remote
 /// command that ignores them, and kills it.
 const INTERRUPTS_TO_ABANDON: u32 = 3;
+/// How long a process under a terminal has to exit after a hangup we forwarded before the
+/// session ends anyway (and kills it): the local terminal is likely gone.
+const HANGUP_GRACE: Duration = Duration::from_secs(5);
 
 /// What to connect besides stdout and stderr.
 #[derive(Clone, Copy, Debug)]
@@ -43,6 +49,7 @@ pub(super) async fn wire(mut process: Process, wiring: Wiring) -> anyhow::Result
         .then(|| AbortOnDropHandle::new(tokio::spawn(forward_stdin(sender.clone(), read_stdin()))));
     let mut signals = Signals::new(wiring.pty)?;
     let mut interrupts = 0;
+    let mut hung_up: Option<Instant> = None;
     let mut stdout = std::io::stdout();
     let mut stderr = std::io::stderr();
     loop {
@@ -66,16 +73,22 @@ pub(super) async fn wire(mut process: Process, wiring: Wiring) -> anyhow::Result
                     Err(e) => return Err(e).context("cannot write the command's output"),
                 }
             }
+            _ = sleep_until(hung_up) => return Ok(signalled(Signal::SIGHUP)),
             Some(sig) = signals.next() => match sig {
                 Signal::SIGWINCH => {
                     let (cols, rows) = terminal::size_or_default();
                     sender.resize(cols, rows).await?;
                 }
-                // Under a PTY the keys carry INT and QUIT; a TERM or HUP sent to `tether`
-                // itself (a `kill`, a closed terminal) ends the session, as it ends ssh: an
-                // interactive remote shell would ignore TERM. The drop kills what runs.
-                sig @ (Signal::SIGTERM | Signal::SIGHUP) if wiring.pty => {
-                    return Ok(signalled(sig));
+                // Under a PTY the keys carry INT and QUIT; a TERM sent to `tether` itself
+                // ends the session, as it ends ssh: an interactive remote shell would ignore
+                // it. The drop kills what runs.
+                Signal::SIGTERM if wiring.pty => return Ok(signalled(Signal::SIGTERM)),
+                // A hangup (most likely our terminal closed) reaches the remote side as its
+                // own terminal's hangup would, so a shell or an editor ends as it should; one
+                // that ignores it is killed after a grace period.
+                Signal::SIGHUP if wiring.pty => {
+                    hung_up.get_or_insert_with(|| Instant::now() + HANGUP_GRACE);
+                    sender.signal(signal_name(Signal::SIGHUP), true).await?;
                 }
                 sig => {
                     if sig == Signal::SIGINT {
@@ -89,6 +102,14 @@ pub(super) async fn wire(mut process: Process, wiring: Wiring) -> anyhow::Result
                 }
             },
         }
+    }
+}
+
+/// Waits until `deadline`, forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -162,6 +183,8 @@ struct Signals {
     terminate: SignalStream,
     hangup: SignalStream,
     quit: SignalStream,
+    user1: SignalStream,
+    user2: SignalStream,
     window: Option<SignalStream>,
 }
 
@@ -173,6 +196,8 @@ impl Signals {
             terminate: watch(SignalKind::terminate())?,
             hangup: watch(SignalKind::hangup())?,
             quit: watch(SignalKind::quit())?,
+            user1: watch(SignalKind::user_defined1())?,
+            user2: watch(SignalKind::user_defined2())?,
             window: pty
                 .then(|| watch(SignalKind::window_change()))
                 .transpose()?,
@@ -192,6 +217,8 @@ impl Signals {
             Some(()) = self.terminate.recv() => Some(Signal::SIGTERM),
             Some(()) = self.hangup.recv() => Some(Signal::SIGHUP),
             Some(()) = self.quit.recv() => Some(Signal::SIGQUIT),
+            Some(()) = self.user1.recv() => Some(Signal::SIGUSR1),
+            Some(()) = self.user2.recv() => Some(Signal::SIGUSR2),
             Some(()) = window => Some(Signal::SIGWINCH),
             else => None,
         }

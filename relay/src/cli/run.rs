@@ -83,16 +83,18 @@ async fn ephemeral(remote: &Remote, args: RunArgs) -> anyhow::Result<i32> {
     let mut req = args.create.request()?;
     req.spec.idle_timeout = req.spec.idle_timeout.or(Some(RUN_IDLE_TIMEOUT));
 
-    // An interrupt while the sandbox is being made must not leave it behind: wait for the
-    // create to finish, delete, and exit as the signal would have.
+    // An interrupt (or a closed terminal) while the sandbox is being made must not leave it
+    // behind: wait for the create to finish, delete, and exit as the signal would have.
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
     let create = rest.create(&req);
     tokio::pin!(create);
     let early = tokio::select! {
         created = &mut create => Err(created),
         _ = interrupt.recv() => Ok(libc::SIGINT),
         _ = terminate.recv() => Ok(libc::SIGTERM),
+        _ = hangup.recv() => Ok(libc::SIGHUP),
     };
     let sandbox = match early {
         Err(created) => created.map_err(|e| remote.explain(e, None))?,
@@ -103,7 +105,7 @@ async fn ephemeral(remote: &Remote, args: RunArgs) -> anyhow::Result<i32> {
             return Ok(128 + sig);
         }
     };
-    drop((interrupt, terminate));
+    drop((interrupt, terminate, hangup));
 
     let outcome = run_in(remote, &sandbox.id, args).await;
     let deleted = rest.delete(&sandbox.id).await;
