@@ -252,6 +252,10 @@ impl Provider for LocalProvider {
         "local"
     }
 
+    fn runs_here(&self) -> bool {
+        true
+    }
+
     async fn create(
         &self,
         id: &str,
