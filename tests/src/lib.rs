@@ -176,11 +176,25 @@ impl Relay {
         relay
     }
 
+    /// Starts a relay on a fresh data directory with more `tether serve` arguments (a
+    /// policy file, image roots).
+    pub fn start_with(extra: &[&str]) -> Relay {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut relay = Relay::start_on_with(dir.path(), extra);
+        relay._owned_dir = Some(dir);
+        relay
+    }
+
     /// Starts a relay on an existing data directory (for restart tests).
     pub fn start_on(data_dir: &Path) -> Relay {
+        Relay::start_on_with(data_dir, &[])
+    }
+
+    fn start_on_with(data_dir: &Path, extra: &[&str]) -> Relay {
         let mut cmd = Command::new(bin("tether"));
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
+            .args(extra)
             .env("TETHER_AGENT_BIN", bin("tether-agent"))
             .env(
                 "TETHER_LOG",
