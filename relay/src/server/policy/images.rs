@@ -104,6 +104,28 @@ impl ImageRoots {
         Ok(dir)
     }
 
+    /// Refuses an `oci:PATH[:TAG]` image whose layout lies in the data directory: nothing
+    /// there is an image, and sandboxes' workspaces are, so a layout there is a tenant's
+    /// planted file (symlinked blobs, a FIFO) or another tenant's files.
+    pub(super) fn check_oci(&self, image: &str) -> Result<(), Refusal> {
+        let Some(rest) = image.strip_prefix("oci:") else {
+            return Ok(());
+        };
+        let untagged = rest.rsplit_once(':').map(|(path, _)| path);
+        let inside = [Some(rest), untagged]
+            .into_iter()
+            .flatten()
+            .filter_map(|path| std::fs::canonicalize(path).ok())
+            .any(|path| path.starts_with(&self.data_dir));
+        if inside {
+            return Err(Refusal::Forbidden(format!(
+                "image {image:?} is inside the relay's data directory, which holds sandboxes' \
+                 files, not images; build or pull the image elsewhere (`tether image build`)"
+            )));
+        }
+        Ok(())
+    }
+
     fn roots_list(&self) -> String {
         let all: Vec<String> = self.roots.iter().map(|r| r.display().to_string()).collect();
         all.join(", ")
@@ -151,6 +173,22 @@ mod tests {
         assert!(forbidden(wide.resolve(workspace.to_str().unwrap())).contains("data directory"));
         assert!(forbidden(wide.resolve(tmp.path().to_str().unwrap())).contains("data directory"));
         assert!(forbidden(wide.resolve("/")).contains("data directory"));
+
+        let planted = format!("oci:{}", workspace.display());
+        assert!(matches!(
+            wide.check_oci(&planted),
+            Err(Refusal::Forbidden(_))
+        ));
+        let tagged = format!("{planted}:latest");
+        assert!(matches!(
+            wide.check_oci(&tagged),
+            Err(Refusal::Forbidden(_))
+        ));
+        assert_eq!(
+            wide.check_oci(&format!("oci:{}:v1", root.display())),
+            Ok(())
+        );
+        assert_eq!(wide.check_oci("oci:/nonexistent/layout"), Ok(()));
 
         assert!(matches!(
             roots.resolve("relative"),

@@ -5,7 +5,8 @@
 //!
 //! 1. every number in its valid range (`ranges`, 400 naming the range);
 //! 2. what is for admins only, and the tenant's providers (403 naming what to do);
-//! 3. a host directory image resolved and checked against the image roots (`images`);
+//! 3. a host directory image resolved and checked against the image roots, an `oci:` one
+//!    kept out of the data directory (`images`);
 //! 4. defaults filled in where the request names none (`config`);
 //! 5. every value within the tenant's maximum (403 naming the limit);
 //!
@@ -163,7 +164,7 @@ impl Policy {
             return Ok(());
         };
         if is_oci_ref(image) {
-            return Ok(());
+            return self.images.check_oci(image).map_err(refusal);
         }
         if !caller.role.is_admin() {
             return Err(ApiError::Forbidden(format!(
@@ -171,10 +172,7 @@ impl Policy {
                  may use; use an oci: image instead (`tether image build`)"
             )));
         }
-        let dir = self.images.resolve(image).map_err(|r| match r {
-            Refusal::Invalid(m) => ApiError::Invalid(m),
-            Refusal::Forbidden(m) => ApiError::Forbidden(m),
-        })?;
+        let dir = self.images.resolve(image).map_err(refusal)?;
         let dir = dir.to_str().ok_or_else(|| {
             ApiError::Invalid(format!(
                 "image {image:?} resolves to a path that is not UTF-8"
@@ -221,6 +219,13 @@ impl Policy {
             pending: self.pending.clone(),
             tenant: tenant.clone(),
         })
+    }
+}
+
+fn refusal(r: Refusal) -> ApiError {
+    match r {
+        Refusal::Invalid(m) => ApiError::Invalid(m),
+        Refusal::Forbidden(m) => ApiError::Forbidden(m),
     }
 }
 

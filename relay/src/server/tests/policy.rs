@@ -324,12 +324,23 @@ async fn host_directory_images_are_for_admins_under_an_image_root() {
             &["only admin tokens", "oci:"],
         );
     }
-    // oci: images are everyone's.
+    // oci: images are everyone's, but not from the data directory, where tenants write.
     t.create(
         &member,
         json!({"provider": "fake", "image": "oci:/srv/layout"}),
     )
     .await;
+    let planted = format!(
+        "oci:{}:latest",
+        data.join("local/sb-other/workspace").display()
+    );
+    let got = create_image(&t, &member, &planted).await;
+    assert_error(
+        &got,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        &["data directory"],
+    );
 
     let via_dots = format!("{}/alpine/etc/..", root.display());
     t.create(&admin, json!({"provider": "fake", "image": via_dots}))
