@@ -3,8 +3,10 @@
 //!
 //! One connection sits behind a mutex; every call runs on tokio's blocking pool so a slow disk
 //! never stalls the runtime. Only hashes of API tokens are stored. Agent tokens, which the
-//! relay must present to each agent, are stored sealed under the relay's key (`secret`), and
-//! deleted rows are overwritten (`secure_delete`), so the file holds no token in plain text.
+//! relay must present to each agent, are stored sealed under the relay's key (`secret`), as
+//! are specs (users' environment variables) and provider metadata (providers' access
+//! tokens); deleted rows are overwritten (`secure_delete`), so the file holds no secret in
+//! plain text.
 
 mod record;
 mod schema;
@@ -40,6 +42,11 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// The columns of a sandbox row, in the order [`read_sandbox`] reads them.
 const SANDBOX_COLUMNS: &str = "id, tenant, provider, provider_ref, labels, spec, agent_token, \
      meta, created_ms, last_active_ms, ttl_ms, expires_ms, idle_timeout_ms, state";
+
+/// The columns sealed under the relay's key, with their index in [`SANDBOX_COLUMNS`]: the
+/// agent token, and the spec and provider metadata, which carry users' environment variables
+/// and providers' access tokens.
+const SEALED_COLUMNS: [(&str, usize); 3] = [("spec", 5), ("agent_token", 6), ("meta", 7)];
 
 /// Why a registry call failed.
 #[derive(Debug, thiserror::Error)]
@@ -173,7 +180,12 @@ impl Registry {
         let labels = serde_json::to_string(&sandbox.labels)?;
         let spec = serde_json::to_string(&sandbox.spec)?;
         let meta = serde_json::to_string(&sandbox.meta)?;
-        let agent_token = self.key.seal(sandbox.id.as_str(), &sandbox.agent_token);
+        let id = sandbox.id.as_str();
+        let spec = self.key.seal(&seal_context(id, "spec"), &spec);
+        let agent_token = self
+            .key
+            .seal(&seal_context(id, "agent_token"), &sandbox.agent_token);
+        let meta = self.key.seal(&seal_context(id, "meta"), &meta);
         self.call(move |db| {
             db.execute(
                 &format!(
@@ -436,22 +448,29 @@ fn has_sealed_tokens(db: &Connection) -> Result<bool, RegistryError> {
 /// Seals every agent token stored before tokens were sealed, then compacts the file and
 /// empties the write-ahead log, so no page of either still holds one in plain text.
 fn seal_plain_tokens(db: &mut Connection, key: &SecretKey) -> Result<(), RegistryError> {
-    let plain: Vec<(String, String)> = {
-        let mut stmt = db.prepare("SELECT id, agent_token FROM sandboxes")?;
-        let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-        rows.collect::<Result<Vec<(String, String)>, _>>()?
-            .into_iter()
-            .filter(|(_, token)| !secret::is_sealed(token))
-            .collect()
-    };
+    let mut plain: Vec<(String, &str, String)> = Vec::new();
+    {
+        let mut stmt = db.prepare("SELECT id, spec, agent_token, meta FROM sandboxes")?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            let id: String = row.get(0)?;
+            for (n, (column, _)) in SEALED_COLUMNS.iter().enumerate() {
+                let value: String = row.get(n + 1)?;
+                if !secret::is_sealed(&value) {
+                    plain.push((id.clone(), column, value));
+                }
+            }
+        }
+    }
     if plain.is_empty() {
         return Ok(());
     }
     let tx = db.transaction()?;
-    for (id, token) in &plain {
+    for (id, column, value) in &plain {
+        // The column name is one of ours, never input.
         tx.execute(
-            "UPDATE sandboxes SET agent_token = ?2 WHERE id = ?1",
-            params![id, key.seal(id, token)],
+            &format!("UPDATE sandboxes SET {column} = ?2 WHERE id = ?1"),
+            params![id, key.seal(&seal_context(id, column), value)],
         )?;
     }
     tx.commit()?;
@@ -462,10 +481,15 @@ fn seal_plain_tokens(db: &mut Connection, key: &SecretKey) -> Result<(), Registr
         Ok((row.get(0)?, row.get(1)?, row.get(2)?))
     })?;
     tracing::info!(
-        "sealed {} agent tokens stored in plain text by an older relay",
+        "sealed {} values an older relay stored in plain text",
         plain.len()
     );
     Ok(())
+}
+
+/// What a sealed value is bound to: its sandbox and column, so it opens nowhere else.
+fn seal_context(id: &str, column: &str) -> String {
+    format!("{id}/{column}")
 }
 
 fn query_sandboxes(
@@ -482,18 +506,21 @@ fn query_sandboxes(
 fn read_sandbox(row: &Row<'_>, key: &SecretKey) -> rusqlite::Result<SandboxRecord> {
     let state: String = row.get(13)?;
     let id: String = row.get(0)?;
-    let agent_token = key
-        .open(&id, &row.get::<_, String>(6)?)
-        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(6, Type::Text, Box::new(e)))?;
+    let [spec, agent_token, meta] = SEALED_COLUMNS.map(|(column, idx)| {
+        let sealed: String = row.get(idx)?;
+        key.open(&seal_context(&id, column), &sealed)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(e)))
+    });
+    let (agent_token, spec, meta) = (agent_token?, spec?, meta?);
     Ok(SandboxRecord {
         id: SandboxId::from(id),
         tenant: Tenant::from_stored(row.get(1)?),
         provider: row.get(2)?,
         provider_ref: row.get(3)?,
         labels: json_column(row, 4)?,
-        spec: json_column(row, 5)?,
+        spec: json_text(5, &spec)?,
         agent_token,
-        meta: json_column(row, 7)?,
+        meta: json_text(7, &meta)?,
         created_ms: row.get(8)?,
         last_active_ms: row.get(9)?,
         ttl: row.get::<_, Option<i64>>(10)?.map(from_millis),
@@ -510,8 +537,11 @@ fn read_sandbox(row: &Row<'_>, key: &SecretKey) -> rusqlite::Result<SandboxRecor
 }
 
 fn json_column<T: DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T> {
-    let text: String = row.get(idx)?;
-    serde_json::from_str(&text)
+    json_text(idx, &row.get::<_, String>(idx)?)
+}
+
+fn json_text<T: DeserializeOwned>(idx: usize, text: &str) -> rusqlite::Result<T> {
+    serde_json::from_str(text)
         .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(e)))
 }
 

@@ -1,11 +1,11 @@
-//! The relay's secret key and the sealing of agent tokens under it, so `relay.db` never holds
-//! an agent token in plain text.
+//! The relay's secret key and the sealing of values under it, so `relay.db` never holds an
+//! agent token (or another secret) in plain text.
 //!
-//! The relay must present each agent token to its agent, so a hash will not do: tokens are
+//! The relay must present each agent token to its agent, so a hash will not do: values are
 //! encrypted with XChaCha20-Poly1305 under a 256-bit key kept in `relay.key` beside the
-//! database (mode 0600), with a random nonce per token and the sandbox id as associated data,
-//! so a sealed token copied onto another sandbox's row does not open. A copy of the database
-//! alone (a backup, a leaked file) reveals no token.
+//! database (mode 0600), with a random nonce per value and a context (the sandbox id and
+//! column) as associated data, so a sealed value copied onto another row or column does not
+//! open. A copy of the database alone (a backup, a leaked file) reveals no token.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -43,9 +43,9 @@ pub enum SecretError {
          restore it from the backup of this data directory"
     )]
     Damaged(PathBuf),
-    /// A sealed token does not open under this key.
+    /// A sealed value does not open under this key.
     #[error(
-        "the agent token of sandbox {0} cannot be decrypted with this relay's key; restore the \
+        "{0} of the relay database cannot be decrypted with this relay's key; restore the \
          relay.key that belongs with this relay.db"
     )]
     WrongKey(String),
@@ -102,12 +102,12 @@ impl SecretKey {
         }
     }
 
-    /// `token` sealed for sandbox `id`: [`SEALED_PREFIX`], then hex of nonce and ciphertext.
-    pub fn seal(&self, id: &str, token: &str) -> String {
+    /// `token` sealed for `context`: [`SEALED_PREFIX`], then hex of nonce and ciphertext.
+    pub fn seal(&self, context: &str, token: &str) -> String {
         let nonce: [u8; NONCE_BYTES] = rand::random();
         let payload = Payload {
             msg: token.as_bytes(),
-            aad: id.as_bytes(),
+            aad: context.as_bytes(),
         };
         // Encryption fails only for messages beyond the cipher's 256 GiB limit.
         let sealed = self
@@ -120,9 +120,9 @@ impl SecretKey {
         format!("{SEALED_PREFIX}{}", hex::encode(out))
     }
 
-    /// The token sealed for sandbox `id`.
-    pub fn open(&self, id: &str, sealed: &str) -> Result<String, SecretError> {
-        let wrong = || SecretError::WrongKey(id.to_string());
+    /// The value sealed for `context`.
+    pub fn open(&self, context: &str, sealed: &str) -> Result<String, SecretError> {
+        let wrong = || SecretError::WrongKey(context.to_string());
         let bytes = sealed
             .strip_prefix(SEALED_PREFIX)
             .and_then(|h| hex::decode(h).ok())
@@ -131,7 +131,7 @@ impl SecretKey {
         let (nonce, ciphertext) = bytes.split_at(NONCE_BYTES);
         let payload = Payload {
             msg: ciphertext,
-            aad: id.as_bytes(),
+            aad: context.as_bytes(),
         };
         let plain = self
             .cipher

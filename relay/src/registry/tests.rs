@@ -272,9 +272,13 @@ async fn a_version_1_database_keeps_working_with_its_agent_tokens_sealed() {
         db.execute_batch(schema::MIGRATIONS[0]).unwrap();
         db.execute_batch("PRAGMA user_version = 1").unwrap();
         db.execute(
-            "INSERT INTO sandboxes VALUES ('sb-old', 'a', 'local', 'sb-old', '{}', '{}', ?1, \
-             '{}', 1, 1, NULL, NULL, NULL, 'running')",
-            [&plain],
+            "INSERT INTO sandboxes VALUES ('sb-old', 'a', 'local', 'sb-old', '{}', ?2, ?1, \
+             ?3, 1, 1, NULL, NULL, NULL, 'running')",
+            [
+                plain.as_str(),
+                r#"{"env": {"API_KEY": "spec-secret-value"}}"#,
+                r#"{"envd_access_token": "meta-secret-value"}"#,
+            ],
         )
         .unwrap();
         db.execute("INSERT INTO tokens VALUES ('h', 'team-a', 1, 1)", [])
@@ -287,6 +291,8 @@ async fn a_version_1_database_keeps_working_with_its_agent_tokens_sealed() {
         .unwrap()
         .unwrap();
     assert_eq!(old.agent_token, plain, "the running agent's token is kept");
+    assert_eq!(old.spec.env["API_KEY"], "spec-secret-value");
+    assert_eq!(old.meta["envd_access_token"], "meta-secret-value");
     let grant = reg.token("h".into()).await.unwrap().unwrap();
     assert_eq!(
         grant.role,
@@ -296,10 +302,12 @@ async fn a_version_1_database_keeps_working_with_its_agent_tokens_sealed() {
     drop(reg);
     let mut bytes = std::fs::read(&path).unwrap();
     bytes.extend(std::fs::read(dir.path().join("relay.db-wal")).unwrap_or_default());
-    assert!(
-        !bytes.windows(plain.len()).any(|w| w == plain.as_bytes()),
-        "relay.db still holds the agent token in plain text"
-    );
+    for secret in [plain.as_str(), "spec-secret-value", "meta-secret-value"] {
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "relay.db still holds {secret} in plain text"
+        );
+    }
 
     // Without its key, the database refuses to open rather than lose every sandbox.
     std::fs::remove_file(dir.path().join(KEY_FILE)).unwrap();

@@ -413,7 +413,8 @@ async fn the_database_holds_no_token_in_plain_text() {
     let admin = t.admin();
     let member = t.token_for("team-a").await;
     let a = t.create(&member, json!({"provider": "fake"})).await;
-    t.create(&admin, json!({"provider": "fake"})).await;
+    let env = json!({"provider": "fake", "env": {"API_KEY": "env-secret-value"}});
+    t.create(&admin, env).await;
     // Both agent tokens, the deleted sandbox's too: deleted rows are zeroed.
     let agent_tokens = t.provider.agent_tokens();
     assert_eq!(agent_tokens.len(), 2);
@@ -434,7 +435,14 @@ async fn the_database_holds_no_token_in_plain_text() {
         |hay: &[u8], needle: &str| hay.windows(needle.len()).any(|w| w == needle.as_bytes());
     let bytes = db_bytes(&t);
     assert!(bytes.len() > 4096, "the database was read");
-    for secret in [&admin, &member, &agent_tokens[0], &agent_tokens[1]] {
+    let env_secret = "env-secret-value".to_string();
+    for secret in [
+        &admin,
+        &member,
+        &agent_tokens[0],
+        &agent_tokens[1],
+        &env_secret,
+    ] {
         assert!(!contains(&bytes, secret), "relay.db holds {secret}");
     }
 
