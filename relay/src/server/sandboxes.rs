@@ -163,6 +163,10 @@ async fn create_new(
 ) -> Result<SandboxRecord, ApiError> {
     // Held until the sandbox is in the registry, which then counts it.
     let _place = relay.policy.reserve(&relay.registry, &tenant).await?;
+    // Every sandbox has a TTL, which the reaper enforces: the request's, else the tenant's
+    // default. The provider sees only one that was asked for, so it otherwise keeps its own
+    // lifetime rules (E2B extends its timeout on every connect).
+    let ttl = spec.ttl.unwrap_or_else(|| relay.policy.limits(&tenant).ttl);
     let id = SandboxId::generate();
     let agent_token = mint_agent_token();
     let created = provider
@@ -180,8 +184,8 @@ async fn create_new(
         meta: created.meta,
         created_ms: now,
         last_active_ms: now,
-        ttl: spec.ttl,
-        expires_ms: spec.ttl.map(|ttl| now.saturating_add(millis(ttl))),
+        ttl: Some(ttl),
+        expires_ms: Some(now.saturating_add(millis(ttl))),
         idle_timeout: spec.idle_timeout,
         state: SandboxState::Running,
         spec,

@@ -7,7 +7,8 @@
 //! 2. what is for admins only, and the tenant's providers (403 naming what to do);
 //! 3. a host directory image resolved and checked against the image roots, an `oci:` one
 //!    kept out of the data directory (`images`);
-//! 4. defaults filled in where the request names none (`config`);
+//! 4. default sizes filled in where the request names none (`config`; the default TTL is
+//!    applied to the sandbox's record, not the spec);
 //! 5. every value within the tenant's maximum (403 naming the limit);
 //!
 //! and, when a sandbox is about to be made, the tenant's sandbox count ([`Policy::reserve`]).
@@ -229,10 +230,10 @@ fn refusal(r: Refusal) -> ApiError {
     }
 }
 
-/// Defaults where the request names none: a TTL always; sizes where the provider runs
-/// sandboxes here (the others size them by image and refuse sizes).
+/// Default sizes where the request names none and the provider runs sandboxes here (the
+/// others size them by image and refuse sizes). The default TTL is the relay's to enforce
+/// and is not put in the spec (see `sandboxes::create_new`).
 fn fill_defaults(limits: &Limits, provider: &dyn Provider, spec: &mut SandboxSpec) {
-    spec.ttl.get_or_insert(limits.ttl);
     if provider.runs_here() {
         spec.memory_bytes.get_or_insert(limits.memory);
         spec.cpus.get_or_insert(limits.cpus);

@@ -1,8 +1,5 @@
 //! What the relay lets a tenant use: strict request bodies, the policy's defaults and maxima,
 //! admin-only options, host directory images, token minting by role, and secrets at rest.
-
-use std::time::Duration;
-
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -166,7 +163,7 @@ async fn defaults_fill_what_a_request_leaves_out_and_maxima_are_named() {
     assert_eq!(spec.memory_bytes, Some(256 << 20));
     assert_eq!((spec.cpus, spec.pids), (Some(1.0), Some(1024)));
     assert_eq!(spec.disk_bytes, Some(10 << 30));
-    assert_eq!(spec.ttl, Some(Duration::from_secs(3600)));
+    assert_eq!(spec.ttl, None, "the provider keeps its own lifetime rules");
     assert_eq!(sb.expires_ms, Some(sb.created_ms + 3_600_000));
     assert!(!spec.seccomp_unconfined);
 
@@ -292,14 +289,15 @@ async fn the_host_network_providers_and_seccomp_follow_the_tenants_policy() {
         "forbidden",
         &["may not use provider `fake`", "providers"],
     );
-    // A cloud-like provider gets no default sizes (it would refuse them), only a TTL.
-    t.create(&member, json!({"provider": "fake"})).await;
+    // A cloud-like provider gets no default sizes (it would refuse them); the relay still
+    // bounds its lifetime.
+    let cloudy = t.create(&member, json!({"provider": "fake"})).await;
     let spec = t.provider.last_spec.lock().unwrap().clone().unwrap();
     assert_eq!(
         (spec.memory_bytes, spec.cpus, spec.pids, spec.disk_bytes),
         (None, None, None, None)
     );
-    assert!(spec.ttl.is_some());
+    assert_eq!(cloudy.expires_ms, Some(cloudy.created_ms + 24 * 3_600_000));
 }
 
 #[tokio::test]
