@@ -163,6 +163,8 @@ pub struct Relay {
     pub admin_token: String,
     /// Its data directory.
     pub data_dir: PathBuf,
+    /// The `tether serve` arguments it was started with beyond address and data directory.
+    extra: Vec<String>,
     _owned_dir: Option<tempfile::TempDir>,
 }
 
@@ -210,6 +212,7 @@ impl Relay {
             url,
             admin_token,
             data_dir: data_dir.to_path_buf(),
+            extra: extra.iter().map(|a| a.to_string()).collect(),
             _owned_dir: None,
         }
     }
@@ -222,6 +225,7 @@ impl Relay {
         let mut cmd = Command::new(bin("tether"));
         cmd.args(["serve", "--listen", &listen, "--data-dir"])
             .arg(&self.data_dir)
+            .args(&self.extra)
             .env("TETHER_AGENT_BIN", bin("tether-agent"))
             .env(
                 "TETHER_LOG",

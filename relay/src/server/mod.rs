@@ -5,7 +5,8 @@
 //! - this file: [`start`], [`run`] and shutting down ([`RunningRelay`]);
 //! - `state`: what all handlers share; `routes`: the router, health, tokens;
 //! - `sandboxes`: the lifecycle routes; `tunnel`: the WebSocket data path;
-//! - `auth`: API tokens, the admin token file, the caller's tenant;
+//! - `auth`: API tokens, the admin token file, the caller's tenant and role;
+//! - `policy`: what each tenant may use (the policy file, image roots, value ranges);
 //! - `reaper`: TTL, idle timeout and reconciliation; `activity`: open tunnels;
 //! - `locks`: get-or-create's per-label locks; `error`: the one map from errors to responses;
 //! - `constants`: every tunable.
