@@ -178,5 +178,27 @@ mod tests {
         assert_ne!(second, first);
         assert!(registry.token(hash_token(&first)).await.unwrap().is_some());
         assert!(registry.token(hash_token(&second)).await.unwrap().is_some());
+
+        // A database from before roles knew the file's token as a plain admin: it is the
+        // relay's admin again, and the lost file's old token stays a tenant admin.
+        let old = TokenRecord {
+            tenant: Tenant::default_tenant(),
+            role: Role::Admin,
+        };
+        registry
+            .insert_token(hash_token(&second), old.clone(), 0)
+            .await
+            .unwrap();
+        registry
+            .insert_token(hash_token(&first), old.clone(), 0)
+            .await
+            .unwrap();
+        ensure_admin_token(&registry, &path).await.unwrap();
+        let grant = |t: &str| registry.token(hash_token(t));
+        assert_eq!(
+            grant(&second).await.unwrap().unwrap().role,
+            Role::RelayAdmin
+        );
+        assert_eq!(grant(&first).await.unwrap(), Some(old));
     }
 }
