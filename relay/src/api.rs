@@ -14,9 +14,10 @@
 //! - `POST   /v1/tokens`               admin only: mint a token for a tenant ([`TokenRequest`]).
 //! - `GET    /v1/health`               unauthenticated liveness.
 //!
-//! Errors are [`ErrorBody`] with a status code: 400 invalid, 401 bad token, 403 not an admin
-//! token (`forbidden`), 404 not found (also for another tenant's sandbox), 409 conflict,
-//! 502 provider failure, 503 unavailable.
+//! Errors are [`ErrorBody`] with a status code: 400 invalid (an unknown field, a number out of
+//! range: the message names it), 401 bad token, 403 not allowed by the token's role or the
+//! relay's policy (`forbidden`, naming the limit), 404 not found (also for another tenant's
+//! sandbox), 409 conflict, 502 provider failure, 503 unavailable.
 
 use std::collections::BTreeMap;
 
@@ -24,7 +25,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::provider::SandboxSpec;
 
-/// `POST /v1/sandboxes`.
+/// `POST /v1/sandboxes`. The server refuses unknown fields (naming them), as every body
+/// here; this one checks them by hand because `deny_unknown_fields` does not work through
+/// `flatten`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct CreateRequest {
     /// Provider name; the relay's default (`local`) when absent.
@@ -71,17 +74,21 @@ pub struct SandboxInfo {
 
 /// `POST /v1/sandboxes/{id}/renew`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RenewRequest {
     /// New TTL from now, in seconds.
     pub ttl_secs: u64,
 }
 
-/// `POST /v1/tokens`.
+/// `POST /v1/tokens`. The relay's admin token mints for any tenant, admin tokens included;
+/// a tenant's admin token mints member tokens for its own tenant only.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TokenRequest {
     /// The tenant the token acts for.
     pub tenant: String,
-    /// Whether the token may mint tokens.
+    /// Whether the token is an admin of its tenant: it may mint member tokens for it and use
+    /// what the relay's policy keeps for admins.
     #[serde(default)]
     pub admin: bool,
 }

@@ -176,6 +176,7 @@ fn relay_on(data_dir: &Path, env: &[(&str, &str)]) -> Relay {
         url,
         admin_token,
         data_dir: data_dir.to_path_buf(),
+        extra: Vec::new(),
         _owned_dir: None,
     }
 }

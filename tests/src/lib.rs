@@ -171,6 +171,8 @@ pub struct Relay {
     pub admin_token: String,
     /// Its data directory.
     pub data_dir: PathBuf,
+    /// The `tether serve` arguments it was started with beyond address and data directory.
+    extra: Vec<String>,
     _owned_dir: Option<tempfile::TempDir>,
 }
 
@@ -188,7 +190,16 @@ impl Relay {
     /// `setup` applied to its command (its stderr, a `pre_exec` hook).
     pub fn start_custom(program: &Path, setup: impl FnOnce(&mut Command)) -> Relay {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut relay = Relay::start_from(program, dir.path(), setup);
+        let mut relay = Relay::start_from(program, dir.path(), &[], setup);
+        relay._owned_dir = Some(dir);
+        relay
+    }
+
+    /// Starts a relay on a fresh data directory with more `tether serve` arguments (a
+    /// policy file, image roots).
+    pub fn start_with(extra: &[&str]) -> Relay {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut relay = Relay::start_from(&bin("tether"), dir.path(), extra, |_| {});
         relay._owned_dir = Some(dir);
         relay
     }
@@ -200,13 +211,19 @@ impl Relay {
 
     /// Starts a relay on an existing data directory (for restart tests).
     pub fn start_on(data_dir: &Path) -> Relay {
-        Relay::start_from(&bin("tether"), data_dir, |_| {})
+        Relay::start_from(&bin("tether"), data_dir, &[], |_| {})
     }
 
-    fn start_from(program: &Path, data_dir: &Path, setup: impl FnOnce(&mut Command)) -> Relay {
+    fn start_from(
+        program: &Path,
+        data_dir: &Path,
+        extra: &[&str],
+        setup: impl FnOnce(&mut Command),
+    ) -> Relay {
         let mut cmd = Command::new(program);
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
+            .args(extra)
             .env("TETHER_AGENT_BIN", bin("tether-agent"))
             .env(
                 "TETHER_LOG",
@@ -223,6 +240,7 @@ impl Relay {
             url,
             admin_token,
             data_dir: data_dir.to_path_buf(),
+            extra: extra.iter().map(|a| a.to_string()).collect(),
             _owned_dir: None,
         }
     }
@@ -235,6 +253,7 @@ impl Relay {
         let mut cmd = Command::new(bin("tether"));
         cmd.args(["serve", "--listen", &listen, "--data-dir"])
             .arg(&self.data_dir)
+            .args(&self.extra)
             .env("TETHER_AGENT_BIN", bin("tether-agent"))
             .env(
                 "TETHER_LOG",

@@ -784,3 +784,255 @@ fn shell_is_a_real_terminal() {
     tmux.type_line("stty -a | tr ' ;' '\\n\\n' | grep -x -e -icanon -e icanon -e -echo -e echo | tr '\\n' ,; echo");
     tmux.wait_for_line("icanon,echo,");
 }
+
+/// Runs `tether ARGS` with `token` instead of the admin token.
+fn tether_as(relay: &Relay, token: &str, args: &[&str]) -> Output {
+    relay
+        .tether()
+        .env("TETHER_TOKEN", token)
+        .args(args)
+        .output()
+        .expect("run tether")
+}
+
+/// Runs `tether ARGS` with `token`, asserts it failed, and returns its stderr.
+fn fails_as(relay: &Relay, token: &str, args: &[&str]) -> String {
+    let out = tether_as(relay, token, args);
+    assert!(
+        !out.status.success(),
+        "tether {args:?} should have failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    stderr(&out)
+}
+
+fn mint(relay: &Relay, by: &str, tenant: &str, admin: bool) -> Output {
+    let mut args = vec!["token", "create", "--tenant", tenant];
+    if admin {
+        args.push("--admin");
+    }
+    tether_as(relay, by, &args)
+}
+
+fn minted(out: Output) -> String {
+    assert!(out.status.success(), "{}", stderr(&out));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Copies the shared libraries the (debug, dynamically linked) agent needs into `rootfs`, at
+/// the paths the dynamic linker looks for them.
+fn add_agent_libraries(rootfs: &Path) {
+    let out = Command::new("ldd")
+        .arg(bin("tether-agent"))
+        .output()
+        .expect("run ldd");
+    assert!(out.status.success(), "ldd: {}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let libraries = text
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+        .map(Path::new);
+    for library in libraries {
+        let inside = rootfs.join(library.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(inside.parent().unwrap()).unwrap();
+        std::fs::copy(library, &inside).unwrap();
+    }
+}
+
+#[test]
+fn host_directories_are_images_only_for_admins_under_an_image_root() {
+    let images = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(images.path()).unwrap();
+    let rootfs = tether_e2e::images::busybox_rootfs(&root);
+    add_agent_libraries(&rootfs);
+    let relay = Relay::start_with(&["--image-root", root.to_str().unwrap()]);
+    let victim = create(&relay);
+    let member = minted(mint(&relay, &relay.admin_token, "team-a", false));
+    let workspace = relay.data_dir.join("local").join(&victim).join("workspace");
+    assert!(workspace.is_dir(), "{}", workspace.display());
+
+    let data_dir = relay.data_dir.to_str().unwrap();
+    for image in [
+        "/etc",
+        data_dir,
+        workspace.to_str().unwrap(),
+        rootfs.to_str().unwrap(),
+    ] {
+        let err = fails_as(&relay, &member, &["create", "--image", image]);
+        assert!(err.contains("only admin tokens"), "{image}: {err}");
+    }
+    let admin = &relay.admin_token;
+    for (image, why) in [
+        ("/etc", "not under an image root"),
+        (data_dir, "data directory"),
+        (workspace.to_str().unwrap(), "data directory"),
+        ("/", "data directory"),
+    ] {
+        let err = fails_as(&relay, admin, &["create", "--image", image]);
+        assert!(err.contains(why), "{image}: {err}");
+    }
+    let id = ok(&relay, &["create", "--image", rootfs.to_str().unwrap()]);
+    let out = ok(
+        &relay,
+        &["exec", id.trim(), "--", "busybox", "echo", "on the image"],
+    );
+    assert_eq!(out, "on the image\n");
+
+    // With no --image-root, no host directory at all.
+    let closed = Relay::start();
+    let err = fails_as(
+        &closed,
+        &closed.admin_token,
+        &["create", "--image", rootfs.to_str().unwrap()],
+    );
+    assert!(err.contains("--image-root"), "{err}");
+}
+
+#[test]
+fn the_policy_sets_defaults_maxima_and_who_gets_the_host_network() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("policy.toml");
+    std::fs::write(
+        &config,
+        "[defaults]\nmemory = \"256M\"\nmax_memory = \"512M\"\npids = 300\nttl = \"2h\"\n\
+         [tenants.team-b]\nmax_sandboxes = 1\n",
+    )
+    .unwrap();
+    let relay = Relay::start_with(&["--config", config.to_str().unwrap()]);
+    let member = minted(mint(&relay, &relay.admin_token, "team-a", false));
+
+    // Defaults land in the sandbox's cgroup.
+    let made = tether_as(&relay, &member, &["create", "--json"]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let made: Value = serde_json::from_slice(&made.stdout).unwrap();
+    let id = made["id"].as_str().unwrap();
+    let expires = made["expires_ms"].as_i64().unwrap() - made["created_ms"].as_i64().unwrap();
+    assert_eq!(expires, 2 * 3600 * 1000);
+    let cgroup = Path::new("/sys/fs/cgroup/tether").join(id);
+    if cgroup.join("memory.max").exists() {
+        let read = |f: &str| std::fs::read_to_string(cgroup.join(f)).unwrap();
+        assert_eq!(read("memory.max").trim(), (256u64 << 20).to_string());
+        assert_eq!(read("pids.max").trim(), "300");
+        assert_eq!(read("cpu.max").trim(), "100000 100000");
+    }
+
+    let err = fails_as(&relay, &member, &["create", "--memory", "1G"]);
+    assert!(
+        err.contains("max_memory") && err.contains("512 MiB"),
+        "{err}"
+    );
+    let err = fails_as(&relay, &member, &["create", "--network", "host"]);
+    assert!(
+        err.contains("--network host") && err.contains("admin"),
+        "{err}"
+    );
+    let err = fails_as(&relay, &member, &["create", "--pids", "99999999"]);
+    assert!(err.contains("`pids`") && err.contains("4194304"), "{err}");
+
+    let b = minted(mint(&relay, &relay.admin_token, "team-b", false));
+    minted(tether_as(&relay, &b, &["create"]));
+    let err = fails_as(&relay, &b, &["create"]);
+    assert!(err.contains("max_sandboxes"), "{err}");
+
+    // A typo in the policy file stops the relay from starting, naming the key.
+    std::fs::write(&config, "[defaults]\nmax_memroy = \"1G\"\n").unwrap();
+    let out = Command::new(bin("tether"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            config.to_str().unwrap(),
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("max_memroy"), "{}", stderr(&out));
+}
+
+#[test]
+fn tenant_admins_mint_only_member_tokens_of_their_own_tenant() {
+    let relay = Relay::start();
+    let a_admin = minted(mint(&relay, &relay.admin_token, "team-a", true));
+    let err = stderr(&mint(&relay, &a_admin, "team-b", false));
+    assert!(err.contains("for tenant team-a only"), "{err}");
+    let err = stderr(&mint(&relay, &a_admin, "team-a", true));
+    assert!(err.contains("relay's own admin token"), "{err}");
+    let a_member = minted(mint(&relay, &a_admin, "team-a", false));
+    let err = stderr(&mint(&relay, &a_member, "team-a", false));
+    assert!(err.contains("only admin tokens"), "{err}");
+    minted(tether_as(&relay, &a_member, &["create"]));
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn relay_db_holds_no_token_in_plain_text() {
+    let mut relay = Relay::start();
+    let member = minted(mint(&relay, &relay.admin_token, "team-a", false));
+    let id = minted(tether_as(&relay, &member, &["create"]));
+    let gone = create(&relay);
+    ok(&relay, &["rm", &gone]);
+
+    // What the agent's environment shows of its token, seen from the host.
+    let hostname = format!("HOSTNAME={id}");
+    let from_environ = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("environ")).ok())
+        .filter(|env| contains(env, &hostname))
+        .find_map(|env| {
+            env.split(|b| *b == 0)
+                .find_map(|kv| kv.strip_prefix(b"TETHER_AGENT_TOKEN="))
+                .map(|t| String::from_utf8_lossy(t).into_owned())
+        });
+    relay.stop();
+    let mut bytes = Vec::new();
+    for file in ["relay.db", "relay.db-wal"] {
+        bytes.extend(std::fs::read(relay.data_dir.join(file)).unwrap_or_default());
+    }
+    assert!(bytes.len() > 4096, "relay.db was read");
+    assert!(
+        !contains(&bytes, &relay.admin_token),
+        "relay.db holds the admin token"
+    );
+    assert!(!contains(&bytes, &member), "relay.db holds an API token");
+
+    // The relay, with its key, still knows the token; the file does not show it.
+    let registry =
+        tether_relay::registry::Registry::open(&relay.data_dir.join("relay.db")).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let records = rt.block_on(registry.all()).unwrap();
+    let record = records
+        .iter()
+        .find(|r| r.id.as_str() == id)
+        .expect("the sandbox");
+    assert_eq!(record.agent_token.len(), 64);
+    assert!(
+        !contains(&bytes, &record.agent_token),
+        "relay.db holds the agent token"
+    );
+    // The agent zeroed its token where /proc/PID/environ shows it; the exec after the restart
+    // below proves the stored token is the agent's.
+    if let Some(token) = from_environ {
+        assert!(
+            token.is_empty(),
+            "the agent's environment still shows its token"
+        );
+    }
+    drop(registry);
+
+    // The sealed token still reaches the agent after a restart.
+    relay.restart();
+    let out = tether_as(&relay, &member, &["exec", &id, "--", "echo", "hi"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hi\n",
+        "{}",
+        stderr(&out)
+    );
+    let _ = tether_as(&relay, &member, &["rm", &id]);
+}

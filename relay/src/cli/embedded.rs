@@ -10,7 +10,9 @@ use anyhow::Context;
 
 use super::remote::Remote;
 use super::serve;
-use crate::server::{self, RelayConfig, RunningRelay, DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL};
+use crate::server::{
+    self, PolicyConfig, RelayConfig, RunningRelay, DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL,
+};
 
 /// How long to wait for the default relay to accept a connection. On loopback a relay
 /// accepts in microseconds and a closed port refuses at once; this only bounds oddities.
@@ -74,6 +76,12 @@ impl Embedded {
             data_dir: data_dir.path().to_path_buf(),
             agent_binary: serve::agent_binary()?,
             reap_interval: DEFAULT_REAP_INTERVAL,
+            // A private relay of the user at the keyboard: any of their directories may be an
+            // image, as `tether run --image DIR` promises (its data directory still may not).
+            policy: PolicyConfig {
+                image_roots: vec!["/".into()],
+                ..Default::default()
+            },
         };
         let relay = server::start(config)
             .await

@@ -74,6 +74,7 @@ impl CreateArgs {
                 Network::None => NetworkPolicy::None,
                 Network::Host => NetworkPolicy::Host,
             },
+            ..Default::default()
         };
         Ok(CreateRequest {
             provider: self.provider.clone(),

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::client::default_data_dir;
-use crate::server::{self, RelayConfig, DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL};
+use crate::server::{self, PolicyConfig, RelayConfig, DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL};
 
 /// The variable naming the agent binary.
 const AGENT_BIN_VAR: &str = "TETHER_AGENT_BIN";
@@ -26,15 +26,26 @@ pub(super) struct ServeArgs {
     /// [default: $TETHER_HOME, else ~/.local/share/tether].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// The policy file: what each tenant may use (providers, the host's network, sizes,
+    /// lifetimes, sandbox counts); see the README's "Policy" section. Built-in defaults
+    /// when absent.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// A directory under which admin tokens may use host directories as images
+    /// (`tether create --image DIR`); repeatable. None by default: only `oci:` images.
+    #[arg(long = "image-root", value_name = "DIR")]
+    image_roots: Vec<PathBuf>,
 }
 
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
     super::init_tracing(Some("info"));
+    let policy = PolicyConfig::load(args.config.as_deref(), args.image_roots)?;
     let config = RelayConfig {
         listen: args.listen,
         data_dir: args.data_dir.unwrap_or_else(default_data_dir),
         agent_binary: agent_binary()?,
         reap_interval: DEFAULT_REAP_INTERVAL,
+        policy,
     };
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     rt.block_on(async {

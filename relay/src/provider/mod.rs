@@ -63,9 +63,15 @@ pub struct SandboxSpec {
     /// Limit on the number of processes.
     #[serde(default)]
     pub pids: Option<u64>,
+    /// Disk quota in bytes: the sandbox's writable files (workspace and writable layer).
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
     /// Network access.
     #[serde(default)]
     pub network: NetworkPolicy,
+    /// Run user code without the seccomp filter (admin tokens only).
+    #[serde(default)]
+    pub seccomp_unconfined: bool,
 }
 
 /// What a provider reports back from a create; the relay persists it in the registry.
@@ -127,6 +133,13 @@ pub enum ProviderError {
 pub trait Provider: Send + Sync + 'static {
     /// The name users pass to `--provider`.
     fn name(&self) -> &'static str;
+    /// Whether sandboxes run on the relay's own host (the local provider). The relay then
+    /// fills in its policy's default sizes (`memory_bytes`, `cpus`, `pids`, `disk_bytes`),
+    /// which providers that size a sandbox by its image refuse, and treats an image that is
+    /// not `oci:` as a directory of this host, which only admins may use.
+    fn runs_here(&self) -> bool {
+        false
+    }
     /// Creates and starts a sandbox whose agent will accept `agent_token`.
     async fn create(
         &self,

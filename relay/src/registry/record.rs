@@ -162,8 +162,29 @@ impl SandboxRecord {
 pub struct TokenRecord {
     /// The tenant it acts for.
     pub tenant: Tenant,
-    /// Whether it may mint tokens.
-    pub admin: bool,
+    /// What it may do beyond using the tenant's sandboxes.
+    pub role: Role,
+}
+
+/// How much a token is trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Uses its tenant's sandboxes within the tenant's policy.
+    Member,
+    /// An admin of its tenant: mints member tokens for that tenant only, and may use what
+    /// the policy keeps for admins (host directories as images, the host's network,
+    /// an unconfined seccomp filter).
+    Admin,
+    /// The relay's own admin token (the one in `admin.token`): an admin that also mints
+    /// tokens for any tenant, admin tokens included.
+    RelayAdmin,
+}
+
+impl Role {
+    /// Whether the policy's admin-only options are open to it.
+    pub fn is_admin(self) -> bool {
+        self != Role::Member
+    }
 }
 
 /// A duration in whole milliseconds, saturating.

@@ -6,7 +6,7 @@ use super::RegistryError;
 
 /// One SQL batch per schema version: `MIGRATIONS[n]` takes version `n` to `n + 1`. Append new
 /// steps; never edit a released one, since databases in the field have already run it.
-const MIGRATIONS: &[&str] = &[
+pub(super) const MIGRATIONS: &[&str] = &[
     // 1: sandboxes and API tokens.
     "CREATE TABLE sandboxes (
         id              TEXT PRIMARY KEY,
@@ -31,6 +31,9 @@ const MIGRATIONS: &[&str] = &[
         admin      INTEGER NOT NULL,
         created_ms INTEGER NOT NULL
      ) STRICT;",
+    // 2: the relay's own admin token is marked apart from tenants' admin tokens; agent
+    // tokens are sealed (by `Registry::open`, which holds the key, not by SQL).
+    "ALTER TABLE tokens ADD COLUMN relay_admin INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// The schema version this build writes.

@@ -21,7 +21,9 @@ fn record(tenant: &str, created_ms: i64, pairs: &[(&str, &str)]) -> SandboxRecor
         cpus: Some(0.5),
         memory_bytes: Some(256 << 20),
         pids: None,
+        disk_bytes: Some(1 << 30),
         network: NetworkPolicy::Host,
+        seccomp_unconfined: false,
     };
     let id = SandboxId::generate();
     SandboxRecord {
@@ -201,7 +203,7 @@ async fn tokens_are_found_by_hash() {
     let reg = Registry::open_in_memory().unwrap();
     let rec = TokenRecord {
         tenant: tenant("team-a"),
-        admin: false,
+        role: Role::Member,
     };
     reg.insert_token("h1".into(), rec.clone(), 1).await.unwrap();
     assert_eq!(reg.token("h1".into()).await.unwrap(), Some(rec));
@@ -218,13 +220,16 @@ async fn survives_reopening_the_file() {
         reg.insert(sb.clone()).await.unwrap();
         let admin = TokenRecord {
             tenant: Tenant::default_tenant(),
-            admin: true,
+            role: Role::RelayAdmin,
         };
         reg.insert_token("h".into(), admin, 7).await.unwrap();
     }
     let reg = Registry::open(&path).unwrap();
     assert_eq!(reg.get(&tenant("a"), &sb.id).await.unwrap(), Some(sb));
-    assert!(reg.token("h".into()).await.unwrap().unwrap().admin);
+    assert_eq!(
+        reg.token("h".into()).await.unwrap().unwrap().role,
+        Role::RelayAdmin
+    );
 
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
@@ -255,4 +260,57 @@ fn ids_and_tenants() {
     for bad in ["", "a b", "ä", "x/y", &"a".repeat(65)] {
         assert!(Tenant::parse(bad).is_err(), "{bad:?}");
     }
+}
+
+#[tokio::test]
+async fn a_version_1_database_keeps_working_with_its_agent_tokens_sealed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("relay.db");
+    let plain = "feedface".repeat(8);
+    {
+        let db = rusqlite::Connection::open(&path).unwrap();
+        db.execute_batch(schema::MIGRATIONS[0]).unwrap();
+        db.execute_batch("PRAGMA user_version = 1").unwrap();
+        db.execute(
+            "INSERT INTO sandboxes VALUES ('sb-old', 'a', 'local', 'sb-old', '{}', ?2, ?1, \
+             ?3, 1, 1, NULL, NULL, NULL, 'running')",
+            [
+                plain.as_str(),
+                r#"{"env": {"API_KEY": "spec-secret-value"}}"#,
+                r#"{"envd_access_token": "meta-secret-value"}"#,
+            ],
+        )
+        .unwrap();
+        db.execute("INSERT INTO tokens VALUES ('h', 'team-a', 1, 1)", [])
+            .unwrap();
+    }
+    let reg = Registry::open(&path).unwrap();
+    let old = reg
+        .get(&tenant("a"), &"sb-old".to_string().into())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(old.agent_token, plain, "the running agent's token is kept");
+    assert_eq!(old.spec.env["API_KEY"], "spec-secret-value");
+    assert_eq!(old.meta["envd_access_token"], "meta-secret-value");
+    let grant = reg.token("h".into()).await.unwrap().unwrap();
+    assert_eq!(
+        grant.role,
+        Role::Admin,
+        "an old admin token is its tenant's admin"
+    );
+    drop(reg);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend(std::fs::read(dir.path().join("relay.db-wal")).unwrap_or_default());
+    for secret in [plain.as_str(), "spec-secret-value", "meta-secret-value"] {
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "relay.db still holds {secret} in plain text"
+        );
+    }
+
+    // Without its key, the database refuses to open rather than lose every sandbox.
+    std::fs::remove_file(dir.path().join(KEY_FILE)).unwrap();
+    let err = Registry::open(&path).err().unwrap().to_string();
+    assert!(err.contains("restore the relay.key"), "{err}");
 }

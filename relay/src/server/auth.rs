@@ -1,9 +1,13 @@
 //! API tokens: minting them, the admin token file, and the [`Caller`] extractor that turns a
 //! request's bearer token into a tenant.
 //!
-//! Tokens are stored as SHA-256 hashes and looked up by hash, so the comparison never touches
-//! the secret itself: learning which hashes a timing difference hints at is no help without
-//! a preimage.
+//! Tokens are stored as SHA-256 hashes and looked up by hash, then the hash is compared in
+//! constant time ([`Registry::token`]): the secret itself is never compared, and no timing
+//! depends on how much of a guess was right.
+//!
+//! The relay's own admin token (in `admin.token`) is the one [`Role::RelayAdmin`]: it alone
+//! mints tokens for any tenant and mints admin tokens; a tenant's admin token mints member
+//! tokens of its own tenant.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -21,15 +25,15 @@ use tracing::info;
 use super::constants::{API_TOKEN_PREFIX, TOKEN_BYTES};
 use super::error::ApiError;
 use super::state::{now_ms, Relay};
-use crate::registry::{Registry, Tenant, TokenRecord};
+use crate::registry::{Registry, Role, Tenant, TokenRecord};
 
 /// Who is calling: the tenant of the request's token.
 #[derive(Clone, Debug)]
 pub(super) struct Caller {
     /// The tenant whose sandboxes the caller sees.
     pub tenant: Tenant,
-    /// Whether the caller may mint tokens.
-    pub admin: bool,
+    /// What the caller's token may do.
+    pub role: Role,
 }
 
 impl FromRequestParts<Arc<Relay>> for Caller {
@@ -43,7 +47,7 @@ impl FromRequestParts<Arc<Relay>> for Caller {
             return Err(relay.unauthorized("the Authorization header is not `Bearer <token>`"));
         };
         match relay.registry.token(hash_token(token)).await? {
-            Some(TokenRecord { tenant, admin }) => Ok(Caller { tenant, admin }),
+            Some(TokenRecord { tenant, role }) => Ok(Caller { tenant, role }),
             None => Err(relay.unauthorized("this API token is not known to this relay")),
         }
     }
@@ -73,17 +77,18 @@ fn random_hex() -> String {
 pub(super) async fn create_token(
     registry: &Registry,
     tenant: Tenant,
-    admin: bool,
+    role: Role,
 ) -> Result<String, ApiError> {
     let token = mint_api_token();
     registry
-        .insert_token(hash_token(&token), TokenRecord { tenant, admin }, now_ms())
+        .insert_token(hash_token(&token), TokenRecord { tenant, role }, now_ms())
         .await?;
     Ok(token)
 }
 
-/// The admin token of the `default` tenant, kept in `path` (mode 0600): reused when the file
-/// holds one, minted and written (atomically) when it does not.
+/// The relay's admin token (of the `default` tenant), kept in `path` (mode 0600): reused when
+/// the file holds one, minted and written (atomically) when it does not. A token that was
+/// stored before relay admins were told apart is made the relay admin again here.
 pub(super) async fn ensure_admin_token(registry: &Registry, path: &Path) -> anyhow::Result<String> {
     let existing = match std::fs::read_to_string(path) {
         Ok(text) => Some(text.trim().to_string()).filter(|t| !t.is_empty()),
@@ -92,13 +97,13 @@ pub(super) async fn ensure_admin_token(registry: &Registry, path: &Path) -> anyh
     };
     let admin = TokenRecord {
         tenant: Tenant::default_tenant(),
-        admin: true,
+        role: Role::RelayAdmin,
     };
     if let Some(token) = existing {
         let hash = hash_token(&token);
         // The file is the admin credential: whoever can read it owns the data directory
         // anyway. A database that lost it (deleted, restored) learns it again.
-        if registry.token(hash.clone()).await?.is_none() {
+        if registry.token(hash.clone()).await?.as_ref() != Some(&admin) {
             registry.insert_token(hash, admin, now_ms()).await?;
         }
         return Ok(token);
@@ -158,7 +163,7 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), first);
         let rec = registry.token(hash_token(&first)).await.unwrap().unwrap();
-        assert!(rec.admin && rec.tenant == Tenant::default_tenant());
+        assert!(rec.role == Role::RelayAdmin && rec.tenant == Tenant::default_tenant());
 
         assert_eq!(ensure_admin_token(&registry, &path).await.unwrap(), first);
 
@@ -173,5 +178,27 @@ mod tests {
         assert_ne!(second, first);
         assert!(registry.token(hash_token(&first)).await.unwrap().is_some());
         assert!(registry.token(hash_token(&second)).await.unwrap().is_some());
+
+        // A database from before roles knew the file's token as a plain admin: it is the
+        // relay's admin again, and the lost file's old token stays a tenant admin.
+        let old = TokenRecord {
+            tenant: Tenant::default_tenant(),
+            role: Role::Admin,
+        };
+        registry
+            .insert_token(hash_token(&second), old.clone(), 0)
+            .await
+            .unwrap();
+        registry
+            .insert_token(hash_token(&first), old.clone(), 0)
+            .await
+            .unwrap();
+        ensure_admin_token(&registry, &path).await.unwrap();
+        let grant = |t: &str| registry.token(hash_token(t));
+        assert_eq!(
+            grant(&second).await.unwrap().unwrap().role,
+            Role::RelayAdmin
+        );
+        assert_eq!(grant(&first).await.unwrap(), Some(old));
     }
 }

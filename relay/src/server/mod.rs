@@ -5,7 +5,8 @@
 //! - this file: [`start`], [`run`] and shutting down ([`RunningRelay`]);
 //! - `state`: what all handlers share; `routes`: the router, health, tokens;
 //! - `sandboxes`: the lifecycle routes; `tunnel`: the WebSocket data path;
-//! - `auth`: API tokens, the admin token file, the caller's tenant;
+//! - `auth`: API tokens, the admin token file, the caller's tenant and role;
+//! - `policy`: what each tenant may use (the policy file, image roots, value ranges);
 //! - `reaper`: TTL, idle timeout and reconciliation; `activity`: open tunnels;
 //! - `locks`: get-or-create's per-label locks; `error`: the one map from errors to responses;
 //! - `constants`: every tunable.
@@ -15,6 +16,7 @@ mod auth;
 mod constants;
 mod error;
 mod locks;
+mod policy;
 mod preview;
 mod reaper;
 mod routes;
@@ -42,6 +44,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 pub use constants::{DEFAULT_LISTEN, DEFAULT_PROVIDER, DEFAULT_REAP_INTERVAL};
+pub use policy::{ConfigError, PolicyConfig};
 
 use constants::{ADMIN_TOKEN_FILE, DB_FILE, LOCK_FILE, SHUTDOWN_GRACE};
 use state::Relay;
@@ -60,16 +63,19 @@ pub struct RelayConfig {
     pub agent_binary: PathBuf,
     /// How often the reaper looks for expired and idle sandboxes.
     pub reap_interval: Duration,
+    /// What tenants may use.
+    pub policy: PolicyConfig,
 }
 
 impl RelayConfig {
-    /// A configuration with the default address and reap interval.
+    /// A configuration with the default address, reap interval and policy.
     pub fn new(data_dir: PathBuf, agent_binary: PathBuf) -> RelayConfig {
         RelayConfig {
             listen: DEFAULT_LISTEN,
             data_dir,
             agent_binary,
             reap_interval: DEFAULT_REAP_INTERVAL,
+            policy: PolicyConfig::default(),
         }
     }
 }
@@ -108,6 +114,7 @@ pub async fn start_with(
         .context("the task opening the data directory failed")??;
     let admin_token_file = config.data_dir.join(ADMIN_TOKEN_FILE);
     let admin_token = auth::ensure_admin_token(&registry, &admin_token_file).await?;
+    let policy = policy::Policy::new(&config.policy, &config.data_dir, providers.keys().copied())?;
 
     let listener = TcpListener::bind(config.listen).await.with_context(|| {
         format!(
@@ -128,6 +135,7 @@ pub async fn start_with(
         providers,
         tunnels: Default::default(),
         create_locks: Default::default(),
+        policy,
         shutdown: CancellationToken::new(),
         tasks: TaskTracker::new(),
         admin_token_file: admin_token_file.clone(),

@@ -19,7 +19,7 @@ use super::sandboxes;
 use super::state::Relay;
 use super::tunnel;
 use crate::api::{TokenRequest, TokenResponse};
-use crate::registry::Tenant;
+use crate::registry::{Role, Tenant};
 
 /// Every route of the relay; see [`crate::api`] for the contract.
 pub(super) fn router(relay: Arc<Relay>) -> Router {
@@ -56,16 +56,35 @@ async fn create_token(
     caller: Caller,
     JsonBody(req): JsonBody<TokenRequest>,
 ) -> Result<(StatusCode, Json<TokenResponse>), ApiError> {
-    if !caller.admin {
-        return Err(ApiError::Forbidden(format!(
-            "only admin tokens may mint tokens, and tenant {}'s token is not one; use the \
-             admin token in {}",
-            caller.tenant,
-            relay.admin_token_file.display()
-        )));
-    }
     let tenant = Tenant::parse(&req.tenant).map_err(|e| ApiError::Invalid(e.to_string()))?;
-    let token = auth::create_token(&relay.registry, tenant.clone(), req.admin).await?;
+    let relay_admin_file = relay.admin_token_file.display();
+    match caller.role {
+        Role::RelayAdmin => {}
+        Role::Member => {
+            return Err(ApiError::Forbidden(format!(
+                "only admin tokens may mint tokens, and tenant {}'s token is not one; use the \
+                 relay's admin token in {relay_admin_file}",
+                caller.tenant
+            )))
+        }
+        Role::Admin if req.admin => {
+            return Err(ApiError::Forbidden(format!(
+                "only the relay's own admin token (in {relay_admin_file}) mints admin tokens; \
+                 tenant {}'s admin token mints member tokens only",
+                caller.tenant
+            )))
+        }
+        Role::Admin if tenant != caller.tenant => {
+            return Err(ApiError::Forbidden(format!(
+                "tenant {}'s admin token mints tokens for tenant {} only, not for {tenant}; \
+                 use the relay's admin token in {relay_admin_file}",
+                caller.tenant, caller.tenant
+            )))
+        }
+        Role::Admin => {}
+    }
+    let role = if req.admin { Role::Admin } else { Role::Member };
+    let token = auth::create_token(&relay.registry, tenant.clone(), role).await?;
     let tenant = tenant.to_string();
     Ok((StatusCode::CREATED, Json(TokenResponse { token, tenant })))
 }

@@ -11,6 +11,7 @@ use axum::Json;
 use super::auth::{mint_agent_token, Caller};
 use super::constants::{DEFAULT_PROVIDER, MAX_LIFETIME};
 use super::error::ApiError;
+use super::policy::check_lifetime;
 use super::routes::JsonBody;
 use super::state::{now_ms, Relay};
 use crate::api::{CreateRequest, RenewRequest, SandboxInfo};
@@ -23,8 +24,9 @@ pub(super) async fn create(
     caller: Caller,
     JsonBody(body): JsonBody<serde_json::Value>,
 ) -> Result<(StatusCode, Json<SandboxInfo>), ApiError> {
-    let req = parse_create(body)?;
+    let mut req = parse_create(body)?;
     let provider = relay.provider(req.provider.as_deref().unwrap_or(DEFAULT_PROVIDER))?;
+    relay.policy.admit(&caller, &*provider, &mut req.spec)?;
     let work_relay = relay.clone();
     let (status, info) = relay
         .detached(async move {
@@ -89,7 +91,8 @@ pub(super) async fn renew(
     JsonBody(req): JsonBody<RenewRequest>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     let ttl = Duration::from_secs(req.ttl_secs);
-    check_lifetime("ttl_secs", ttl)?;
+    check_lifetime("ttl_secs", ttl).map_err(ApiError::Invalid)?;
+    relay.policy.check_renew(&caller.tenant, ttl)?;
     let mut sandbox = find(&relay, &caller, id).await?;
     let provider = relay.provider_of(&sandbox)?;
     if let Err(e) = provider.renew(&sandbox.handle(), ttl).await {
@@ -158,6 +161,12 @@ async fn create_new(
     tenant: Tenant,
     spec: SandboxSpec,
 ) -> Result<SandboxRecord, ApiError> {
+    // Held until the sandbox is in the registry, which then counts it.
+    let _place = relay.policy.reserve(&relay.registry, &tenant).await?;
+    // Every sandbox has a TTL, which the reaper enforces: the request's, else the tenant's
+    // default. The provider sees only one that was asked for, so it otherwise keeps its own
+    // lifetime rules (E2B extends its timeout on every connect).
+    let ttl = spec.ttl.unwrap_or_else(|| relay.policy.limits(&tenant).ttl);
     let id = SandboxId::generate();
     let agent_token = mint_agent_token();
     let created = provider
@@ -175,8 +184,8 @@ async fn create_new(
         meta: created.meta,
         created_ms: now,
         last_active_ms: now,
-        ttl: spec.ttl,
-        expires_ms: spec.ttl.map(|ttl| now.saturating_add(millis(ttl))),
+        ttl: Some(ttl),
+        expires_ms: Some(now.saturating_add(millis(ttl))),
         idle_timeout: spec.idle_timeout,
         state: SandboxState::Running,
         spec,
@@ -189,9 +198,31 @@ async fn create_new(
     Ok(sandbox)
 }
 
-/// Reads a create request, checking durations first: out-of-range seconds must be a 400,
-/// not a panic in the conversion to [`Duration`].
+/// Reads a create request: unknown fields first (a typo must not silently become a default),
+/// then durations (out-of-range seconds must be a 400, not a panic in the conversion to
+/// [`Duration`]), then the rest.
 fn parse_create(body: serde_json::Value) -> Result<CreateRequest, ApiError> {
+    let serde_json::Value::Object(fields) = &body else {
+        return Err(ApiError::Invalid(format!(
+            "the request body must be a JSON object, e.g. {{\"memory_bytes\": 536870912}}; got {body}"
+        )));
+    };
+    // Every field serializes (absent ones as null), so the default's keys are all the keys.
+    let known = match serde_json::to_value(CreateRequest::default()) {
+        Ok(serde_json::Value::Object(known)) => known,
+        _ => {
+            return Err(ApiError::Internal(
+                "cannot list the create request's fields".into(),
+            ))
+        }
+    };
+    if let Some(unknown) = fields.keys().find(|k| !known.contains_key(*k)) {
+        let expected: Vec<&str> = known.keys().map(String::as_str).collect();
+        return Err(ApiError::Invalid(format!(
+            "unknown field `{unknown}` in the request body; the fields are: {}",
+            expected.join(", ")
+        )));
+    }
     for field in ["ttl", "idle_timeout"] {
         match body.get(field) {
             None | Some(serde_json::Value::Null) => {}
@@ -220,16 +251,6 @@ fn parse_create(body: serde_json::Value) -> Result<CreateRequest, ApiError> {
         )));
     }
     Ok(req)
-}
-
-fn check_lifetime(field: &str, d: Duration) -> Result<(), ApiError> {
-    if d.is_zero() || d > MAX_LIFETIME {
-        return Err(ApiError::Invalid(format!(
-            "`{field}` must be between 1 and {} seconds",
-            MAX_LIFETIME.as_secs()
-        )));
-    }
-    Ok(())
 }
 
 /// Parses `label=KEY=VALUE` query parameters (repeatable, all must match).

@@ -1,5 +1,5 @@
 //! What every handler and background task of one relay shares: the registry, the providers,
-//! the open tunnels, the create locks and the shutdown signal.
+//! the policy, the open tunnels, the create locks and the shutdown signal.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -16,6 +16,7 @@ use tracing::warn;
 use super::activity::Tunnels;
 use super::error::ApiError;
 use super::locks::KeyedLocks;
+use super::policy::Policy;
 use crate::provider::{Provider, ProviderError, SandboxState};
 use crate::registry::{Registry, SandboxRecord};
 
@@ -29,6 +30,8 @@ pub(super) struct Relay {
     pub tunnels: Arc<Tunnels>,
     /// Serializes get-or-create per tenant and label set.
     pub create_locks: KeyedLocks,
+    /// What each tenant may use.
+    pub policy: Policy,
     /// Fires when the relay shuts down; tunnels and the reaper watch it.
     pub shutdown: CancellationToken,
     /// Tunnels and detached provider calls, awaited at shutdown.

@@ -43,6 +43,8 @@ pub(super) const CPU_PERIOD: Duration = Duration::from_millis(100);
 pub(super) const MIN_CPU_QUOTA: Duration = Duration::from_millis(1);
 /// The smallest memory limit we accept; below it even the agent cannot start.
 pub(super) const MIN_MEMORY_BYTES: u64 = 16 << 20; // 16 MiB
+/// The host's largest process id: no sandbox can have more processes than this.
+pub(super) const PID_MAX_FILE: &str = "/proc/sys/kernel/pid_max";
 
 /// The sandbox's `/tmp` (a tmpfs; its pages also count against the memory limit).
 pub(super) const TMP_SIZE_BYTES: u64 = 1 << 30; // 1 GiB

@@ -223,7 +223,7 @@ impl LocalProvider {
             network: spec.network,
             cgroup_procs: cgroup.procs_files(),
             users,
-            seccomp_unconfined: false,
+            seccomp_unconfined: spec.seccomp_unconfined,
             env,
             agent_args: prepared
                 .as_ref()
@@ -260,6 +260,10 @@ impl LocalProvider {
 impl Provider for LocalProvider {
     fn name(&self) -> &'static str {
         "local"
+    }
+
+    fn runs_here(&self) -> bool {
+        true
     }
 
     async fn create(

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::constants::{
     AGENT_TOKEN_ENV, CPU_PERIOD, DEFAULT_PIDS_MAX, MAX_ID_LEN, MIN_CPU_QUOTA, MIN_MEMORY_BYTES,
-    SANDBOX_PATH,
+    PID_MAX_FILE, SANDBOX_PATH,
 };
 use super::error::LocalError;
 use crate::image::PreparedImage;
@@ -54,7 +54,9 @@ pub(super) fn check_id(id: &str) -> Result<(), LocalError> {
     }
 }
 
-/// The root file system the spec asks for.
+/// The root file system the spec asks for. A host directory must come resolved (the relay's
+/// policy resolves it once, checks it and passes the result on): a path that no longer
+/// resolves to itself had a symlink planted in it since, and is refused rather than followed.
 pub(super) fn rootfs(spec: &SandboxSpec) -> Result<Rootfs, LocalError> {
     let Some(image) = spec.image.as_deref() else {
         return Ok(Rootfs::Host);
@@ -65,7 +67,15 @@ pub(super) fn rootfs(spec: &SandboxSpec) -> Result<Rootfs, LocalError> {
             "must be an absolute path to a root file system directory, or oci:PATH",
         ));
     }
-    image_dir(image, Path::new(image))
+    let rootfs = image_dir(image, Path::new(image))?;
+    // Compared as text: `Path` equality would let a trailing `/` or `.` through.
+    if !matches!(&rootfs, Rootfs::Image(dir) if dir.as_os_str() == std::ffi::OsStr::new(image)) {
+        return Err(bad(
+            "is not a resolved path (it has a symlink, `.` or `..` in it); pass the directory's \
+             real path",
+        ));
+    }
+    Ok(rootfs)
 }
 
 /// The root file system directory `dir` of the image `image` (a directory, or an unpacked
@@ -116,13 +126,28 @@ pub(super) fn limits(spec: &SandboxSpec) -> Result<Limits, LocalError> {
                 "process limit 0 leaves no room for the agent; ask for at least 1".into(),
             ))
         }
-        Some(p) => p,
+        Some(p) => match host_pid_max() {
+            Some(max) if p > max => {
+                return Err(LocalError::BadSpec(format!(
+                    "process limit {p} is above this host's maximum number of processes \
+                     ({PID_MAX_FILE}); ask for 1 to {max}"
+                )))
+            }
+            _ => p,
+        },
     };
     Ok(Limits {
         memory_bytes,
         cpu_quota,
         pids_max,
     })
+}
+
+/// The host's largest process id, the most processes a sandbox could ever have.
+fn host_pid_max() -> Option<u64> {
+    std::fs::read_to_string(PID_MAX_FILE)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
 }
 
 /// The agent's environment as `KEY=VALUE` strings: a clean base (HOME is `home`), then the
@@ -253,6 +278,24 @@ mod tests {
         assert!(rootfs(&spec("/nonexistent/tether-image")).is_err());
         assert!(rootfs(&spec("/proc/self/status")).is_err());
         assert_eq!(rootfs(&spec("/")).unwrap(), Rootfs::Image("/".into()));
+        // Paths that are not their own resolution are refused, not followed.
+        let tmp = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir(real.join("dir")).unwrap();
+        std::os::unix::fs::symlink(real.join("dir"), real.join("link")).unwrap();
+        let ok = real.join("dir").display().to_string();
+        assert_eq!(
+            rootfs(&spec(&ok)).unwrap(),
+            Rootfs::Image(ok.clone().into())
+        );
+        for bad in [
+            real.join("link").display().to_string(),
+            format!("{}/dir/../dir", real.display()),
+            format!("{ok}/"),
+        ] {
+            let err = rootfs(&spec(&bad)).unwrap_err().to_string();
+            assert!(err.contains("not a resolved path"), "{bad}: {err}");
+        }
         assert_eq!(rootfs(&SandboxSpec::default()).unwrap(), Rootfs::Host);
     }
 
@@ -300,6 +343,10 @@ mod tests {
             },
             SandboxSpec {
                 pids: Some(0),
+                ..Default::default()
+            },
+            SandboxSpec {
+                pids: Some(host_pid_max().unwrap() + 1),
                 ..Default::default()
             },
         ] {

@@ -70,7 +70,14 @@ pub(super) fn image(config: &InitConfig, child: Pid) -> Result<(), InitError> {
         .step(|| "opening the sandbox's user namespace".into())?;
     let source = CString::new(lower.as_os_str().as_bytes())
         .map_err(|_| InitError::Config("the image path holds a NUL byte".into()))?;
-    let tree = sys::idmapped_clone(&source, userns.as_fd()).map_err(|errno| match errno {
+    let dir = sys::open_dir_no_symlinks(&source).map_err(|errno| InitError::Sys {
+        what: format!(
+            "opening the image {} (it must be a directory reached without symlinks)",
+            lower.display()
+        ),
+        errno,
+    })?;
+    let tree = sys::idmapped_clone(dir.as_fd(), userns.as_fd()).map_err(|errno| match errno {
         Errno::EINVAL | Errno::ENOSYS | Errno::EOPNOTSUPP => InitError::Unsupported {
             what: format!("an idmapped mount of the image {}", lower.display()),
             errno,

@@ -199,21 +199,41 @@ pub(super) fn dup_above(fd: BorrowedFd<'_>, min: RawFd) -> nix::Result<OwnedFd> 
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
 
-/// Clones the mount at `path` (not its submounts) as a detached mount, read-only, nosuid and
-/// nodev, whose file owners appear through the id mapping of the user namespace `userns`:
-/// host uid 0 shows as the namespace's uid 0, and so on. Returns the detached mount.
-pub(super) fn idmapped_clone(
-    path: &std::ffi::CStr,
-    userns: BorrowedFd<'_>,
-) -> nix::Result<OwnedFd> {
-    // SAFETY: `path` is a valid NUL-terminated string for the duration of the call; open_tree
+/// Opens directory `path` without following any symlink on the way (`O_PATH`): a path the
+/// relay resolved and checked must still be the same path, not a link planted since.
+pub(super) fn open_dir_no_symlinks(path: &std::ffi::CStr) -> nix::Result<OwnedFd> {
+    // SAFETY: open_how is plain old data; all-zero is valid (no flags, no resolve rules).
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_NO_SYMLINKS;
+    // SAFETY: `path` is NUL-terminated and `how` valid for the call, whose size we pass.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    let fd = Errno::result(fd)? as RawFd;
+    // SAFETY: openat2 just returned `fd` as a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Clones the mount of directory `dir` (not its submounts) as a detached mount, read-only,
+/// nosuid and nodev, whose file owners appear through the id mapping of the user namespace
+/// `userns`: host uid 0 shows as the namespace's uid 0, and so on. Returns the detached mount.
+pub(super) fn idmapped_clone(dir: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> nix::Result<OwnedFd> {
+    // SAFETY: the empty path with AT_EMPTY_PATH makes open_tree act on `dir` itself; it
     // returns a new descriptor or -1 and touches no other memory.
     let tree = unsafe {
         libc::syscall(
             libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint,
+            dir.as_raw_fd(),
+            c"".as_ptr(),
+            (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint
+                | libc::AT_EMPTY_PATH as libc::c_uint,
         )
     };
     let tree = Errno::result(tree)? as RawFd;

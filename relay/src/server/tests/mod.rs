@@ -3,6 +3,7 @@
 
 mod api;
 mod lifecycle;
+mod policy;
 mod tunnel;
 
 use std::collections::HashMap;
@@ -25,7 +26,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use super::{start_with, RelayConfig, RunningRelay};
+use super::{start_with, PolicyConfig, RelayConfig, RunningRelay};
 use crate::api::{ErrorBody, SandboxInfo};
 use crate::provider::{
     AgentIo, AgentSocket, Created, Provider, ProviderError, SandboxHandle, SandboxSpec,
@@ -51,6 +52,10 @@ pub(super) struct FakeProvider {
     pub renews: AtomicUsize,
     /// Makes every connect fail as if the agent were unreachable.
     pub refuse_connect: AtomicBool,
+    /// Plays a provider that runs sandboxes on this host (as `local` does).
+    pub runs_here: AtomicBool,
+    /// The spec of the last create, as the relay passed it on.
+    pub last_spec: Mutex<Option<SandboxSpec>>,
     agent_addr: Mutex<Option<SocketAddr>>,
 }
 
@@ -64,6 +69,11 @@ impl FakeProvider {
         self.sandboxes.lock().unwrap().contains_key(id)
     }
 
+    /// Every live sandbox's agent token.
+    pub fn agent_tokens(&self) -> Vec<String> {
+        self.sandboxes.lock().unwrap().values().cloned().collect()
+    }
+
     fn knows_token(&self, token: &str) -> bool {
         self.sandboxes.lock().unwrap().values().any(|t| t == token)
     }
@@ -75,12 +85,17 @@ impl Provider for FakeProvider {
         "fake"
     }
 
+    fn runs_here(&self) -> bool {
+        self.runs_here.load(Ordering::SeqCst)
+    }
+
     async fn create(
         &self,
         id: &str,
         agent_token: &str,
-        _spec: &SandboxSpec,
+        spec: &SandboxSpec,
     ) -> Result<Created, ProviderError> {
+        *self.last_spec.lock().unwrap() = Some(spec.clone());
         // Slow enough that concurrent get-or-creates overlap.
         tokio::time::sleep(Duration::from_millis(50)).await;
         self.creates.fetch_add(1, Ordering::SeqCst);
@@ -198,11 +213,19 @@ pub(super) struct TestRelay {
     pub provider: Arc<FakeProvider>,
     pub dir: tempfile::TempDir,
     pub http: reqwest::Client,
+    /// The policy every (re)start gets.
+    pub policy: PolicyConfig,
 }
 
 impl TestRelay {
     pub async fn start() -> TestRelay {
+        TestRelay::start_with_policy(PolicyConfig::default(), false).await
+    }
+
+    /// A relay with `policy`, whose fake provider plays a local one if `runs_here`.
+    pub async fn start_with_policy(policy: PolicyConfig, runs_here: bool) -> TestRelay {
         let provider = Arc::new(FakeProvider::default());
+        provider.runs_here.store(runs_here, Ordering::SeqCst);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         *provider.agent_addr.lock().unwrap() = Some(listener.local_addr().unwrap());
         tokio::spawn(serve_echo_agent(listener, provider.clone()));
@@ -211,6 +234,7 @@ impl TestRelay {
             provider,
             dir: tempfile::tempdir().unwrap(),
             http: reqwest::Client::new(),
+            policy,
         };
         relay.relay = Some(relay.start_relay().await.unwrap());
         relay
@@ -222,6 +246,7 @@ impl TestRelay {
             data_dir: self.dir.path().join("data"),
             agent_binary: "/nonexistent/tether-agent".into(),
             reap_interval: TEST_REAP_INTERVAL,
+            policy: self.policy.clone(),
         };
         let provider: Arc<dyn Provider> = self.provider.clone();
         start_with(config, [("fake", provider)].into_iter().collect()).await
@@ -249,12 +274,17 @@ impl TestRelay {
 
     /// Mints a token for `tenant` with the admin token.
     pub async fn token_for(&self, tenant: &str) -> String {
+        self.mint(&self.admin(), tenant, false).await
+    }
+
+    /// Mints a token for `tenant` (an admin token if `admin`) with `by`; panics unless 201.
+    pub async fn mint(&self, by: &str, tenant: &str, admin: bool) -> String {
         let (status, body) = self
             .call(
                 "POST",
                 "/v1/tokens",
-                &self.admin(),
-                Some(serde_json::json!({"tenant": tenant})),
+                by,
+                Some(serde_json::json!({"tenant": tenant, "admin": admin})),
             )
             .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
