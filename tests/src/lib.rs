@@ -13,6 +13,7 @@ use tether_relay::client::{RelayClient, Session};
 
 pub mod cloud;
 pub mod images;
+pub mod liar;
 
 /// How long a binary may take to print its readiness line.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);

@@ -79,6 +79,7 @@ pub(super) async fn run(remote: Remote, args: DevArgs) -> anyhow::Result<i32> {
         remote: args.remote_dir.clone(),
         excludes: args.excludes,
         gzip: gzip(Compress::Auto, &rest),
+        modes: Default::default(),
     };
     // The first push in the foreground, so the shell starts on a complete tree.
     let session = rest
