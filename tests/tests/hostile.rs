@@ -21,6 +21,13 @@ use tether_relay::client::Session;
 use tether_relay::hostfs::{self, HostFsError, ModePolicy};
 use tether_relay::sync::{self, Format, Reporter, SyncError, SyncSpec};
 
+/// A file name of 255 bytes, the most a Linux filesystem takes.
+const LONG_NAME: &str = concat!(
+    "LLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLL",
+    "LLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLL",
+    "LLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLL"
+);
+
 /// What the victim file outside every destination holds; it must keep holding it.
 const VICTIM: &str = "the host's own file\n";
 
@@ -476,11 +483,12 @@ async fn planted_symlinks_and_setuid_files_stay_in_the_sandbox() {
             "set -e; mkdir -p /workspace/out/sub; cd /workspace/out; \
              printf data > f; printf data > sub/g; \
              printf x > suid; chmod 4755 suid; printf x > sgid; chmod 2755 sgid; \
-             mkdir tmp; chmod 1777 tmp; \
+             mkdir tmp; chmod 1777 tmp; printf long > {long}; \
              ln -s {outside} esc; ln -s {victim} .f.tether-tmp-{pid}; \
              ln -s {victim} sub/.g.tether-tmp-{pid}",
             outside = scene.outside.display(),
             victim = scene.victim.display(),
+            long = LONG_NAME,
         ),
     )
     .await;
@@ -503,6 +511,10 @@ async fn planted_symlinks_and_setuid_files_stay_in_the_sandbox() {
     );
     assert!(pulled.join("esc").is_symlink());
     assert_no_special_bits(&pulled);
+    assert_eq!(
+        std::fs::read_to_string(pulled.join(LONG_NAME)).unwrap(),
+        "long"
+    );
 
     // `tether sync` pull and `tether cp` down.
     let home = scene.dest.join("home");
@@ -524,6 +536,11 @@ async fn planted_symlinks_and_setuid_files_stay_in_the_sandbox() {
         assert_eq!(std::fs::read_to_string(dir.join("f")).unwrap(), "data");
         assert!(dir.join("esc").is_symlink());
         assert_no_special_bits(dir);
+        // Temporary names stay short: a 255-byte name (the longest there is) lands too.
+        assert_eq!(
+            std::fs::read_to_string(dir.join(LONG_NAME)).unwrap(),
+            "long"
+        );
     }
     assert_eq!(std::fs::metadata(&one).unwrap().mode() & 0o7777, 0o755);
     scene.assert_outside_unchanged();
