@@ -54,14 +54,17 @@ pub fn unpack<R: Read>(input: R, dest: &Dest, modes: ModePolicy) -> Result<Unpac
                 let mtime = entry.header().mtime().map_err(malformed)?;
                 let (dir, name) = dest.parent(&path, true)?;
                 let mut landing = Landing::create(dir, dest.shown(&path))?;
-                // The entry yields exactly the bytes its header announces, read as they
-                // come: its size is never used to allocate.
-                io::copy(&mut entry, landing.file()).map_err(|e| match e.kind() {
-                    io::ErrorKind::UnexpectedEof => HostFsError::Truncated { path: path.shown() },
-                    _ => HostFsError::io("write", dest.shown(&path))(e),
-                })?;
-                let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(mtime);
-                landing.land(name, modes.apply(mode), Some(mtime))?;
+                // Bytes are copied as they come: the announced size is never used to
+                // allocate, only to tell a whole file from one cut short.
+                let announced = entry.size();
+                let copied = io::copy(&mut entry, landing.file())
+                    .map_err(HostFsError::io("write", dest.shown(&path)))?;
+                if copied != announced {
+                    return Err(HostFsError::Truncated { path: path.shown() });
+                }
+                // The sandbox's number: one beyond what a time can hold is left out.
+                let mtime = SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(mtime));
+                landing.land(name, modes.apply(mode), mtime)?;
                 done.files += 1;
             }
             EntryType::Symlink => {
@@ -180,6 +183,30 @@ mod tests {
         assert!(unpack(&tar[..], &dest, ModePolicy::DropSpecial).is_err());
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
         assert!(dir.path().join("esc/pwned").is_file());
+    }
+
+    #[test]
+    fn absurd_times_do_not_panic_and_lying_sizes_land_nothing() {
+        let mut far = header(EntryType::Regular, 0o644, 1);
+        far.set_mtime(u64::MAX);
+        far.set_path("far").unwrap();
+        far.set_cksum();
+        let tar = archive(|b| b.append(&far, &b"x"[..]).unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let dest = Dest::open(dir.path(), false).unwrap();
+        let done = unpack(&tar[..], &dest, ModePolicy::DropSpecial).unwrap();
+        assert_eq!(done.files, 1);
+
+        // A header announcing a terabyte, then nothing.
+        let mut big = header(EntryType::Regular, 0o644, 1 << 40);
+        big.set_path("big").unwrap();
+        big.set_cksum();
+        let mut tar = Vec::from(&big.as_bytes()[..]);
+        tar.extend_from_slice(&[0; 1024]);
+        let dir = tempfile::tempdir().unwrap();
+        let dest = Dest::open(dir.path(), false).unwrap();
+        assert!(unpack(&tar[..], &dest, ModePolicy::DropSpecial).is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]
