@@ -127,11 +127,13 @@ fn assert_no_special_bits(root: &Path) {
     }
 }
 
-/// Pulls write their baseline under TETHER_HOME: keep it out of the real home.
+/// Pulls write their baseline under TETHER_HOME: keep it out of the real home. One
+/// directory for every run (baselines are keyed by a random sandbox name), so runs do not
+/// pile up directories.
 fn isolated_home() {
     static HOME: Once = Once::new();
     HOME.call_once(|| {
-        let dir = std::env::temp_dir().join(format!("tether-hostile-{}", std::process::id()));
+        let dir = std::env::temp_dir().join("tether-hostile-tests");
         std::fs::create_dir_all(&dir).unwrap();
         std::env::set_var("TETHER_HOME", dir);
     });
