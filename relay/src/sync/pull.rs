@@ -34,6 +34,7 @@ use super::scan;
 use super::tree::{recorded, Entry, Kind, Tree};
 use super::SyncSpec;
 use crate::client::{ClientError, Event, Session};
+use crate::hostfs::path::MAX_NAME_BYTES;
 use crate::hostfs::{Dest, Landing, Links, SandboxPath};
 
 /// Pulls `spec.remote` into `spec.local` (created if missing).
@@ -88,7 +89,7 @@ pub async fn pull(
                 dest.unlink(&path)?;
             }
             Some(_) => {
-                let kept = format!("{rel}{CONFLICT_MARKER}{stamp}");
+                let kept = conflict_name(rel, &stamp);
                 dest.rename(&path, &SandboxPath::parse_str(&kept)?)?;
                 reporter.conflict(rel, &kept);
                 stats.conflicts += 1;
@@ -136,6 +137,25 @@ pub async fn pull(
     stats.ms = started.elapsed().as_millis() as u64;
     reporter.synced(Phase::Pull, &stats);
     Ok(stats)
+}
+
+/// Where a local path in the way is kept: `NAME.tether-conflict-TIME` beside it, the name
+/// shortened (at a character boundary) when the whole would pass the 255-byte limit.
+fn conflict_name(rel: &str, stamp: &str) -> String {
+    let suffix = format!("{CONFLICT_MARKER}{stamp}");
+    let (dir, name) = match rel.rsplit_once('/') {
+        Some((dir, name)) => (Some(dir), name),
+        None => (None, rel),
+    };
+    let mut keep = name.len().min(MAX_NAME_BYTES.saturating_sub(suffix.len()));
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    let kept = format!("{}{suffix}", &name[..keep]);
+    match dir {
+        Some(dir) => format!("{dir}/{kept}"),
+        None => kept,
+    }
 }
 
 /// Splits the files to fetch into `read_batch`-sized groups.
@@ -385,6 +405,19 @@ mod tests {
         assert_eq!(whole, 1);
         assert_eq!(fs::read_to_string(&path).unwrap(), "new");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn conflict_copies_of_long_names_stay_names() {
+        assert_eq!(
+            conflict_name("a/b.txt", "T"),
+            format!("a/b.txt{CONFLICT_MARKER}T")
+        );
+        let long = "é".repeat(127) + "x";
+        let kept = conflict_name(&format!("d/{long}"), "20260101T000000Z");
+        let name = kept.strip_prefix("d/").unwrap();
+        assert!(name.len() <= MAX_NAME_BYTES, "{}", name.len());
+        assert!(name.ends_with("20260101T000000Z") && name.starts_with('é'));
     }
 
     #[test]
