@@ -9,6 +9,8 @@
 //! - [`registry`]: sandboxes and tokens in SQLite. [`server`]: the relay itself.
 //! - [`cli`]: the `tether` commands.
 //! - [`sync`]: the engine of `tether sync` and `tether dev`: local trees mirrored into sandboxes.
+//! - [`hostfs`]: writing here what a sandbox sends (`cp` down, `sync` pulls), nothing outside
+//!   the destination whatever it sends; [`escape`]: printing text a sandbox chose.
 //! - [`bench`]: `tether bench`: latency and throughput against a sandbox, next to this
 //!   machine's floors.
 #![warn(missing_docs)]
@@ -17,6 +19,8 @@ pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod client;
+pub mod escape;
+pub mod hostfs;
 pub mod image;
 pub mod provider;
 pub mod registry;

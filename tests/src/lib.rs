@@ -13,6 +13,7 @@ use tether_relay::client::{RelayClient, Session};
 
 pub mod cloud;
 pub mod images;
+pub mod liar;
 pub mod signals;
 
 /// How long a binary may take to print its readiness line.

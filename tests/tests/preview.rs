@@ -1,6 +1,6 @@
 //! Preview URLs: headless Chromium opens a page served inside a sandbox through the relay,
-//! a missing or wrong token is refused, and WebSocket upgrades pass through, by host name
-//! and by path.
+//! a missing or wrong token is refused (with the same answer as an unknown sandbox id), and
+//! WebSocket upgrades pass through, by host name and by path.
 //!
 //! Needs Debian's `chromium` package (`apt-get install -y chromium`).
 
@@ -69,7 +69,7 @@ async fn a_browser_opens_the_preview_and_wrong_tokens_are_refused() {
     let host = format!("8000-{id}.localhost:{port}");
     let none = servers::get(addr, &host, "/", &[]).await;
     assert_eq!(none.status, 401, "{none:?}");
-    assert!(none.body.contains("needs its token"), "{none:?}");
+    assert!(none.body.contains("without its token"), "{none:?}");
     let wrong = servers::get(
         addr,
         &host,
@@ -77,7 +77,7 @@ async fn a_browser_opens_the_preview_and_wrong_tokens_are_refused() {
         &[],
     )
     .await;
-    assert_eq!(wrong.status, 403, "{wrong:?}");
+    assert_eq!((wrong.status, &wrong.body), (401, &none.body), "{wrong:?}");
     assert!(!wrong.body.contains("hello from the sandbox"));
     let forged = servers::get(addr, &host, "/", &[("Cookie", "tether_preview=forged")]).await;
     assert_eq!(forged.status, 401, "{forged:?}");
@@ -110,6 +110,54 @@ async fn a_browser_opens_the_preview_and_wrong_tokens_are_refused() {
         addr,
         addr,
         &path,
+        &[("X-Tether-Preview-Token", &preview.token)],
+    )
+    .await;
+    assert_eq!((page.status, page.body.as_str()), (200, PAGE));
+}
+
+/// Whether a sandbox id exists must not show: an unknown id, a missing token and a wrong
+/// one get the same status and the same body, by host name and by path.
+#[tokio::test]
+async fn unknown_ids_and_wrong_tokens_get_the_same_answer() {
+    let relay = Relay::start();
+    let client = relay.client();
+    let id = client.create(&Default::default()).await.unwrap().id;
+    let s = client.connect(&id).await.unwrap();
+    servers::http_site(&s, 8000, PAGE).await;
+    let preview = client.preview(&id).await.unwrap();
+    let addr = relay.url.trim_start_matches("http://");
+    let port = addr.rsplit(':').next().unwrap();
+    let wrong = "0123456789abcdef0123456789abcdef";
+    let unknown = format!("sb-{}", &tether_e2e::token()[..8]);
+
+    let mut answers = Vec::new();
+    for sandbox in [id.as_str(), unknown.as_str()] {
+        let host = format!("8000-{sandbox}.localhost:{port}");
+        let path = format!("/preview/{sandbox}/8000/");
+        for (host, path) in [(host.as_str(), "/"), (addr, path.as_str())] {
+            for query in ["", "?tether_preview_token=0123456789abcdef0123456789abcdef"] {
+                let r = servers::get(addr, host, &format!("{path}{query}"), &[]).await;
+                answers.push((r.status, r.body));
+            }
+            let r = servers::get(addr, host, path, &[("X-Tether-Preview-Token", wrong)]).await;
+            answers.push((r.status, r.body));
+            let r = servers::get(addr, host, path, &[("Cookie", "tether_preview=forged")]).await;
+            answers.push((r.status, r.body));
+        }
+    }
+    assert_eq!(answers.len(), 16);
+    for answer in &answers {
+        assert_eq!(answer, &answers[0], "answers differ: {answers:#?}");
+    }
+    assert_eq!(answers[0].0, 401);
+    assert!(!answers[0].1.contains(&id), "{answers:?}");
+    // The right token still opens it.
+    let host = format!("8000-{id}.localhost:{port}");
+    let page = servers::get(
+        addr,
+        &host,
+        "/",
         &[("X-Tether-Preview-Token", &preview.token)],
     )
     .await;

@@ -1,9 +1,10 @@
 //! `tether cp`: files and directories between this machine and a sandbox, one side written
-//! `ID:/path`. Files move as `read`/`write` streams (the agent writes atomically; here a
-//! temporary file is renamed into place). Directories move as tar streams (`tar_read` /
-//! `tar_write`), packed and unpacked here as they flow, never whole in memory; modes and
-//! symlinks are kept. Destinations follow `cp -r`: an existing directory receives the source
-//! inside it under its own name.
+//! `ID:/path`. Files move as `read`/`write` streams (the agent writes atomically); directories
+//! as tar streams (`tar_read` / `tar_write`), packed and unpacked as they flow, never whole in
+//! memory; modes and symlinks are kept, setuid/setgid/sticky bits only with
+//! `--preserve-mode`. Downloads go through [`crate::hostfs`], which writes nothing outside
+//! the destination whatever the sandbox sends. Destinations follow `cp -r`: an existing
+//! directory receives the source inside it under its own name.
 
 use std::io::IsTerminal;
 use std::os::unix::fs::PermissionsExt;
@@ -19,6 +20,8 @@ use tether_proto::ErrorCode;
 
 use super::remote::Remote;
 use crate::client::{ClientError, Session};
+use crate::escape::escape_str;
+use crate::hostfs::{self, HostFsError, ModePolicy};
 
 /// Bytes buffered between the network and the tar packer or unpacker.
 const PIPE_BYTES: usize = 1 << 20; // 1 MiB
@@ -29,6 +32,8 @@ const FILE_READ_BYTES: usize = 1 << 20; // 1 MiB
 const PROGRESS_MIN_BYTES: u64 = 8 << 20; // 8 MiB
 /// The progress bar's redraws per second.
 const PROGRESS_HZ: u8 = 10;
+/// How a transfer of known size is drawn.
+const SIZED_TEMPLATE: &str = "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} {eta}";
 
 /// `tether cp`.
 #[derive(Debug, Args)]
@@ -41,6 +46,9 @@ pub(super) struct CpArgs {
     /// Where to: a local path, or ID:/path in a sandbox.
     #[arg(value_name = "DST")]
     dst: String,
+    /// Keep the setuid, setgid and sticky bits of files from the sandbox (dropped by default).
+    #[arg(long)]
+    preserve_mode: bool,
 }
 
 /// One side of a copy.
@@ -72,9 +80,17 @@ pub(super) async fn run(remote: Remote, args: CpArgs) -> anyhow::Result<()> {
     match (Location::parse(&args.src), Location::parse(&args.dst)) {
         (Location::Remote { id, path }, Location::Local(dst)) => {
             let session = remote.connect(&id).await?;
-            download(&session, &path, &dst)
-                .await
-                .map_err(|e| remote_context(e, &id))
+            let bar = progress(None);
+            let modes = ModePolicy::from_flag(args.preserve_mode);
+            let copied = hostfs::download(&session, &path, &dst, modes, &|total, n| {
+                bar.advance(total, n)
+            })
+            .await;
+            bar.finish();
+            copied.map(drop).map_err(|e| match e {
+                HostFsError::Remote(e) => remote_context(e.into(), &id),
+                other => other.into(),
+            })
         }
         (Location::Local(src), Location::Remote { id, path }) => {
             let session = remote.connect(&id).await?;
@@ -94,91 +110,9 @@ pub(super) async fn run(remote: Remote, args: CpArgs) -> anyhow::Result<()> {
 /// Says where an error the agent reported happened (its message names the path).
 fn remote_context(err: anyhow::Error, id: &str) -> anyhow::Error {
     match err.downcast_ref::<ClientError>() {
-        Some(ClientError::Remote { .. }) => err.context(format!("in sandbox {id}")),
+        Some(ClientError::Remote { .. }) => err.context(format!("in sandbox {}", escape_str(id))),
         _ => err,
     }
-}
-
-async fn download(session: &Session, src: &str, dst: &Path) -> anyhow::Result<()> {
-    let stat = session.stat(src).await?;
-    let target = match (std::fs::metadata(dst), remote_name(src)) {
-        (Ok(m), Some(name)) if m.is_dir() => dst.join(name),
-        _ => dst.to_path_buf(),
-    };
-    match stat.kind {
-        FileKind::Dir => download_dir(session, src, &target).await,
-        FileKind::File => download_file(session, src, stat.size, stat.mode, &target).await,
-        FileKind::Symlink => {
-            // A link named on the command line is followed, as `cp` does.
-            let size = stat.size;
-            match download_file(session, src, size, 0o644, &target).await {
-                Err(e) if code(&e) == Some(ErrorCode::IsDirectory) => {
-                    download_dir(session, src, &target).await
-                }
-                other => other,
-            }
-        }
-        FileKind::Other => anyhow::bail!("{src} is not a regular file or a directory"),
-    }
-}
-
-async fn download_file(
-    session: &Session,
-    src: &str,
-    size: u64,
-    mode: u32,
-    target: &Path,
-) -> anyhow::Result<()> {
-    let dir = match target.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    // Written beside the target and renamed over it: a reader never sees half a file.
-    let temp = tempfile::Builder::new()
-        .prefix(".tether-cp-")
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot create a file in {}", dir.display()))?;
-    let file = tokio::fs::File::from_std(temp.as_file().try_clone()?);
-    let bar = progress(Some(size));
-    let op = Op::Read {
-        path: src.into(),
-        offset: 0,
-        len: None,
-    };
-    let copied = session.download(op, file, |n| bar.advance_to(n)).await;
-    bar.finish();
-    copied?;
-    temp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
-    temp.persist(target)
-        .with_context(|| format!("cannot write {}", target.display()))?;
-    Ok(())
-}
-
-async fn download_dir(session: &Session, src: &str, target: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(target)
-        .with_context(|| format!("cannot create the directory {}", target.display()))?;
-    let (writer, reader) = tokio::io::duplex(PIPE_BYTES);
-    let bridge = SyncIoBridge::new(reader);
-    let dest = target.to_path_buf();
-    let unpack = tokio::task::spawn_blocking(move || {
-        let mut archive = tar::Archive::new(bridge);
-        archive.set_preserve_permissions(true);
-        archive.set_overwrite(true);
-        archive.unpack(&dest)
-    });
-    let bar = progress(None);
-    let op = Op::TarRead {
-        path: src.into(),
-        exclude: Vec::new(),
-    };
-    let (copied, unpacked) =
-        tokio::join!(session.download(op, writer, |n| bar.advance_to(n)), unpack);
-    bar.finish();
-    // When unpacking fails the download fails too, on the closed pipe: report the cause.
-    unpacked?.with_context(|| format!("cannot unpack into {}", target.display()))?;
-    copied?;
-    Ok(())
 }
 
 async fn upload(session: &Session, src: &Path, dst: &str) -> anyhow::Result<()> {
@@ -250,16 +184,6 @@ async fn upload_dir(session: &Session, src: &Path, target: &str) -> anyhow::Resu
     Ok(())
 }
 
-/// The last component of a remote path, if it names something (not `/`, `.` or `..`).
-fn remote_name(path: &str) -> Option<&str> {
-    let name = path.trim_end_matches('/').rsplit('/').next()?;
-    (!matches!(name, "" | "." | "..")).then_some(name)
-}
-
-fn code(err: &anyhow::Error) -> Option<ErrorCode> {
-    err.downcast_ref::<ClientError>()?.code()
-}
-
 /// A progress bar on stderr, drawn only on a terminal and only once a transfer is large.
 struct Progress {
     bar: ProgressBar,
@@ -269,7 +193,7 @@ struct Progress {
 fn progress(len: Option<u64>) -> Progress {
     let bar = ProgressBar::with_draw_target(len, ProgressDrawTarget::hidden());
     let template = match len {
-        Some(_) => "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} {eta}",
+        Some(_) => SIZED_TEMPLATE,
         None => "{spinner} {bytes} {bytes_per_sec} {elapsed}",
     };
     if let Ok(style) = ProgressStyle::with_template(template) {
@@ -282,6 +206,17 @@ fn progress(len: Option<u64>) -> Progress {
 }
 
 impl Progress {
+    /// Records that `n` bytes of `total` (when known) have moved.
+    fn advance(&self, total: Option<u64>, n: u64) {
+        if let (Some(total), None) = (total, self.bar.length()) {
+            self.bar.set_length(total);
+            if let Ok(style) = ProgressStyle::with_template(SIZED_TEMPLATE) {
+                self.bar.set_style(style);
+            }
+        }
+        self.advance_to(n);
+    }
+
     /// Records that `n` bytes have moved.
     fn advance_to(&self, n: u64) {
         let large = self.bar.length().unwrap_or(n).max(n) >= PROGRESS_MIN_BYTES;
@@ -315,13 +250,5 @@ mod tests {
         assert_eq!(Location::parse("./a:b"), Location::Local("./a:b".into()));
         assert_eq!(Location::parse("/x/y"), Location::Local("/x/y".into()));
         assert_eq!(Location::parse(":x"), Location::Local(":x".into()));
-    }
-
-    #[test]
-    fn remote_names() {
-        assert_eq!(remote_name("/a/b/"), Some("b"));
-        assert_eq!(remote_name("b"), Some("b"));
-        assert_eq!(remote_name("/"), None);
-        assert_eq!(remote_name("/a/.."), None);
     }
 }

@@ -79,6 +79,7 @@ pub(super) async fn run(remote: Remote, args: DevArgs) -> anyhow::Result<i32> {
         remote: args.remote_dir.clone(),
         excludes: args.excludes,
         gzip: gzip(Compress::Auto, &rest),
+        modes: Default::default(),
     };
     // The first push in the foreground, so the shell starts on a complete tree.
     let session = rest
@@ -106,7 +107,10 @@ pub(super) async fn run(remote: Remote, args: DevArgs) -> anyhow::Result<i32> {
     stop.cancel();
     match watching.await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => eprintln!("tether dev: the background sync stopped: {e}"),
+        Ok(Err(e)) => eprintln!(
+            "tether dev: the background sync stopped: {}",
+            crate::escape::escape_lines(&e.to_string())
+        ),
         Err(e) => eprintln!("tether dev: the background sync failed: {e}"),
     }
     drop(forwards);

@@ -14,6 +14,7 @@ use tether_proto::op::{AgentInfo, ListeningPort};
 use super::output::{self, Table};
 use super::remote::Remote;
 use crate::api::{CreateRequest, PreviewInfo, SandboxInfo};
+use crate::escape::escape_str;
 use crate::provider::{NetworkPolicy, SandboxSpec};
 
 /// What a new sandbox should be (`tether create` and `tether run`).
@@ -423,7 +424,7 @@ fn describe(info: &Info<'_>, now: i64) -> String {
     let width = longest.max("preview token".len()) + 2;
     let mut out: String = rows
         .iter()
-        .map(|(k, v)| format!("{:<width$}{v}\n", format!("{k}:")))
+        .map(|(k, v)| format!("{:<width$}{}\n", format!("{k}:"), escape_str(v)))
         .collect();
     if let Some(p) = &info.previews {
         out.push_str(&format!("{:<width$}", "previews:"));
@@ -437,7 +438,9 @@ fn describe(info: &Info<'_>, now: i64) -> String {
             let pad = if i == 0 { 0 } else { width };
             out.push_str(&format!(
                 "{:pad$}port {} ({})\n",
-                "", port.port, port.address
+                "",
+                port.port,
+                escape_str(&port.address)
             ));
             out.push_str(&format!("{:width$}  {}\n", "", port.url));
             out.push_str(&format!("{:width$}  {}\n", "", port.path_url));

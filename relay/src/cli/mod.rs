@@ -185,7 +185,8 @@ fn status(result: anyhow::Result<i32>) -> i32 {
 
 fn report(e: &anyhow::Error) {
     let _ = std::io::stdout().flush();
-    eprintln!("tether: {e:#}");
+    // Errors carry sandbox text (agent messages, file names): escaped, never raw.
+    eprintln!("tether: {}", crate::escape::escape_lines(&format!("{e:#}")));
 }
 
 /// Parses `KEY=VALUE`.

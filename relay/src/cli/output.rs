@@ -6,6 +6,8 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use crate::escape::escape_str;
+
 /// Spaces between table columns.
 const COLUMN_GAP: usize = 3;
 
@@ -32,10 +34,12 @@ impl Table {
         }
     }
 
-    /// Adds a row; it must have one cell per column.
+    /// Adds a row; it must have one cell per column. Cells are printed escaped (whatever
+    /// a sandbox or tenant chose stays text); escaping twice changes nothing.
     pub(super) fn row(&mut self, cells: Vec<String>) {
         debug_assert_eq!(cells.len(), self.headers.len());
-        self.rows.push(cells);
+        self.rows
+            .push(cells.iter().map(|c| escape_str(c).into_owned()).collect());
     }
 
     /// The table as text, one line per row, no trailing spaces.
@@ -92,12 +96,15 @@ pub(super) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// `k=v,k2=v2`, or `-` when there are none.
+/// `k=v,k2=v2`, or `-` when there are none; escaped (labels are any tenant's text).
 pub(super) fn labels(labels: &BTreeMap<String, String>) -> String {
     if labels.is_empty() {
         return "-".into();
     }
-    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let pairs: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{}={}", escape_str(k), escape_str(v)))
+        .collect();
     pairs.join(",")
 }
 
@@ -145,5 +152,7 @@ mod tests {
         assert_eq!(labels(&BTreeMap::new()), "-");
         let l = BTreeMap::from([("a".to_string(), "1".to_string()), ("b".into(), "2".into())]);
         assert_eq!(super::labels(&l), "a=1,b=2");
+        let hostile = BTreeMap::from([("k\x1b]0;x\x07".to_string(), "\x1b[2J".to_string())]);
+        assert_eq!(super::labels(&hostile), "k\\x1b]0;x\\x07=\\x1b[2J");
     }
 }

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::remote::Remote;
 use crate::client::RelayClient;
+use crate::hostfs::ModePolicy;
 use crate::sync::{self, Format, Reporter, SyncSpec};
 
 /// `tether sync`.
@@ -44,6 +45,10 @@ pub(super) struct SyncArgs {
     /// Print status as JSON lines on stdout.
     #[arg(long)]
     json: bool,
+    /// On a pull, keep the setuid, setgid and sticky bits of files from the sandbox
+    /// (dropped by default).
+    #[arg(long)]
+    preserve_mode: bool,
 }
 
 /// Whether pushes are compressed.
@@ -97,6 +102,7 @@ pub(super) async fn run(remote: Remote, args: SyncArgs) -> anyhow::Result<()> {
                 remote: path,
                 excludes: args.excludes,
                 gzip: gzip(args.compress, &rest),
+                modes: ModePolicy::from_flag(args.preserve_mode),
             };
             if args.watch {
                 let stop = CancellationToken::new();
@@ -123,6 +129,7 @@ pub(super) async fn run(remote: Remote, args: SyncArgs) -> anyhow::Result<()> {
                 remote: path,
                 excludes: args.excludes,
                 gzip: false,
+                modes: ModePolicy::from_flag(args.preserve_mode),
             };
             let session = remote.connect(&id).await?;
             sync::pull(&session, &spec, &reporter).await?;

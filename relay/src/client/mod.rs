@@ -35,8 +35,9 @@ use tether_proto::ErrorCode;
 /// Why a client call failed. Every message says what to do next where it can.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ClientError {
-    /// The agent refused or failed the operation.
-    #[error("{message}")]
+    /// The agent refused or failed the operation. Its message is the sandbox's text: shown
+    /// escaped, on one line, so it can neither drive a terminal nor fake a line of output.
+    #[error("{}", crate::escape::escape_str(.message))]
     Remote {
         /// The wire error code.
         code: ErrorCode,

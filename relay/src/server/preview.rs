@@ -8,7 +8,9 @@
 //! with it is answered with a cookie holding the token and a redirect to the same URL
 //! without it, so the token does not linger in the address bar or reach the app), or in
 //! that cookie. The token is HMAC-SHA256(agent token, id): per sandbox, stable for its life,
-//! unguessable without the agent token, and needing no column in the registry.
+//! unguessable without the agent token, and needing no column in the registry. It is
+//! checked in constant time, and an unknown id, a missing token and a wrong one all get the
+//! same 401 and the same body, so the answers tell nobody which sandbox ids exist.
 //!
 //! Each proxied request opens a session to the agent and a `connect` stream to the port,
 //! and speaks HTTP/1.1 over it (hyper's client); a `101 Switching Protocols` answer
@@ -219,43 +221,18 @@ async fn authorize_and_forward(
         .await
         .map_err(|e| ApiError::from(e).into_response())?
         .into_iter()
-        .find(|s| s.id.as_str() == target.id)
-        .ok_or_else(|| {
-            refuse(
-                StatusCode::NOT_FOUND,
-                format!(
-                    "no sandbox {} on this relay; it may have been deleted",
-                    target.id
-                ),
-            )
-        })?;
-
+        .find(|s| s.id.as_str() == target.id);
     let from_query = query_token(req.uri());
-    let presented = header_token(&req)
-        .or(from_query.clone())
-        .or_else(|| cookie_tokens(&req).into_iter().find(|t| valid(&sandbox, t)));
-    match presented {
-        None => {
-            return Err(refuse(
-                StatusCode::UNAUTHORIZED,
-                format!(
-                    "this preview of sandbox {} needs its token: open the URL `tether info {}` \
-                     prints (it ends in ?{TOKEN_PARAM}=...), or send the {TOKEN_HEADER} header",
-                    target.id, target.id
-                ),
-            ))
-        }
-        Some(t) if !valid(&sandbox, &t) => {
-            return Err(refuse(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "wrong preview token for sandbox {}; `tether info {}` prints the right URL",
-                    target.id, target.id
-                ),
-            ))
-        }
-        Some(_) => {}
-    }
+    let presented = header_token(&req).or(from_query.clone()).or_else(|| {
+        let sandbox = sandbox.as_ref()?;
+        cookie_tokens(&req).into_iter().find(|t| valid(sandbox, t))
+    });
+    // An unknown id, a missing token and a wrong one get the very same answer: the
+    // response must not tell which sandbox ids exist.
+    let sandbox = match (sandbox, presented) {
+        (Some(sandbox), Some(t)) if valid(&sandbox, &t) => sandbox,
+        _ => return Err(refuse(StatusCode::UNAUTHORIZED, DENIED.into())),
+    };
     // `/preview/{id}/{port}` matches that path and everything below it, nothing beside it.
     let cookie_path = target.prefix.as_deref().unwrap_or("/");
     let navigation = matches!(*req.method(), Method::GET | Method::HEAD) && !wants_upgrade(&req);
@@ -467,6 +444,12 @@ fn strip_token(uri: &Uri, prefix: Option<&str>) -> String {
         false => format!("{path}?{}", query.join("&")),
     }
 }
+
+/// Why a preview is refused: the same words whether the sandbox exists or not, and without
+/// its id, so two refusals are identical to the byte.
+const DENIED: &str = "no preview here without its token: open the URL `tether info ID` prints \
+                      (it ends in ?tether_preview_token=...), or send the \
+                      X-Tether-Preview-Token header; a deleted sandbox has no preview";
 
 /// A plain-text refusal a person reading the browser tab understands.
 fn refuse(status: StatusCode, message: String) -> Response {

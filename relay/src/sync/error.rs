@@ -51,6 +51,10 @@ pub enum SyncError {
         /// Why (often the inotify watch limit: raise `fs.inotify.max_user_watches`).
         reason: String,
     },
+    /// The sandbox sent something this side refuses (a path leaving the destination, a
+    /// symlink where a directory goes), or landing a file here failed.
+    #[error(transparent)]
+    Host(#[from] crate::hostfs::HostFsError),
     /// A blocking task died (a bug).
     #[error("a sync worker failed: {0}")]
     Worker(String),

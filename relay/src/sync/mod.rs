@@ -57,6 +57,8 @@ pub struct SyncSpec {
     pub excludes: Vec<String>,
     /// Gzip pushes (worth it on a slow link, not on loopback).
     pub gzip: bool,
+    /// What a pull does with the setuid, setgid and sticky bits of files from the sandbox.
+    pub modes: crate::hostfs::ModePolicy,
 }
 
 /// Pushes `spec.local` to the sandbox once: afterwards the sandbox holds the local tree

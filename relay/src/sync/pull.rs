@@ -3,14 +3,19 @@
 //! The sandbox wins for every path it holds; a local file in the way that differs from
 //! what the last sync left (edited here since) is first renamed to
 //! `NAME.tether-conflict-<UTC time>`, and a local directory in the way of a file is renamed
-//! likewise. A pull never deletes a local path the sandbox lacks. Files arrive through
-//! `read_batch` streams, are written to a temporary file beside their destination on a
-//! blocking thread, and are renamed into place with the sandbox's mode and mtime.
+//! likewise. A pull never deletes a local path the sandbox lacks.
+//!
+//! Everything the sandbox sends is hostile input: its listing's paths are checked when they
+//! are listed ([`super::remote`]), and every local change goes through [`crate::hostfs`]:
+//! the local directory is opened once and walked by fd without following symlinks, files
+//! arrive through `read_batch` streams into short random temporary names (`O_EXCL |
+//! O_NOFOLLOW`) renamed into place, symlinks are created only once every file has landed,
+//! and setuid/setgid/sticky bits are dropped unless `--preserve-mode` keeps them.
 
-use std::fs::{self, File, FileTimes, Permissions};
-use std::io::{self, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::ffi::OsString;
+use std::fs;
+use std::io::Write;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -29,6 +34,8 @@ use super::scan;
 use super::tree::{recorded, Entry, Kind, Tree};
 use super::SyncSpec;
 use crate::client::{ClientError, Event, Session};
+use crate::hostfs::path::MAX_NAME_BYTES;
+use crate::hostfs::{Dest, Landing, Links, SandboxPath};
 
 /// Pulls `spec.remote` into `spec.local` (created if missing).
 pub async fn pull(
@@ -42,11 +49,17 @@ pub async fn pull(
         .local
         .canonicalize()
         .map_err(SyncError::local(&spec.local))?;
+    let dest = Arc::new(Dest::open(&root, false)?);
     let rules = std::sync::Arc::new(Rules::new(&root, &spec.excludes)?);
     let mut baseline = Baseline::load(&spec.sandbox, &spec.remote, &root);
-    let listing = remote::list(session, &spec.remote, "", &rules).await?;
+    let mut listing = remote::list(session, &spec.remote, "", &rules).await?;
     for p in &listing.problems {
         reporter.problem(p);
+    }
+    // Compared and landed with the bits this side keeps, so a dropped setuid bit does not
+    // make the file look changed forever.
+    for entry in listing.tree.values_mut() {
+        entry.mode = spec.modes.apply(entry.mode);
     }
     let local = {
         let (root, rules) = (root.clone(), rules.clone());
@@ -63,20 +76,21 @@ pub async fn pull(
         checked: listing.tree.len() as u64,
         ..Stats::default()
     };
-    let mut fetch: Vec<(String, Entry)> = Vec::new();
+    let mut fetch: Vec<(SandboxPath, Entry)> = Vec::new();
+    let mut links = Links::default();
     for (rel, r) in &listing.tree {
-        let path = root.join(rel);
+        let path = SandboxPath::parse_str(rel)?;
         match local.tree.get(rel) {
             Some(l) if l.same(r) => continue,
             Some(l) if l.is_dir() && r.is_dir() => {}
             Some(l)
                 if !l.is_dir() && baseline.tree.get(rel).is_some_and(|k| l.unchanged_since(k)) =>
             {
-                fs::remove_file(&path).map_err(SyncError::local(&path))?;
+                dest.unlink(&path)?;
             }
             Some(_) => {
-                let kept = format!("{rel}{CONFLICT_MARKER}{stamp}");
-                fs::rename(&path, root.join(&kept)).map_err(SyncError::local(&path))?;
+                let kept = conflict_name(rel, &stamp);
+                dest.rename(&path, &SandboxPath::parse_str(&kept)?)?;
                 reporter.conflict(rel, &kept);
                 stats.conflicts += 1;
             }
@@ -84,31 +98,34 @@ pub async fn pull(
         }
         match r.kind {
             Kind::Dir => {
-                fs::create_dir_all(&path).map_err(SyncError::local(&path))?;
+                dest.mkdir_all(&path)?;
                 stats.dirs += 1;
             }
             Kind::Symlink => {
-                let target = r.target.clone().unwrap_or_default();
-                std::os::unix::fs::symlink(&target, &path).map_err(SyncError::local(&path))?;
+                links.add(path, r.target.as_deref().unwrap_or_default().as_bytes())?;
                 stats.files += 1;
             }
-            Kind::File => fetch.push((rel.clone(), r.clone())),
+            Kind::File => fetch.push((path, r.clone())),
         }
     }
 
-    let progress = reporter.progress(fetch.iter().map(|(_, e)| e.size).sum());
+    let total = fetch
+        .iter()
+        .fold(0u64, |sum, (_, e)| sum.saturating_add(e.size));
+    let progress = reporter.progress(total);
     for chunk in batches(&fetch) {
-        let (files, bytes) = read_batch(session, &spec.remote, &root, chunk, &progress).await?;
+        let (files, bytes) = read_batch(session, &spec.remote, &dest, chunk, &progress).await?;
         stats.files += files;
         stats.bytes += bytes;
         stats.wire_bytes += bytes;
     }
     progress.finish_and_clear();
+    // Only now: no file of this pull can be written through a link it creates.
+    links.create(&dest)?;
 
     // Directory modes last, deepest first: a read-only directory must not block its contents.
     for (rel, r) in listing.tree.iter().rev().filter(|(_, r)| r.is_dir()) {
-        let path = root.join(rel);
-        let _ = fs::set_permissions(&path, Permissions::from_mode(r.mode));
+        dest.chmod_dir(&SandboxPath::parse_str(rel)?, r.mode)?;
     }
     let now: Tree = listing
         .tree
@@ -122,16 +139,38 @@ pub async fn pull(
     Ok(stats)
 }
 
+/// Where a local path in the way is kept: `NAME.tether-conflict-TIME` beside it, the name
+/// shortened (at a character boundary) when the whole would pass the 255-byte limit.
+fn conflict_name(rel: &str, stamp: &str) -> String {
+    let suffix = format!("{CONFLICT_MARKER}{stamp}");
+    let (dir, name) = match rel.rsplit_once('/') {
+        Some((dir, name)) => (Some(dir), name),
+        None => (None, rel),
+    };
+    let mut keep = name.len().min(MAX_NAME_BYTES.saturating_sub(suffix.len()));
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    let kept = format!("{}{suffix}", &name[..keep]);
+    match dir {
+        Some(dir) => format!("{dir}/{kept}"),
+        None => kept,
+    }
+}
+
 /// Splits the files to fetch into `read_batch`-sized groups.
-fn batches(files: &[(String, Entry)]) -> Vec<&[(String, Entry)]> {
+fn batches<P>(files: &[(P, Entry)]) -> Vec<&[(P, Entry)]> {
     let mut out = Vec::new();
-    let (mut start, mut bytes) = (0, 0);
+    let (mut start, mut bytes) = (0, 0u64);
     for (i, (_, e)) in files.iter().enumerate() {
-        if i > start && (i - start == READ_BATCH_FILES || bytes + e.size > READ_BATCH_BYTES) {
+        // Sizes are the sandbox's word: saturating, so a lying one cannot overflow them.
+        if i > start
+            && (i - start == READ_BATCH_FILES || bytes.saturating_add(e.size) > READ_BATCH_BYTES)
+        {
             out.push(&files[start..i]);
             (start, bytes) = (i, 0);
         }
-        bytes += e.size;
+        bytes = bytes.saturating_add(e.size);
     }
     if start < files.len() {
         out.push(&files[start..]);
@@ -142,7 +181,7 @@ fn batches(files: &[(String, Entry)]) -> Vec<&[(String, Entry)]> {
 /// What the writer thread is told.
 enum ToWriter {
     Begin {
-        path: PathBuf,
+        path: SandboxPath,
         size: u64,
         mode: u32,
         mtime_s: i64,
@@ -154,159 +193,148 @@ enum ToWriter {
 async fn read_batch(
     session: &Session,
     remote_root: &str,
-    root: &Path,
-    files: &[(String, Entry)],
+    dest: &Arc<Dest>,
+    files: &[(SandboxPath, Entry)],
     progress: &indicatif::ProgressBar,
 ) -> Result<(u64, u64), SyncError> {
     let paths: Vec<String> = files
         .iter()
-        .map(|(rel, _)| absolute(remote_root, rel))
+        .map(|(rel, _)| absolute(remote_root, &String::from_utf8_lossy(rel.as_bytes())))
         .collect();
     let mut stream = session
         .open(Op::ReadBatch { paths })
         .await
         .map_err(SyncError::remote("reading files from the sandbox"))?;
     let (tx, rx) = mpsc::channel::<ToWriter>(64);
-    let writer = tokio::task::spawn_blocking(move || write_files(rx));
-    let mut queue = std::collections::VecDeque::new();
-    let mut left = 0u64;
+    let writer_dest = dest.clone();
+    let writer = tokio::task::spawn_blocking(move || write_files(&writer_dest, rx));
     let mut bytes = 0u64;
-    let lost = |_| SyncError::Worker("the file writer stopped".into());
-    loop {
-        // Zero-length files (and any file whose bytes are all in) need no data to begin.
-        while left == 0 {
-            let Some((rel, size, e)) = queue.pop_front() else {
-                break;
-            };
-            let e: &Entry = e;
-            tx.send(ToWriter::Begin {
-                path: root.join(rel),
-                size,
-                mode: e.mode,
-                mtime_s: e.mtime_s,
-            })
-            .await
-            .map_err(lost)?;
-            left = size;
-        }
-        match stream.next().await {
-            Some(Event::Reply(Reply::Batch { results })) => {
-                for ((rel, e), result) in files.iter().zip(results) {
-                    if let Some(size) = result.size {
-                        queue.push_back((rel, size, e));
+    let pumped = async {
+        let mut queue = std::collections::VecDeque::new();
+        let mut left = 0u64;
+        let lost = |_| SyncError::Worker("the file writer stopped".into());
+        loop {
+            // Zero-length files (and any file whose bytes are all in) need no data to begin.
+            while left == 0 {
+                let Some((rel, size, e)) = queue.pop_front() else {
+                    break;
+                };
+                let e: &Entry = e;
+                tx.send(ToWriter::Begin {
+                    path: SandboxPath::clone(rel),
+                    size,
+                    mode: e.mode,
+                    mtime_s: e.mtime_s,
+                })
+                .await
+                .map_err(lost)?;
+                left = size;
+            }
+            match stream.next().await {
+                Some(Event::Reply(Reply::Batch { results })) => {
+                    for ((rel, e), result) in files.iter().zip(results) {
+                        if let Some(size) = result.size {
+                            queue.push_back((rel, size, e));
+                        }
                     }
                 }
-            }
-            Some(Event::Data(Channel::Out, mut data)) => {
-                bytes += data.len() as u64;
-                progress.inc(data.len() as u64);
-                while !data.is_empty() {
-                    let take = (left as usize).min(data.len());
-                    if take == 0 {
-                        // More bytes than announced: a protocol error.
-                        return Err(SyncError::remote("reading files from the sandbox")(
-                            ClientError::Protocol(
-                                "read_batch sent more bytes than its sizes announced".into(),
-                            ),
-                        ));
-                    }
-                    tx.send(ToWriter::Data(data.split_to(take)))
-                        .await
-                        .map_err(lost)?;
-                    left -= take as u64;
-                    while left == 0 {
-                        let Some((rel, size, e)) = queue.pop_front() else {
-                            break;
-                        };
-                        tx.send(ToWriter::Begin {
-                            path: root.join(rel),
-                            size,
-                            mode: e.mode,
-                            mtime_s: e.mtime_s,
-                        })
-                        .await
-                        .map_err(lost)?;
-                        left = size;
+                Some(Event::Data(Channel::Out, mut data)) => {
+                    bytes += data.len() as u64;
+                    progress.inc(data.len() as u64);
+                    while !data.is_empty() {
+                        let take = (left as usize).min(data.len());
+                        if take == 0 {
+                            // More bytes than announced: a protocol error.
+                            return Err(SyncError::remote("reading files from the sandbox")(
+                                ClientError::Protocol(
+                                    "read_batch sent more bytes than its sizes announced".into(),
+                                ),
+                            ));
+                        }
+                        tx.send(ToWriter::Data(data.split_to(take)))
+                            .await
+                            .map_err(lost)?;
+                        left -= take as u64;
+                        while left == 0 {
+                            let Some((rel, size, e)) = queue.pop_front() else {
+                                break;
+                            };
+                            tx.send(ToWriter::Begin {
+                                path: SandboxPath::clone(rel),
+                                size,
+                                mode: e.mode,
+                                mtime_s: e.mtime_s,
+                            })
+                            .await
+                            .map_err(lost)?;
+                            left = size;
+                        }
                     }
                 }
+                Some(Event::Error(e)) => {
+                    return Err(SyncError::remote("reading files from the sandbox")(e))
+                }
+                Some(Event::Closed) | None => break,
+                Some(_) => {}
             }
-            Some(Event::Error(e)) => {
-                return Err(SyncError::remote("reading files from the sandbox")(e))
-            }
-            Some(Event::Closed) | None => break,
-            Some(_) => {}
         }
+        Ok::<(), SyncError>(())
     }
+    .await;
     drop(tx);
-    let files = writer
-        .await
-        .map_err(|e| SyncError::Worker(e.to_string()))??;
+    let written = writer.await.map_err(|e| SyncError::Worker(e.to_string()))?;
+    // A writer that stopped on an error is why sending to it failed: report its error.
+    let files = written?;
+    pumped?;
     Ok((files, bytes))
 }
 
-/// A file being written under a temporary name beside its destination; removed on drop
-/// unless it was renamed into place, so a failed or cut pull leaves the old file (or none),
-/// never a partial one.
-struct Landing {
-    file: File,
-    tmp: PathBuf,
-    path: PathBuf,
+/// The file being written: its [`Landing`], its final name, and what is still to come.
+struct Open {
+    landing: Landing,
+    name: OsString,
     left: u64,
     mode: u32,
     mtime_s: i64,
-    landed: bool,
 }
 
-impl Landing {
-    fn start(path: PathBuf, size: u64, mode: u32, mtime_s: i64) -> Result<Landing, SyncError> {
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).map_err(SyncError::local(parent))?;
-        }
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = path.with_file_name(format!(".{name}.tether-tmp-{}", std::process::id()));
-        let file = File::create(&tmp).map_err(SyncError::local(&tmp))?;
-        Ok(Landing {
-            file,
-            tmp,
-            path,
+impl Open {
+    fn start(
+        dest: &Dest,
+        path: SandboxPath,
+        size: u64,
+        mode: u32,
+        mtime_s: i64,
+    ) -> Result<Open, SyncError> {
+        let (dir, name) = dest.parent(&path, true)?;
+        let name = name.to_os_string();
+        let landing = Landing::create(dir, dest.shown(&path))?;
+        Ok(Open {
+            landing,
+            name,
             left: size,
             mode,
             mtime_s,
-            landed: false,
         })
     }
 
-    /// Gives the file its mode and mtime and renames it into place.
-    fn land(mut self) -> Result<(), SyncError> {
-        let mtime = UNIX_EPOCH + Duration::from_secs(self.mtime_s.max(0) as u64);
-        let done = (|| -> io::Result<()> {
-            self.file
-                .set_permissions(Permissions::from_mode(self.mode))?;
-            self.file
-                .set_times(FileTimes::new().set_modified(mtime).set_accessed(mtime))?;
-            fs::rename(&self.tmp, &self.path)
-        })();
-        done.map_err(SyncError::local(&self.path))?;
-        self.landed = true;
-        Ok(())
-    }
-}
-
-impl Drop for Landing {
-    fn drop(&mut self) {
-        if !self.landed {
-            let _ = fs::remove_file(&self.tmp);
+    /// Lands the file if all of it came; a file cut short is dropped, and its temporary
+    /// file with it. Returns whether it landed.
+    fn finish(self) -> Result<bool, SyncError> {
+        if self.left != 0 {
+            return Ok(false);
         }
+        // The sandbox's number: one beyond what a time can hold is left out.
+        let mtime = UNIX_EPOCH.checked_add(Duration::from_secs(self.mtime_s.max(0) as u64));
+        self.landing.land(&self.name, self.mode, mtime)?;
+        Ok(true)
     }
 }
 
-/// Writes the files announced on `rx`, each landing only once whole; returns how many were
-/// written.
-fn write_files(mut rx: mpsc::Receiver<ToWriter>) -> Result<u64, SyncError> {
-    let mut current: Option<Landing> = None;
+/// Writes the files announced on `rx` into `dest`, each landing only once whole; returns
+/// how many were written.
+fn write_files(dest: &Dest, mut rx: mpsc::Receiver<ToWriter>) -> Result<u64, SyncError> {
+    let mut current: Option<Open> = None;
     let mut written = 0;
     while let Some(msg) = rx.blocking_recv() {
         match msg {
@@ -317,30 +345,29 @@ fn write_files(mut rx: mpsc::Receiver<ToWriter>) -> Result<u64, SyncError> {
                 mtime_s,
             } => {
                 if let Some(open) = current.take() {
-                    if open.left == 0 {
-                        open.land()?;
-                        written += 1;
-                    }
+                    written += u64::from(open.finish()?);
                 }
-                current = Some(Landing::start(path, size, mode, mtime_s)?);
+                current = Some(Open::start(dest, path, size, mode, mtime_s)?);
             }
             ToWriter::Data(bytes) => {
                 let Some(open) = current.as_mut() else {
                     continue;
                 };
-                open.file
+                let shown = open.landing.shown().to_string();
+                open.landing
+                    .file()
                     .write_all(&bytes)
-                    .map_err(SyncError::local(&open.tmp))?;
+                    .map_err(|e| SyncError::Local {
+                        path: shown.into(),
+                        source: e,
+                    })?;
                 open.left = open.left.saturating_sub(bytes.len() as u64);
             }
         }
     }
     // The last file lands only if all of it came; a cut stream leaves it out.
     if let Some(open) = current.take() {
-        if open.left == 0 {
-            open.land()?;
-            written += 1;
-        }
+        written += u64::from(open.finish()?);
     }
     Ok(written)
 }
@@ -352,6 +379,7 @@ mod tests {
     #[test]
     fn files_land_whole_or_not_at_all() {
         let dir = tempfile::tempdir().unwrap();
+        let dest = Dest::open(dir.path(), false).unwrap();
         let path = dir.path().join("f");
         fs::write(&path, "old").unwrap();
         let send = |msgs: Vec<ToWriter>| {
@@ -360,10 +388,10 @@ mod tests {
                 tx.blocking_send(m).unwrap();
             }
             drop(tx);
-            write_files(rx).unwrap()
+            write_files(&dest, rx).unwrap()
         };
         let begin = |size| ToWriter::Begin {
-            path: path.clone(),
+            path: SandboxPath::parse(b"f").unwrap(),
             size,
             mode: 0o600,
             mtime_s: 5,
@@ -377,6 +405,19 @@ mod tests {
         assert_eq!(whole, 1);
         assert_eq!(fs::read_to_string(&path).unwrap(), "new");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn conflict_copies_of_long_names_stay_names() {
+        assert_eq!(
+            conflict_name("a/b.txt", "T"),
+            format!("a/b.txt{CONFLICT_MARKER}T")
+        );
+        let long = "é".repeat(127) + "x";
+        let kept = conflict_name(&format!("d/{long}"), "20260101T000000Z");
+        let name = kept.strip_prefix("d/").unwrap();
+        assert!(name.len() <= MAX_NAME_BYTES, "{}", name.len());
+        assert!(name.ends_with("20260101T000000Z") && name.starts_with('é'));
     }
 
     #[test]
@@ -400,6 +441,12 @@ mod tests {
             ("b".to_string(), file(1)),
         ];
         assert_eq!(batches(&big).len(), 2);
-        assert!(batches(&[]).is_empty());
+        assert!(batches::<String>(&[]).is_empty());
+        // Sizes a lying sandbox announces cannot overflow the sums.
+        let huge = vec![
+            ("a".to_string(), file(u64::MAX)),
+            ("b".to_string(), file(u64::MAX)),
+        ];
+        assert_eq!(batches(&huge).len(), 2);
     }
 }

@@ -17,6 +17,7 @@ use super::error::SyncError;
 use super::rules::{PathFilter, Rules};
 use super::tree::{ancestors, join, Entry, Tree};
 use crate::client::{ClientError, Session};
+use crate::hostfs::SandboxPath;
 
 /// The remote side under one directory.
 #[derive(Debug, Default)]
@@ -103,6 +104,9 @@ pub async fn list(
             Err(e) => return Err(e),
         };
         for stat in entries {
+            // The agent's word: a path that would leave the synced directory ends the sync
+            // before anything is written, in either direction.
+            SandboxPath::parse_str(&stat.path)?;
             let rel = join(&dir, &stat.path);
             let entry = Entry::from_stat(&stat);
             let is_dir = entry.as_ref().is_some_and(Entry::is_dir);

@@ -3,6 +3,7 @@
 //! for large transfers on a terminal. `--json` prints the same events as JSON lines on
 //! stdout, for scripts and tests.
 
+use crate::escape::escape_lines;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
@@ -163,7 +164,7 @@ impl Reporter {
     /// Something was skipped; the sync goes on.
     pub fn problem(&self, message: &str) {
         match self.format {
-            Format::Human => eprintln!("tether sync: {message}"),
+            Format::Human => eprintln!("tether sync: {}", escape_lines(message)),
             _ => self.emit(&Line::Problem { message }, String::new),
         }
     }
@@ -212,7 +213,8 @@ impl Reporter {
         let _ = match self.format {
             Format::Quiet => return,
             Format::Json => serde_json::to_string(line).map(|s| writeln!(out, "{s}")),
-            Format::Human => Ok(writeln!(out, "{}", human())),
+            // Paths and messages come from the sandbox: escaped, never raw on a terminal.
+            Format::Human => Ok(writeln!(out, "{}", escape_lines(&human()))),
         };
         let _ = out.flush();
     }

@@ -1,0 +1,224 @@
+//! A tar stream from a sandbox (`tar_read`) unpacked into a [`Dest`]: every entry's path
+//! checked, files through [`Landing`], symlinks held in [`Links`] until every file has
+//! landed, directory modes set last (deepest first, so a read-only directory does not block
+//! its contents). Hard links, devices and fifos are refused: the agent never sends them, so
+//! an archive holding one is lying.
+
+use std::io::{self, Read};
+use std::time::{Duration, SystemTime};
+
+use tar::EntryType;
+
+use super::dir::Dest;
+use super::error::HostFsError;
+use super::landing::{Landing, Links};
+use super::path::SandboxPath;
+use super::ModePolicy;
+use crate::escape::escape;
+
+/// What an unpack wrote.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Unpacked {
+    /// Regular files.
+    pub files: u64,
+    /// Directories.
+    pub dirs: u64,
+    /// Symlinks.
+    pub links: u64,
+}
+
+/// Unpacks the archive `input` into `dest`. Stops at the first entry it refuses; what
+/// landed before it stays (all of it inside `dest`).
+pub fn unpack<R: Read>(input: R, dest: &Dest, modes: ModePolicy) -> Result<Unpacked, HostFsError> {
+    let mut archive = tar::Archive::new(input);
+    let mut done = Unpacked::default();
+    let mut links = Links::default();
+    let mut dirs: Vec<(SandboxPath, u32)> = Vec::new();
+    let malformed = |e: io::Error| HostFsError::Malformed(e.to_string());
+    for entry in archive.entries().map_err(malformed)? {
+        let mut entry = entry.map_err(malformed)?;
+        let kind = entry.header().entry_type();
+        let raw = entry.path_bytes().into_owned();
+        let mode = entry.header().mode().map_err(malformed)?;
+        match kind {
+            EntryType::Directory => {
+                // Tar names directories with a trailing slash.
+                let raw = raw.strip_suffix(b"/").unwrap_or(&raw);
+                let path = SandboxPath::parse(raw)?;
+                dest.mkdir_all(&path)?;
+                dirs.push((path, modes.apply(mode)));
+                done.dirs += 1;
+            }
+            EntryType::Regular | EntryType::Continuous => {
+                let path = SandboxPath::parse(&raw)?;
+                let mtime = entry.header().mtime().map_err(malformed)?;
+                let (dir, name) = dest.parent(&path, true)?;
+                let mut landing = Landing::create(dir, dest.shown(&path))?;
+                // Bytes are copied as they come: the announced size is never used to
+                // allocate, only to tell a whole file from one cut short.
+                let announced = entry.size();
+                let copied = io::copy(&mut entry, landing.file())
+                    .map_err(HostFsError::io("write", dest.shown(&path)))?;
+                if copied != announced {
+                    return Err(HostFsError::Truncated { path: path.shown() });
+                }
+                // The sandbox's number: one beyond what a time can hold is left out.
+                let mtime = SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(mtime));
+                landing.land(name, modes.apply(mode), mtime)?;
+                done.files += 1;
+            }
+            EntryType::Symlink => {
+                let path = SandboxPath::parse(&raw)?;
+                let target = entry.link_name_bytes().unwrap_or_default().into_owned();
+                links.add(path, &target)?;
+            }
+            EntryType::XGlobalHeader => {}
+            other => {
+                return Err(HostFsError::Unsupported {
+                    path: escape(&raw).into_owned(),
+                    kind: kind_name(other),
+                })
+            }
+        }
+    }
+    done.links = links.create(dest)? as u64;
+    dirs.sort_by(|a, b| b.0.cmp(&a.0));
+    for (path, mode) in dirs {
+        dest.chmod_dir(&path, mode)?;
+    }
+    Ok(done)
+}
+
+fn kind_name(kind: EntryType) -> String {
+    match kind {
+        EntryType::Link => "hard link".into(),
+        EntryType::Char => "character device".into(),
+        EntryType::Block => "block device".into(),
+        EntryType::Fifo => "fifo".into(),
+        EntryType::GNUSparse => "sparse file".into(),
+        other => format!("tar entry of type {:?}", other.as_byte() as char),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn archive(build: impl FnOnce(&mut tar::Builder<Vec<u8>>)) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        build(&mut b);
+        b.into_inner().unwrap()
+    }
+
+    fn header(kind: EntryType, mode: u32, size: u64) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_size(size);
+        h.set_mtime(1_000_000);
+        h
+    }
+
+    #[test]
+    fn a_tree_lands_with_modes_but_no_setuid() {
+        let tar = archive(|b| {
+            b.append_data(
+                &mut header(EntryType::Directory, 0o750, 0),
+                "d",
+                io::empty(),
+            )
+            .unwrap();
+            b.append_data(
+                &mut header(EntryType::Regular, 0o4755, 2),
+                "d/suid",
+                &b"hi"[..],
+            )
+            .unwrap();
+            b.append_link(
+                &mut header(EntryType::Symlink, 0o777, 0),
+                "d/l",
+                "/etc/passwd",
+            )
+            .unwrap();
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let dest = Dest::open(dir.path(), false).unwrap();
+        let done = unpack(&tar[..], &dest, ModePolicy::DropSpecial).unwrap();
+        assert_eq!((done.files, done.dirs, done.links), (1, 1, 1));
+        let meta = std::fs::metadata(dir.path().join("d/suid")).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o755);
+        let d = std::fs::metadata(dir.path().join("d")).unwrap();
+        assert_eq!(d.permissions().mode() & 0o7777, 0o750);
+        assert!(dir.path().join("d/l").is_symlink());
+
+        let dir = tempfile::tempdir().unwrap();
+        let dest = Dest::open(dir.path(), false).unwrap();
+        unpack(&tar[..], &dest, ModePolicy::Preserve).unwrap();
+        let meta = std::fs::metadata(dir.path().join("d/suid")).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o4755);
+    }
+
+    #[test]
+    fn a_symlink_then_a_file_through_it_stays_inside() {
+        let outside = tempfile::tempdir().unwrap();
+        let tar = archive(|b| {
+            b.append_link(
+                &mut header(EntryType::Symlink, 0o777, 0),
+                "esc",
+                outside.path(),
+            )
+            .unwrap();
+            b.append_data(
+                &mut header(EntryType::Regular, 0o644, 2),
+                "esc/pwned",
+                &b"hi"[..],
+            )
+            .unwrap();
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let dest = Dest::open(dir.path(), false).unwrap();
+        // The file lands in a real directory `esc`; the link then cannot replace it.
+        assert!(unpack(&tar[..], &dest, ModePolicy::DropSpecial).is_err());
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        assert!(dir.path().join("esc/pwned").is_file());
+    }
+
+    #[test]
+    fn absurd_times_do_not_panic_and_lying_sizes_land_nothing() {
+        let mut far = header(EntryType::Regular, 0o644, 1);
+        far.set_mtime(u64::MAX);
+        far.set_path("far").unwrap();
+        far.set_cksum();
+        let tar = archive(|b| b.append(&far, &b"x"[..]).unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let dest = Dest::open(dir.path(), false).unwrap();
+        let done = unpack(&tar[..], &dest, ModePolicy::DropSpecial).unwrap();
+        assert_eq!(done.files, 1);
+
+        // A header announcing a terabyte, then nothing.
+        let mut big = header(EntryType::Regular, 0o644, 1 << 40);
+        big.set_path("big").unwrap();
+        big.set_cksum();
+        let mut tar = Vec::from(&big.as_bytes()[..]);
+        tar.extend_from_slice(&[0; 1024]);
+        let dir = tempfile::tempdir().unwrap();
+        let dest = Dest::open(dir.path(), false).unwrap();
+        assert!(unpack(&tar[..], &dest, ModePolicy::DropSpecial).is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn hard_links_and_devices_are_refused() {
+        let tar = archive(|b| {
+            b.append_link(&mut header(EntryType::Link, 0o644, 0), "h", "/etc/shadow")
+                .unwrap();
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let dest = Dest::open(dir.path(), false).unwrap();
+        let err = unpack(&tar[..], &dest, ModePolicy::DropSpecial).unwrap_err();
+        assert!(err.to_string().contains("hard link"), "{err}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}
