@@ -5,6 +5,7 @@
 //! never stalls the runtime. Only hashes of API tokens are stored. Agent tokens are stored as
 //! they are (the relay must present them), which is why the file is created mode 0600.
 
+mod journal;
 mod record;
 mod schema;
 #[cfg(test)]
@@ -21,6 +22,7 @@ use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::de::DeserializeOwned;
 
+pub use journal::{DestroyReason, Destroyed};
 pub(crate) use record::{millis, state_name};
 pub use record::{InvalidTenant, SandboxId, SandboxRecord, Tenant, TokenRecord};
 pub use schema::SCHEMA_VERSION;
@@ -243,6 +245,15 @@ impl Registry {
                  WHERE expires_ms <= ?1 OR last_active_ms + idle_timeout_ms <= ?1 OR state = ?2"
             );
             query_sandboxes(db, &sql, params![now_ms, state_name(SandboxState::Gone)])
+        })
+        .await
+    }
+
+    /// Every sandbox, of every tenant, last seen in `state`.
+    pub async fn in_state(&self, state: SandboxState) -> Result<Vec<SandboxRecord>, RegistryError> {
+        self.call(move |db| {
+            let sql = format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE state = ?1");
+            query_sandboxes(db, &sql, params![state_name(state)])
         })
         .await
     }

@@ -31,6 +31,19 @@ const MIGRATIONS: &[&str] = &[
         admin      INTEGER NOT NULL,
         created_ms INTEGER NOT NULL
      ) STRICT;",
+    // 2: the journal of sandboxes the relay destroyed on its own (TTL, idle, gone).
+    "CREATE TABLE destroyed (
+        seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+        at_ms        INTEGER NOT NULL,
+        sandbox_id   TEXT NOT NULL,
+        tenant       TEXT NOT NULL,
+        provider     TEXT NOT NULL,
+        provider_ref TEXT NOT NULL,
+        labels       TEXT NOT NULL,  -- JSON object
+        reason       TEXT NOT NULL,  -- ttl | idle | gone
+        evidence     TEXT NOT NULL   -- what the relay saw, in words
+     ) STRICT;
+     CREATE INDEX destroyed_by_sandbox ON destroyed (tenant, sandbox_id);",
 ];
 
 /// The schema version this build writes.

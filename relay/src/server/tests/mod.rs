@@ -51,6 +51,8 @@ pub(super) struct FakeProvider {
     pub renews: AtomicUsize,
     /// Makes every connect fail as if the agent were unreachable.
     pub refuse_connect: AtomicBool,
+    /// Makes every state call fail as a provider's outage (a 5xx, a network error) would.
+    pub cannot_answer: AtomicBool,
     agent_addr: Mutex<Option<SocketAddr>>,
 }
 
@@ -96,6 +98,9 @@ impl Provider for FakeProvider {
     }
 
     async fn state(&self, sandbox: &SandboxHandle) -> Result<SandboxState, ProviderError> {
+        if self.cannot_answer.load(Ordering::SeqCst) {
+            return Err(anyhow::anyhow!("the fake provider answered HTTP 503").into());
+        }
         Ok(if self.has(&sandbox.id) {
             SandboxState::Running
         } else {
