@@ -1,5 +1,6 @@
-//! The relay's memory: every sandbox it created and every API token it minted, in an embedded
-//! SQLite database (`<data_dir>/relay.db`, WAL mode), so sandboxes outlive relay restarts.
+//! The relay's memory: every sandbox it created, every API token it minted, and the journal of
+//! sandboxes it destroyed on its own (`journal`), in an embedded SQLite database
+//! (`<data_dir>/relay.db`, WAL mode), so sandboxes outlive relay restarts.
 //!
 //! One connection sits behind a mutex; every call runs on tokio's blocking pool so a slow disk
 //! never stalls the runtime. Only hashes of API tokens are stored. Agent tokens are stored as

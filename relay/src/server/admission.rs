@@ -7,13 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
+use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::Json;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::warn;
 
-use super::error::ApiError;
 use super::fds::FdBudget;
+use crate::api::{ErrorBody, ErrorDetail};
 
 /// How long the accept loop waits before trying again when no descriptor is free at all,
 /// not even the spare: the connection waits in the kernel's backlog meanwhile.
@@ -81,10 +83,16 @@ pub(super) async fn refuse_when_short(
     request: Request,
     next: Next,
 ) -> Response {
-    match budget.check() {
+    match budget.admit() {
         Ok(()) => next.run(request).await,
         Err(shortage) => {
-            let mut response = ApiError::Unavailable(shortage.to_string()).into_response();
+            let body = ErrorBody {
+                error: ErrorDetail {
+                    code: "unavailable".into(),
+                    message: shortage.to_string(),
+                },
+            };
+            let mut response = (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
             // The connection's descriptor is better given back than kept alive.
             response.headers_mut().insert(
                 axum::http::header::CONNECTION,

@@ -9,6 +9,7 @@
 
 use std::fs::File;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
@@ -83,6 +84,8 @@ pub(super) enum Shortage {
 #[derive(Debug)]
 pub(super) struct FdBudget {
     limit: u64,
+    /// Whether the last check found a shortage, so only its start and end are logged.
+    short: AtomicBool,
     /// Released when `accept` fails for want of a descriptor, re-opened when one is free.
     spare: Mutex<Option<File>>,
 }
@@ -92,8 +95,25 @@ impl FdBudget {
     pub(super) fn new(limit: u64) -> FdBudget {
         FdBudget {
             limit,
+            short: AtomicBool::new(false),
             spare: Mutex::new(open_spare()),
         }
+    }
+
+    /// [`FdBudget::check`], logging when a shortage starts and when it ends rather than at
+    /// every refusal.
+    pub(super) fn admit(&self) -> Result<(), Shortage> {
+        let verdict = self.check();
+        let short = verdict.is_err();
+        if self.short.swap(short, Ordering::Relaxed) != short {
+            match &verdict {
+                Err(shortage) => {
+                    warn!("{shortage}; refusing requests with 503 until descriptors free up")
+                }
+                Ok(()) => info!("file descriptors are available again; admitting requests"),
+            }
+        }
+        verdict
     }
 
     /// Whether a new request may start: at least [`RESERVE_FDS`] descriptors are free.
@@ -145,9 +165,10 @@ mod tests {
         assert!(during >= before + 150, "{before} then {during}");
         let tight = FdBudget {
             limit: during + RESERVE_FDS / 2,
+            short: AtomicBool::new(false),
             spare: Mutex::new(None),
         };
-        assert!(matches!(tight.check(), Err(Shortage::Low { .. })));
+        assert!(matches!(tight.admit(), Err(Shortage::Low { .. })));
         drop(files);
         let roomy = FdBudget::new(during + 2 * RESERVE_FDS);
         roomy.check().unwrap();

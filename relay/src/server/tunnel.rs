@@ -58,7 +58,7 @@ pub(super) async fn open(
     // The agent's socket is one more descriptor: refuse now rather than fail half-open.
     relay
         .fds
-        .check()
+        .admit()
         .map_err(|shortage| ApiError::Unavailable(shortage.to_string()))?;
     // Counted from before the connect, so the reaper cannot idle it out meanwhile.
     let guard = relay.tunnels.open(sandbox.id.clone());
