@@ -174,3 +174,27 @@ async fn a_provider_that_cannot_answer_makes_a_sandbox_unknown_never_gone() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_sandbox_recorded_gone_is_asked_about_again_before_any_delete() {
+    let t = TestRelay::start().await;
+    let admin = t.admin();
+    let sb = t.create(&admin, json!({"provider": "fake"})).await;
+
+    // A connect reports it gone, so the relay records it gone...
+    t.provider.connect_says_gone.store(true, Ordering::SeqCst);
+    assert!(t.tunnel(&sb.id, &admin).await.is_err());
+    t.provider.connect_says_gone.store(false, Ordering::SeqCst);
+
+    // ...but the reaper asks the provider again, which still has it: kept, running again.
+    eventually("the reaper to find the sandbox running", || async {
+        let (_, list) = t.call("GET", "/v1/sandboxes", &admin, None).await;
+        list.as_array()
+            .and_then(|all| all.iter().find(|s| s["id"] == sb.id.as_str()))
+            .is_some_and(|s| s["state"] == "running")
+    })
+    .await;
+    assert_eq!(t.provider.deletes.load(Ordering::SeqCst), 0);
+    assert!(t.provider.has(&sb.id));
+    assert!(t.tunnel(&sb.id, &admin).await.is_ok());
+}

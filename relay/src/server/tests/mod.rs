@@ -53,6 +53,9 @@ pub(super) struct FakeProvider {
     pub refuse_connect: AtomicBool,
     /// Makes every state call fail as a provider's outage (a 5xx, a network error) would.
     pub cannot_answer: AtomicBool,
+    /// Makes every connect say the sandbox is gone while `state` still finds it: a false
+    /// report the relay must not delete on.
+    pub connect_says_gone: AtomicBool,
     agent_addr: Mutex<Option<SocketAddr>>,
 }
 
@@ -124,7 +127,7 @@ impl Provider for FakeProvider {
 
     async fn connect(&self, sandbox: &SandboxHandle) -> Result<AgentSocket, ProviderError> {
         self.connects.fetch_add(1, Ordering::SeqCst);
-        if !self.has(&sandbox.id) {
+        if !self.has(&sandbox.id) || self.connect_says_gone.load(Ordering::SeqCst) {
             return Err(ProviderError::Gone(sandbox.id.clone()));
         }
         if self.refuse_connect.load(Ordering::SeqCst) {
