@@ -28,6 +28,11 @@ pub(super) async fn run(relay: Arc<Relay>, interval: Duration) {
         () = reconcile(&relay) => {}
         () = relay.shutdown.cancelled() => return,
     }
+    // Its own task: a provider in an outage may take long to answer (or not answer), and
+    // that must not hold up TTLs and idle timeouts.
+    relay
+        .tasks
+        .spawn(recheck_unknown_every(relay.clone(), interval));
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut last_activity = Instant::now();
@@ -45,8 +50,24 @@ pub(super) async fn run(relay: Arc<Relay>, interval: Duration) {
                 warn!("cannot record tunnel activity: {e}");
             }
         }
-        recheck_unknown(&relay).await;
         reap(&relay, &mut failing).await;
+    }
+}
+
+/// Every `interval`, until the relay shuts down, asks again about every sandbox whose state
+/// could not be told.
+async fn recheck_unknown_every(relay: Arc<Relay>, interval: Duration) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = relay.shutdown.cancelled() => return,
+        }
+        tokio::select! {
+            () = recheck_unknown(&relay) => {}
+            () = relay.shutdown.cancelled() => return,
+        }
     }
 }
 
