@@ -11,6 +11,7 @@ use std::fs::File;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use tracing::{info, warn};
@@ -18,6 +19,15 @@ use tracing::{info, warn};
 /// Descriptors kept free for work already admitted: the agent socket of a tunnel being
 /// opened, a sandbox's start (pipes, its log, its socket), `/proc` reads, the database.
 pub(super) const RESERVE_FDS: u64 = 64;
+/// Descriptors an admitted request is assumed to take until the next count: a tunnel's client
+/// and agent sockets.
+const FDS_PER_REQUEST: u64 = 2;
+/// How old a count may get before a request takes a new one. Counting lists `/proc/self/fd`,
+/// about a microsecond per open descriptor, too dear for every request of a busy relay.
+const RECOUNT_AFTER: Duration = Duration::from_millis(100);
+/// How old a count may get before a request that the estimate would refuse takes a new one:
+/// near the limit, counts are taken often, so closed descriptors are soon seen free again.
+const RECOUNT_WHEN_SHORT: Duration = Duration::from_millis(1);
 /// Below this hard limit the relay warns that it can hold few connections.
 const LOW_HARD_LIMIT: u64 = 4096;
 /// Where the process's open descriptors are listed, one entry each.
@@ -86,6 +96,8 @@ pub(super) struct FdBudget {
     limit: u64,
     /// Whether the last check found a shortage, so only its start and end are logged.
     short: AtomicBool,
+    /// The last count, plus what was admitted since.
+    estimate: Mutex<Estimate>,
     /// Released when `accept` fails for want of a descriptor, re-opened when one is free.
     spare: Mutex<Option<File>>,
 }
@@ -96,6 +108,7 @@ impl FdBudget {
         FdBudget {
             limit,
             short: AtomicBool::new(false),
+            estimate: Mutex::new(Estimate::default()),
             spare: Mutex::new(open_spare()),
         }
     }
@@ -116,15 +129,28 @@ impl FdBudget {
         verdict
     }
 
-    /// Whether a new request may start: at least [`RESERVE_FDS`] descriptors are free.
+    /// Whether a new request may start: at least [`RESERVE_FDS`] descriptors are free. The
+    /// answer comes from a recent count plus [`FDS_PER_REQUEST`] per request admitted since,
+    /// which only overestimates; a fresh count is taken when the last is old, or when the
+    /// estimate would refuse.
     pub(super) fn check(&self) -> Result<(), Shortage> {
-        let in_use = count_open().map_err(Shortage::Exhausted)?;
-        if in_use.saturating_add(RESERVE_FDS) > self.limit {
+        let mut estimate = self.estimate.lock().expect("fd estimate lock");
+        let fits = |in_use: u64| in_use.saturating_add(RESERVE_FDS) <= self.limit;
+        let age = estimate.counted_at.map(|at| at.elapsed());
+        let stale = age.is_none_or(|age| {
+            age >= RECOUNT_AFTER || (!fits(estimate.in_use) && age >= RECOUNT_WHEN_SHORT)
+        });
+        if stale {
+            estimate.in_use = count_open().map_err(Shortage::Exhausted)?;
+            estimate.counted_at = Some(Instant::now());
+        }
+        if !fits(estimate.in_use) {
             return Err(Shortage::Low {
-                in_use,
+                in_use: estimate.in_use,
                 limit: self.limit,
             });
         }
+        estimate.in_use += FDS_PER_REQUEST;
         Ok(())
     }
 
@@ -140,6 +166,14 @@ impl FdBudget {
             *spare = open_spare();
         }
     }
+}
+
+/// Descriptors in use as last counted, plus what was admitted since.
+#[derive(Debug, Default)]
+struct Estimate {
+    in_use: u64,
+    /// When the count was taken; `None` before the first.
+    counted_at: Option<Instant>,
 }
 
 fn open_spare() -> Option<File> {
@@ -166,11 +200,21 @@ mod tests {
         let tight = FdBudget {
             limit: during + RESERVE_FDS / 2,
             short: AtomicBool::new(false),
+            estimate: Mutex::new(Estimate::default()),
             spare: Mutex::new(None),
         };
         assert!(matches!(tight.admit(), Err(Shortage::Low { .. })));
         drop(files);
         let roomy = FdBudget::new(during + 2 * RESERVE_FDS);
+        roomy.check().unwrap();
+        // Admitted requests count against the budget until the next count...
+        let admitted = (0..)
+            .take_while(|_| roomy.check().is_ok())
+            .take(10_000)
+            .count() as u64;
+        assert!(admitted <= (2 * RESERVE_FDS) / FDS_PER_REQUEST + 200 / FDS_PER_REQUEST);
+        // ...which, once the estimate refuses, is taken again and sees them free.
+        std::thread::sleep(RECOUNT_WHEN_SHORT);
         roomy.check().unwrap();
         assert!(roomy.release_spare());
         assert!(!roomy.release_spare());
