@@ -16,7 +16,7 @@ use futures_util::future::join_all;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{info, warn};
 
-use super::constants::ACTIVITY_INTERVAL;
+use super::constants::{ACTIVITY_INTERVAL, UNKNOWN_RECHECK_INTERVAL};
 use super::error::ApiError;
 use super::state::{now_ms, Relay};
 use crate::provider::{Provider, ProviderError, SandboxState};
@@ -30,9 +30,10 @@ pub(super) async fn run(relay: Arc<Relay>, interval: Duration) {
     }
     // Its own task: a provider in an outage may take long to answer (or not answer), and
     // that must not hold up TTLs and idle timeouts.
+    let recheck = interval.max(UNKNOWN_RECHECK_INTERVAL);
     relay
         .tasks
-        .spawn(recheck_unknown_every(relay.clone(), interval));
+        .spawn(recheck_unknown_every(relay.clone(), recheck));
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut last_activity = Instant::now();
