@@ -5,7 +5,7 @@
 //! Each stream runs its operation in its own task, so a stalled stream stalls nobody else.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -65,12 +65,12 @@ where
     So: futures_util::Stream<Item = Result<Message, WsError>> + Unpin,
 {
     let (outbox, mut queue) = mpsc::channel::<Bytes>(OUTBOX_FRAMES);
-    // Set when the handshake fails, so the writer closes with 1008 rather than 1001.
-    let failed = Arc::new(AtomicBool::new(false));
-    let writer_failed = failed.clone();
+    // The close code the writer sends: 1001 unless the reader saw a fault that has its own.
+    let close_code = Arc::new(AtomicU16::new(CloseCode::Away.into()));
+    let writer_close_code = close_code.clone();
 
     let writer = tokio::spawn(async move {
-        let failed = writer_failed;
+        let close_code = writer_close_code;
         // The first ping is due one period from now; `interval` would fire at once.
         let period = Duration::from_secs(PING_INTERVAL_SECS - 5);
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -98,11 +98,7 @@ where
                 }
             }
         }
-        let code = if failed.load(Ordering::Acquire) {
-            CloseCode::Policy
-        } else {
-            CloseCode::Away
-        };
+        let code = CloseCode::from(close_code.load(Ordering::Acquire));
         let _ = sink
             .send(Message::Close(Some(CloseFrame {
                 code,
@@ -114,7 +110,7 @@ where
 
     if let Err(e) = handshake(&mut source, &outbox, &agent, authed).await {
         debug!("handshake failed: {}", e.message);
-        failed.store(true, Ordering::Release);
+        close_code.store(CloseCode::Policy.into(), Ordering::Release);
         let _ = outbox
             .send(frame::encode_control(&Control::Error {
                 stream: None,
@@ -133,6 +129,9 @@ where
             Ok(Some(Ok(msg))) => msg,
             Ok(Some(Err(e))) => {
                 debug!("connection error: {e}");
+                if let Some(code) = violation_code(&e) {
+                    close_code.store(code.into(), Ordering::Release);
+                }
                 break;
             }
             Ok(None) => break,
@@ -159,7 +158,7 @@ where
             Ok(frame) => route(frame, &streams, &outbox, &agent).await,
             Err(e) => match undecodable_open(&bytes, &streams) {
                 Some(stream) => {
-                    let code = if e.to_string().contains("unknown variant") {
+                    let code = if unknown_op(&bytes) {
                         ErrorCode::Unsupported
                     } else {
                         ErrorCode::InvalidArgument
@@ -264,6 +263,35 @@ fn undecodable_open(bytes: &[u8], streams: &Streams) -> Option<StreamId> {
     let id = StreamId(u32::try_from(value.get("stream")?.as_u64()?).ok()?);
     let open = streams.lock().expect("stream table lock").contains_key(&id);
     (id != StreamId::CONNECTION && !open).then_some(id)
+}
+
+/// Whether an undecodable `open` names an `op` this agent does not know (`unsupported`), as
+/// opposed to a known op with a bad field or value (`invalid_argument`): the op alone is
+/// decoded, so an "unknown variant" can only be about the op.
+fn unknown_op(bytes: &[u8]) -> bool {
+    let Some(payload) = bytes.get(tether_proto::limits::HEADER_LEN..) else {
+        return false;
+    };
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(payload) else {
+        return false;
+    };
+    let Some(op) = value.get("op").filter(|op| op.is_string()) else {
+        return false;
+    };
+    match serde_json::from_value::<tether_proto::op::Op>(serde_json::json!({ "op": op })) {
+        Ok(_) => false,
+        Err(e) => e.to_string().starts_with("unknown variant"),
+    }
+}
+
+/// The close code RFC 6455 gives a peer's fault, if the error is one (not a lost connection).
+fn violation_code(e: &WsError) -> Option<CloseCode> {
+    match e {
+        WsError::Capacity(_) => Some(CloseCode::Size),
+        WsError::Utf8(_) => Some(CloseCode::Invalid),
+        WsError::Protocol(_) => Some(CloseCode::Protocol),
+        _ => None,
+    }
 }
 
 async fn reject(outbox: &mpsc::Sender<Bytes>, stream: Option<StreamId>, message: &str) {

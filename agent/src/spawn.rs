@@ -73,6 +73,36 @@ pub struct Inheritance {
     pub default_signals: bool,
 }
 
+/// Refuses what PROTOCOL.md §9 `exec` rules out: a `timeout_ms` of 0, and environment
+/// names that are empty or hold `=` or NUL (the kernel would split `A=B=c` as `A` = `B=c`),
+/// or values holding NUL.
+fn check_fields(spec: &ExecSpec) -> Result<(), OpError> {
+    if spec.timeout_ms == Some(0) {
+        return Err(OpError::new(
+            ErrorCode::InvalidArgument,
+            "timeout_ms must be at least 1; leave it out for no timeout",
+        ));
+    }
+    for (name, value) in &spec.env {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return Err(OpError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "environment variable name {name:?} is invalid: a name is not empty and \
+                     holds no `=` or NUL"
+                ),
+            ));
+        }
+        if value.contains('\0') {
+            return Err(OpError::new(
+                ErrorCode::InvalidArgument,
+                format!("the value of environment variable {name} holds a NUL byte"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Starts the child described by `spec`. `workdir` is the default (and base of a relative)
 /// working directory; `inheritance` says what of the agent's state the child undoes.
 pub fn spawn(
@@ -81,6 +111,7 @@ pub fn spawn(
     inheritance: Inheritance,
     reaper: &Reaper,
 ) -> Result<Child, OpError> {
+    check_fields(spec)?;
     let cwd = working_dir(spec.cwd.as_deref(), workdir)?;
     let account = match &spec.user {
         Some(user) => Some(account(user)?),

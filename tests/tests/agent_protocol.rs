@@ -364,3 +364,130 @@ async fn info_describes_the_machine() {
     assert_eq!(info.pid, agent.pid());
     assert_eq!(std::path::Path::new(&info.cwd), agent.dir.path());
 }
+
+/// A control frame carrying `json` as it is, whether or not it decodes.
+fn raw_control(json: &str) -> Message {
+    let mut v = vec![0x13, 0, 0, 0, 0, 0];
+    v.extend_from_slice(json.as_bytes());
+    Message::Binary(Bytes::from(v))
+}
+
+/// Sends an `open` and returns the code of the stream error it gets, checking `closed` follows.
+async fn open_error(ws: &mut Ws, stream: u32, open: &str) -> (ErrorCode, String) {
+    ws.send(raw_control(open)).await.unwrap();
+    let (code, message) = match next_control(ws).await {
+        Control::Error {
+            stream: Some(s),
+            code,
+            message,
+        } if s == StreamId(stream) => (code, message),
+        other => panic!("expected an error on stream {stream}, got {other:?}"),
+    };
+    match next_control(ws).await {
+        Control::Closed { stream: s } if s == StreamId(stream) => {}
+        other => panic!("expected closed on stream {stream}, got {other:?}"),
+    }
+    (code, message)
+}
+
+#[tokio::test]
+async fn opens_the_spec_rules_out_get_the_codes_it_names() {
+    let agent = Agent::start();
+    let mut ws = raw_connect(&agent, Some(&agent.token)).await.unwrap();
+    assert!(matches!(
+        hello(&mut ws, None, PROTOCOL_VERSION).await,
+        Control::Welcome { .. }
+    ));
+    // §7: an unknown value of a known op is invalid_argument; only an unknown op is unsupported.
+    let merge = r#"{"type":"open","stream":1,"op":"write","path":"f","if_exists":"merge"}"#;
+    assert_eq!(
+        open_error(&mut ws, 1, merge).await.0,
+        ErrorCode::InvalidArgument
+    );
+    let teleport = r#"{"type":"open","stream":2,"op":"teleport"}"#;
+    assert_eq!(
+        open_error(&mut ws, 2, teleport).await.0,
+        ErrorCode::Unsupported
+    );
+    let missing = r#"{"type":"open","stream":3,"op":"write"}"#;
+    assert_eq!(
+        open_error(&mut ws, 3, missing).await.0,
+        ErrorCode::InvalidArgument
+    );
+
+    // §9 exec: timeout_ms is at least 1; environment names are not empty and hold no `=`.
+    let cases = [
+        (r#""timeout_ms":0"#, "timeout_ms"),
+        (r#""env":{"A=B":"c"}"#, "A=B"),
+        (r#""env":{"":"c"}"#, "name"),
+        (r#""env":{"A":"c\u0000d"}"#, "NUL"),
+    ];
+    for (stream, (field, word)) in (10u32..).zip(cases) {
+        let open = format!(
+            r#"{{"type":"open","stream":{stream},"op":"exec","command":{{"argv":["true"]}},{field}}}"#
+        );
+        let (code, message) = open_error(&mut ws, stream, &open).await;
+        assert_eq!(code, ErrorCode::InvalidArgument, "{field}: {message}");
+        assert!(message.contains(word), "{field}: {message}");
+    }
+}
+
+/// The close code the agent sends after `raw` bytes are written under a fresh connection.
+async fn agent_close_code(agent: &Agent, raw: &[u8]) -> u16 {
+    let mut ws = raw_connect(agent, Some(&agent.token)).await.unwrap();
+    assert!(matches!(
+        hello(&mut ws, None, PROTOCOL_VERSION).await,
+        Control::Welcome { .. }
+    ));
+    let tokio_tungstenite::MaybeTlsStream::Plain(tcp) = ws.get_mut() else {
+        panic!("a plain connection")
+    };
+    tcp.write_all(raw).await.unwrap();
+    close_code(&mut ws).await
+}
+
+async fn close_code(ws: &mut Ws) -> u16 {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("agent answered in time");
+        match msg {
+            Some(Ok(Message::Close(Some(frame)))) => return u16::from(frame.code),
+            Some(Ok(Message::Close(None))) | None => panic!("closed without a code"),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => panic!("expected a close frame, got {e}"),
+        }
+    }
+}
+
+/// A masked client frame: `first` (FIN, RSV, opcode), a zero mask, then `payload`.
+fn masked_frame(first: u8, payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < 126);
+    let mut frame = vec![first, 0x80 | payload.len() as u8, 0, 0, 0, 0];
+    frame.extend_from_slice(payload);
+    frame
+}
+
+#[tokio::test]
+async fn websocket_faults_close_with_rfc_6455_codes() {
+    let agent = Agent::start();
+    // A reserved bit no extension defines: protocol error.
+    assert_eq!(
+        agent_close_code(&agent, &masked_frame(0xC2, b"x")).await,
+        1002
+    );
+    // A text message that is not UTF-8: invalid payload data.
+    assert_eq!(
+        agent_close_code(&agent, &masked_frame(0x81, &[0xff, 0xfe])).await,
+        1007
+    );
+    // A message over the agent's limit (twice the largest frame): too big.
+    let mut ws = raw_connect(&agent, Some(&agent.token)).await.unwrap();
+    assert!(matches!(
+        hello(&mut ws, None, PROTOCOL_VERSION).await,
+        Control::Welcome { .. }
+    ));
+    let huge = vec![0u8; 2 * (6 + (1 << 20)) + 1];
+    let _ = ws.send(Message::Binary(Bytes::from(huge))).await;
+    assert_eq!(close_code(&mut ws).await, 1009);
+}

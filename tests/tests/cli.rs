@@ -1036,3 +1036,184 @@ fn relay_db_holds_no_token_in_plain_text() {
     );
     let _ = tether_as(&relay, &member, &["rm", &id]);
 }
+
+/// Tunnels opened at once against a relay limited to [`TIGHT_NOFILE`] descriptors: more than
+/// it can hold (each costs it two), fewer than this test process may open.
+const TUNNELS: usize = 200;
+/// The relay's descriptor limit, soft and hard, in the out-of-descriptors test.
+const TIGHT_NOFILE: u64 = 256;
+
+/// The state `tether ls` shows for `id`, or `None` when the relay refused the request.
+fn listed_state(relay: &Relay, id: &str) -> Option<String> {
+    let out = tether(relay, &["ls", "--json"]);
+    if !out.status.success() {
+        let err = stderr(&out);
+        assert!(
+            err.contains("file descriptors"),
+            "ls failed otherwise: {err}"
+        );
+        return None;
+    }
+    let all: Value = serde_json::from_slice(&out.stdout).expect("ls --json");
+    let found = all
+        .as_array()
+        .and_then(|all| all.iter().find(|s| s["id"] == id));
+    let state = found.unwrap_or_else(|| panic!("{id} is no longer listed: {all}"));
+    Some(state["state"].as_str().unwrap_or_default().to_string())
+}
+
+#[test]
+fn a_relay_out_of_descriptors_refuses_tunnels_and_never_deletes_the_sandbox() {
+    use tether_relay::client::ClientError;
+
+    let relay = Relay::start_with_nofile(TIGHT_NOFILE);
+    let id = create(&relay);
+    ok(
+        &relay,
+        &[
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "echo precious > /workspace/keep",
+        ],
+    );
+
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let client = relay.client();
+    let mut open = Vec::new();
+    let mut refused = 0;
+    for _ in 0..TUNNELS {
+        match rt.block_on(client.connect(&id)) {
+            Ok(session) => open.push(session),
+            Err(ClientError::Http {
+                status: 503,
+                message,
+                ..
+            }) => {
+                assert!(message.contains("file descriptors"), "{message}");
+                refused += 1;
+            }
+            Err(e) => panic!("a tunnel failed otherwise than with 503: {e}"),
+        }
+    }
+    assert!(
+        refused > 0,
+        "all {TUNNELS} tunnels fit under {TIGHT_NOFILE} descriptors"
+    );
+    assert!(
+        open.len() >= 20,
+        "only {} tunnels were admitted",
+        open.len()
+    );
+
+    // Held full across several reaper ticks (1 s each): never gone, at worst refused.
+    let held = Instant::now();
+    while held.elapsed() < Duration::from_secs(4) {
+        if let Some(state) = listed_state(&relay, &id) {
+            assert_ne!(state, "gone", "the sandbox was declared gone");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    rt.block_on(async {
+        // The admitted tunnels still work.
+        let out = open[0]
+            .exec(tether_proto::op::ExecSpec::argv(["cat", "/workspace/keep"]))
+            .await
+            .expect("exec on an admitted tunnel")
+            .output()
+            .await
+            .expect("output");
+        assert_eq!(out.stdout, b"precious\n");
+    });
+    drop(open);
+
+    // Once the tunnels close, everything works again, and the files are intact.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while listed_state(&relay, &id).as_deref() != Some("running") {
+        assert!(Instant::now() < deadline, "the relay did not recover");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = ok(&relay, &["exec", &id, "--", "cat", "/workspace/keep"]);
+    assert_eq!(out, "precious\n");
+    drop(rt);
+}
+
+/// The host pid of a local sandbox's PID 1 (its agent): the process in the sandbox's cgroup
+/// whose pid in its own namespace is 1.
+fn sandbox_init_pid(id: &str) -> i32 {
+    for entry in std::fs::read_dir("/proc").expect("/proc") {
+        let name = entry.expect("/proc entry").file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let init = status
+            .lines()
+            .find(|l| l.starts_with("NSpid:"))
+            .is_some_and(|l| l.split_whitespace().last() == Some("1"));
+        if cgroup.contains(id) && init {
+            return pid;
+        }
+    }
+    panic!("no PID 1 found for sandbox {id}");
+}
+
+#[test]
+fn rm_of_a_dead_or_reaped_sandbox_succeeds() {
+    let relay = Relay::start();
+
+    // Its TTL ran out and the reaper deleted it: rm says so and exits 0.
+    let reaped = ok(&relay, &["create", "--ttl", "1s"]).trim().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let all = json(&relay, &["ls", "--json"]);
+        if !all
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["id"] == reaped.as_str())
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the reaper did not delete {reaped}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = tether(&relay, &["rm", &reaped]);
+    assert!(
+        out.status.success(),
+        "rm of a reaped sandbox: {}",
+        stderr(&out)
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("deleted by the relay") && err.contains("TTL"),
+        "{err}"
+    );
+    let report = json(&relay, &["rm", &reaped, "--json"]);
+    assert_eq!(
+        report["already_deleted"][0]["id"],
+        reaped.as_str(),
+        "{report}"
+    );
+    // A typo is still an error.
+    assert!(!tether(&relay, &["rm", "sb-nosuchsandbox"]).status.success());
+
+    // Its agent died: rm cleans it up.
+    let dead = create(&relay);
+    let pid = sandbox_init_pid(&dead);
+    assert!(Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let dir = relay.data_dir.join("local").join(&dead);
+    assert!(dir.exists());
+    assert_eq!(ok(&relay, &["rm", &dead]).trim(), dead);
+    assert!(!dir.exists(), "rm left {}", dir.display());
+}

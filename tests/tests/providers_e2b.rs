@@ -144,3 +144,44 @@ async fn e2b_permanent_failures_and_wrong_keys_are_explained() {
     // Listing needs no cloud credentials.
     tether(&unset, &["ls"]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_outage_makes_a_sandbox_unknown_never_deleted() {
+    let fake = Fake::start("e2b", &["--api-key", KEY]);
+    let relay = relay_for(&fake, KEY);
+    let out = tether(
+        &relay,
+        &["create", "--provider", "e2b", "--image", TEMPLATE, "--json"],
+    );
+    let info: serde_json::Value = serde_json::from_str(&out).expect("create --json");
+    let (id, e2b_id) = (
+        info["id"].as_str().unwrap().to_string(),
+        info["provider_ref"].as_str().unwrap().to_string(),
+    );
+
+    // E2B answers 503 to every lookup of this sandbox: that proves nothing either way.
+    let lookup = format!("/sandboxes/{e2b_id}");
+    fake.inject(503, 100_000, None, Some(&lookup));
+    let info: serde_json::Value =
+        serde_json::from_str(&tether(&relay, &["info", &id, "--json"])).expect("info --json");
+    assert_eq!(info["state"], "unknown", "{info}");
+    // Several reaper ticks (1 s each) later it is still there, here and at E2B.
+    let asked = Instant::now();
+    while asked.elapsed() < Duration::from_secs(3) {
+        let ls = tether(&relay, &["ls"]);
+        assert!(ls.contains(&id), "{ls}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let key = [("X-API-Key", KEY)];
+    let (_, listed) = tether_e2e::cloud::http(&fake.url, "GET", "/v2/sandboxes", &key, "");
+    assert!(listed.contains(&id), "deleted at E2B: {listed}");
+
+    // Once E2B answers again, the reaper finds it running.
+    let (code, _) = fake.request("DELETE", "/__fake/faults", "");
+    assert_eq!(code, 204);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !tether(&relay, &["ls", "--json"]).contains("\"running\"") {
+        assert!(Instant::now() < deadline, "the sandbox did not come back");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

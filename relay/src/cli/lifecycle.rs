@@ -14,6 +14,7 @@ use tether_proto::op::{AgentInfo, ListeningPort};
 use super::output::{self, Table};
 use super::remote::Remote;
 use crate::api::{CreateRequest, PreviewInfo, SandboxInfo};
+use crate::client::ClientError;
 use crate::escape::escape_str;
 use crate::provider::{NetworkPolicy, SandboxSpec};
 
@@ -213,7 +214,15 @@ pub(super) struct RmArgs {
 #[derive(Serialize)]
 struct Removed {
     deleted: Vec<String>,
+    /// Sandboxes the relay had already deleted on its own (TTL, idle, gone).
+    already_deleted: Vec<AlreadyDeleted>,
     failed: Vec<RemoveFailure>,
+}
+
+#[derive(Serialize)]
+struct AlreadyDeleted {
+    id: String,
+    reason: String,
 }
 
 #[derive(Serialize)]
@@ -234,27 +243,38 @@ pub(super) async fn rm(remote: Remote, args: RmArgs) -> anyhow::Result<()> {
         args.ids
     };
     // The relay's delete is idempotent; a named sandbox that does not exist (a typo) is
-    // still an error here, so it is looked up first.
+    // still an error here, so it is looked up first. One the relay deleted itself (410) is
+    // what the user wanted anyway: it is reported, not an error.
     let check = !args.all;
     let delete = |id: &str| {
         let rest = &rest;
         let id = id.to_string();
         async move {
             if check {
-                rest.get(&id).await?;
+                match rest.get(&id).await {
+                    Err(ClientError::Http {
+                        status: 410,
+                        message,
+                        ..
+                    }) => return Ok(Some(message)),
+                    Err(e) => return Err(e),
+                    Ok(_) => {}
+                }
             }
-            rest.delete(&id).await
+            rest.delete(&id).await.map(|()| None)
         }
     };
     // Deleting tears a sandbox down; doing them at once makes `rm --all` as slow as one.
     let results = join_all(ids.iter().map(|id| delete(id))).await;
     let mut report = Removed {
         deleted: Vec::new(),
+        already_deleted: Vec::new(),
         failed: Vec::new(),
     };
     for (id, result) in ids.into_iter().zip(results) {
         match result {
-            Ok(()) => report.deleted.push(id),
+            Ok(None) => report.deleted.push(id),
+            Ok(Some(reason)) => report.already_deleted.push(AlreadyDeleted { id, reason }),
             Err(e) => {
                 let error = format!("{:#}", remote.explain(e, Some(&id)));
                 report.failed.push(RemoveFailure { id, error });
@@ -265,6 +285,9 @@ pub(super) async fn rm(remote: Remote, args: RmArgs) -> anyhow::Result<()> {
         output::json(&report)?;
     } else {
         report.deleted.iter().for_each(|id| println!("{id}"));
+        for gone in &report.already_deleted {
+            eprintln!("{}", gone.reason);
+        }
     }
     match report.failed.as_slice() {
         [] => Ok(()),

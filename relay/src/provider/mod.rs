@@ -104,8 +104,13 @@ pub enum SandboxState {
     Running,
     /// Paused or stopped by the provider; connect may resume it.
     Stopped,
-    /// Gone.
+    /// Gone, on positive evidence only: the provider said it has no such sandbox or that it
+    /// ended (local: its first process is known to have exited).
     Gone,
+    /// Neither proven running nor proven gone: the provider could not be asked, or answered
+    /// something that proves neither. The relay logs it, asks again on every reaper tick, and
+    /// never deletes a sandbox for it.
+    Unknown,
 }
 
 /// Why a provider call failed. Each message says what the user can do.

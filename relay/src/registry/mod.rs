@@ -1,5 +1,6 @@
-//! The relay's memory: every sandbox it created and every API token it minted, in an embedded
-//! SQLite database (`<data_dir>/relay.db`, WAL mode), so sandboxes outlive relay restarts.
+//! The relay's memory: every sandbox it created, every API token it minted, and the journal of
+//! sandboxes it destroyed on its own (`journal`), in an embedded SQLite database
+//! (`<data_dir>/relay.db`, WAL mode), so sandboxes outlive relay restarts.
 //!
 //! One connection sits behind a mutex; every call runs on tokio's blocking pool so a slow disk
 //! never stalls the runtime. Only hashes of API tokens are stored. Agent tokens, which the
@@ -8,6 +9,7 @@
 //! tokens); deleted rows are overwritten (`secure_delete`), so the file holds no secret in
 //! plain text.
 
+mod journal;
 mod record;
 mod schema;
 mod secret;
@@ -25,6 +27,7 @@ use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::de::DeserializeOwned;
 
+pub use journal::{DestroyReason, Destroyed};
 pub(crate) use record::{millis, state_name};
 pub use record::{InvalidTenant, Role, SandboxId, SandboxRecord, Tenant, TokenRecord};
 pub use schema::SCHEMA_VERSION;
@@ -315,6 +318,16 @@ impl Registry {
             );
             let args = params![now_ms, state_name(SandboxState::Gone)];
             query_sandboxes(db, &key, &sql, args)
+        })
+        .await
+    }
+
+    /// Every sandbox, of every tenant, last seen in `state`.
+    pub async fn in_state(&self, state: SandboxState) -> Result<Vec<SandboxRecord>, RegistryError> {
+        let key = self.key.clone();
+        self.call(move |db| {
+            let sql = format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE state = ?1");
+            query_sandboxes(db, &key, &sql, params![state_name(state)])
         })
         .await
     }

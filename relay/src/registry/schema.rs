@@ -34,6 +34,19 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 2: the relay's own admin token is marked apart from tenants' admin tokens; agent
     // tokens are sealed (by `Registry::open`, which holds the key, not by SQL).
     "ALTER TABLE tokens ADD COLUMN relay_admin INTEGER NOT NULL DEFAULT 0;",
+    // 3: the journal of sandboxes the relay destroyed on its own (TTL, idle, gone).
+    "CREATE TABLE destroyed (
+        seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+        at_ms        INTEGER NOT NULL,
+        sandbox_id   TEXT NOT NULL,
+        tenant       TEXT NOT NULL,
+        provider     TEXT NOT NULL,
+        provider_ref TEXT NOT NULL,
+        labels       TEXT NOT NULL,  -- JSON object
+        reason       TEXT NOT NULL,  -- ttl | idle | gone
+        evidence     TEXT NOT NULL   -- what the relay saw, in words
+     ) STRICT;
+     CREATE INDEX destroyed_by_sandbox ON destroyed (tenant, sandbox_id);",
 ];
 
 /// The schema version this build writes.

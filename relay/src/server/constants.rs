@@ -26,6 +26,9 @@ pub(super) const API_TOKEN_PREFIX: &str = "tether_";
 /// How often an open tunnel counts as client activity, so an idle timeout means "no client
 /// connected for that long" and not "no tunnel opened for that long".
 pub(super) const ACTIVITY_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the relay asks again about sandboxes whose state is unknown (never more often than
+/// the reaper ticks): each ask of a provider in an outage costs its retries and a warning.
+pub(super) const UNKNOWN_RECHECK_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a closing tunnel waits for the other side's close before dropping both sockets.
 pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// How long shutdown waits for requests and tunnels to finish before giving up on them.

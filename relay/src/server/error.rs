@@ -10,7 +10,7 @@ use tracing::{error, warn};
 
 use crate::api::{ErrorBody, ErrorDetail};
 use crate::provider::ProviderError;
-use crate::registry::{RegistryError, SandboxId};
+use crate::registry::{DestroyReason, Destroyed, RegistryError, SandboxId};
 
 /// A failed request. Each message is a sentence the user can act on.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +32,9 @@ pub enum ApiError {
     /// No such sandbox for this tenant, or no such route.
     #[error("{0}")]
     NotFound(String),
+    /// The relay itself deleted the sandbox (TTL, idle, gone), as its journal records.
+    #[error("{0}")]
+    Deleted(String),
     /// The request is malformed or asks for something invalid.
     #[error("{0}")]
     Invalid(String),
@@ -54,6 +57,23 @@ impl ApiError {
     pub fn no_sandbox(id: &SandboxId) -> ApiError {
         ApiError::NotFound(format!(
             "sandbox {id} not found; `tether ls` lists your sandboxes"
+        ))
+    }
+
+    /// The relay deleted the tenant's sandbox on its own; `entry` says when and why.
+    pub fn deleted(entry: &Destroyed) -> ApiError {
+        let why = match entry.reason {
+            DestroyReason::Ttl => "its TTL ran out",
+            DestroyReason::Idle => "no client was connected for its idle timeout",
+            DestroyReason::Gone => "its provider reported it gone",
+        };
+        let at = humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH
+                + std::time::Duration::from_millis(u64::try_from(entry.at_ms).unwrap_or(0)),
+        );
+        ApiError::Deleted(format!(
+            "sandbox {} was deleted by the relay at {at}: {why} ({}); create a new one",
+            entry.id, entry.evidence
         ))
     }
 
@@ -81,6 +101,7 @@ impl ApiError {
             ApiError::Unauthorized { .. } => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Deleted(_) => (StatusCode::GONE, "deleted"),
             ApiError::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "invalid_argument"),
             ApiError::Provider(_) => (StatusCode::BAD_GATEWAY, "provider_error"),

@@ -8,13 +8,17 @@
 //! - `auth`: API tokens, the admin token file, the caller's tenant and role;
 //! - `policy`: what each tenant may use (the policy file, image roots, value ranges);
 //! - `reaper`: TTL, idle timeout and reconciliation; `activity`: open tunnels;
+//! - `fds`: the descriptor limit and budget; `admission`: the accept loop and the 503 it
+//!   answers when descriptors run short;
 //! - `locks`: get-or-create's per-label locks; `error`: the one map from errors to responses;
 //! - `constants`: every tunable.
 
 mod activity;
+mod admission;
 mod auth;
 mod constants;
 mod error;
+mod fds;
 mod locks;
 mod policy;
 mod preview;
@@ -35,7 +39,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use nix::fcntl::{Flock, FlockArg};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -108,6 +111,7 @@ pub async fn start_with(
     config: RelayConfig,
     providers: BTreeMap<&'static str, Arc<dyn Provider>>,
 ) -> anyhow::Result<RunningRelay> {
+    let fds = Arc::new(fds::FdBudget::new(fds::raise_limit()));
     let data_dir = config.data_dir.clone();
     let (registry, dir_lock) = tokio::task::spawn_blocking(move || open_data_dir(&data_dir))
         .await
@@ -139,16 +143,16 @@ pub async fn start_with(
         shutdown: CancellationToken::new(),
         tasks: TaskTracker::new(),
         admin_token_file: admin_token_file.clone(),
+        fds: fds.clone(),
         _dir_lock: dir_lock,
     });
-    // Interactive traffic: never hold a small write back waiting for more.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            warn!("cannot set TCP_NODELAY on a client connection: {e}");
-        }
-    });
-    let serve = axum::serve(listener, routes::router(relay.clone()))
-        .with_graceful_shutdown(relay.shutdown.clone().cancelled_owned());
+    let listener = admission::Admitting::new(listener, fds.clone());
+    let app = routes::router(relay.clone()).layer(axum::middleware::from_fn_with_state(
+        fds,
+        admission::refuse_when_short,
+    ));
+    let serve =
+        axum::serve(listener, app).with_graceful_shutdown(relay.shutdown.clone().cancelled_owned());
     let server = tokio::spawn(async move { serve.await });
     let reaper = tokio::spawn(reaper::run(relay.clone(), config.reap_interval));
     info!("relay listening on http://{addr}");

@@ -1,6 +1,12 @@
 //! The reaper: at startup, forgets sandboxes their provider no longer has; then, every tick,
 //! deletes sandboxes whose TTL ran out or that sat idle (no tunnel open) past their idle
-//! timeout, and records open tunnels as activity.
+//! timeout, asks again about sandboxes whose state is unknown, and records open tunnels as
+//! activity.
+//!
+//! A sandbox is deleted for being gone only when its provider, asked again right before,
+//! still positively says so; an `unknown` state (the provider could not be asked, the relay
+//! could not read the evidence) is never acted on. Every delete the user did not ask for is
+//! journaled with its evidence ([`crate::registry::Destroyed`]) and logged.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -10,10 +16,11 @@ use futures_util::future::join_all;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{info, warn};
 
-use super::constants::ACTIVITY_INTERVAL;
+use super::constants::{ACTIVITY_INTERVAL, UNKNOWN_RECHECK_INTERVAL};
+use super::error::ApiError;
 use super::state::{now_ms, Relay};
-use crate::provider::SandboxState;
-use crate::registry::{SandboxId, SandboxRecord};
+use crate::provider::{Provider, ProviderError, SandboxState};
+use crate::registry::{DestroyReason, Destroyed, SandboxId, SandboxRecord};
 
 /// Runs until the relay shuts down.
 pub(super) async fn run(relay: Arc<Relay>, interval: Duration) {
@@ -21,6 +28,12 @@ pub(super) async fn run(relay: Arc<Relay>, interval: Duration) {
         () = reconcile(&relay) => {}
         () = relay.shutdown.cancelled() => return,
     }
+    // Its own task: a provider in an outage may take long to answer (or not answer), and
+    // that must not hold up TTLs and idle timeouts.
+    let recheck = interval.max(UNKNOWN_RECHECK_INTERVAL);
+    relay
+        .tasks
+        .spawn(recheck_unknown_every(relay.clone(), recheck));
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut last_activity = Instant::now();
@@ -40,6 +53,44 @@ pub(super) async fn run(relay: Arc<Relay>, interval: Duration) {
         }
         reap(&relay, &mut failing).await;
     }
+}
+
+/// Every `interval`, until the relay shuts down, asks again about every sandbox whose state
+/// could not be told.
+async fn recheck_unknown_every(relay: Arc<Relay>, interval: Duration) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = relay.shutdown.cancelled() => return,
+        }
+        tokio::select! {
+            () = recheck_unknown(&relay) => {}
+            () = relay.shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Asks again about every sandbox whose state could not be told.
+async fn recheck_unknown(relay: &Relay) {
+    let unknown = match relay.registry.in_state(SandboxState::Unknown).await {
+        Ok(unknown) => unknown,
+        Err(e) => return warn!("cannot look for sandboxes of unknown state: {e}"),
+    };
+    join_all(unknown.into_iter().map(|mut sandbox| async move {
+        if let Ok(provider) = relay.provider_of(&sandbox) {
+            relay.refresh_state(&*provider, &mut sandbox).await;
+            if sandbox.state != SandboxState::Unknown {
+                info!(
+                    "sandbox {} is {} again",
+                    sandbox.id,
+                    state_word(sandbox.state)
+                );
+            }
+        }
+    }))
+    .await;
 }
 
 /// Deletes every sandbox that is due.
@@ -75,43 +126,87 @@ async fn reap_one(
     sandbox: SandboxRecord,
 ) -> Option<(SandboxId, Result<(), String>)> {
     // Read it again: a renew or a new tunnel may have come in since the scan.
-    let sandbox = relay
+    let mut sandbox = relay
         .registry
         .get(&sandbox.tenant, &sandbox.id)
         .await
         .ok()??;
     let now = now_ms();
-    let why = if sandbox.expired(now) {
-        "its TTL ran out".to_string()
+    let provider = match relay.provider_of(&sandbox) {
+        Ok(provider) => provider,
+        Err(e) => return Some((sandbox.id, Err(e.to_string()))),
+    };
+    let (reason, evidence) = if sandbox.expired(now) {
+        let ttl = sandbox.ttl.unwrap_or_default();
+        let at = sandbox.expires_ms.unwrap_or_default();
+        let evidence = format!("its TTL of {ttl:?} ran out at {at} ms (now {now} ms)");
+        (DestroyReason::Ttl, evidence)
     } else if sandbox.state == SandboxState::Gone {
-        "its provider no longer has it".to_string()
+        // Recorded as gone by an earlier call: make sure, right before deleting anything.
+        relay.refresh_state(&*provider, &mut sandbox).await;
+        if sandbox.state != SandboxState::Gone {
+            warn!(
+                "sandbox {} was recorded as gone, but its provider now reports it {}; keeping it",
+                sandbox.id,
+                state_word(sandbox.state)
+            );
+            return None;
+        }
+        let evidence = format!(
+            "provider `{}` reported sandbox {} (its id there: {}) gone when asked again just \
+             before the delete",
+            sandbox.provider, sandbox.id, sandbox.provider_ref
+        );
+        (DestroyReason::Gone, evidence)
     } else if sandbox.idle(now) && !relay.tunnels.is_open(&sandbox.id) {
         let idle = sandbox.idle_timeout.unwrap_or_default();
-        format!("no client connected for {idle:?}")
+        let evidence = format!(
+            "no client connected since {} ms (now {now} ms), past its idle timeout of {idle:?}",
+            sandbox.last_active_ms
+        );
+        (DestroyReason::Idle, evidence)
     } else {
         return None;
     };
-    let result = match relay.provider_of(&sandbox) {
-        Ok(provider) => relay.destroy(&*provider, &sandbox).await,
-        Err(e) => Err(e),
-    };
-    match result {
-        Ok(()) => {
-            info!(
-                "deleted sandbox {} of tenant {}: {why}",
-                sandbox.id, sandbox.tenant
-            );
-            Some((sandbox.id, Ok(())))
-        }
-        Err(e) => Some((
-            sandbox.id,
-            Err(format!("cannot delete sandbox ({why}): {e}")),
-        )),
-    }
+    let entry = Destroyed::of(&sandbox, now, reason, evidence);
+    let result = destroy_unasked(relay, &*provider, &sandbox, entry).await;
+    Some((sandbox.id, result.map_err(|e| e.to_string())))
 }
 
-/// Asks each sandbox's provider for its state, forgetting those it no longer has: after a
-/// host reboot, say, the registry may remember sandboxes that are gone.
+/// Deletes `sandbox` at its provider, then forgets it and journals `entry` in one step, and
+/// logs it. A provider failure keeps the record, so the delete is retried.
+async fn destroy_unasked(
+    relay: &Relay,
+    provider: &dyn Provider,
+    sandbox: &SandboxRecord,
+    entry: Destroyed,
+) -> Result<(), ApiError> {
+    let reason = entry.reason;
+    match provider.delete(&sandbox.handle()).await {
+        Ok(()) | Err(ProviderError::Gone(_)) => {}
+        Err(e) => {
+            let e = ApiError::provider(&sandbox.provider, Some(&sandbox.id), e);
+            return Err(ApiError::Provider(format!(
+                "cannot delete sandbox {} ({reason}: {}): {e}",
+                sandbox.id, entry.evidence
+            )));
+        }
+    }
+    let evidence = entry.evidence.clone();
+    relay.registry.remove_journaled(entry).await?;
+    info!(
+        sandbox = %sandbox.id,
+        tenant = %sandbox.tenant,
+        reason = %reason,
+        "deleted sandbox {} of tenant {} without a client asking ({reason}): {evidence}",
+        sandbox.id, sandbox.tenant
+    );
+    Ok(())
+}
+
+/// Asks each sandbox's provider for its state, forgetting those it positively no longer has:
+/// after a host reboot, say, the registry may remember sandboxes that are gone. Those whose
+/// state cannot be told are kept, and asked about again on every tick.
 async fn reconcile(relay: &Relay) {
     let all = match relay.registry.all().await {
         Ok(all) => all,
@@ -127,14 +222,20 @@ async fn reconcile(relay: &Relay) {
         };
         relay.refresh_state(&*provider, &mut sandbox).await;
         if sandbox.state == SandboxState::Gone {
-            match relay.destroy(&*provider, &sandbox).await {
-                Ok(()) => info!(
-                    "forgot sandbox {}: its provider no longer has it",
-                    sandbox.id
-                ),
-                Err(e) => warn!("cannot forget sandbox {}: {e}", sandbox.id),
+            let evidence = format!(
+                "provider `{}` reported sandbox {} (its id there: {}) gone when the relay \
+                 started",
+                sandbox.provider, sandbox.id, sandbox.provider_ref
+            );
+            let entry = Destroyed::of(&sandbox, now_ms(), DestroyReason::Gone, evidence);
+            if let Err(e) = destroy_unasked(relay, &*provider, &sandbox, entry).await {
+                warn!("cannot forget sandbox {}: {e}", sandbox.id);
             }
         }
     }))
     .await;
+}
+
+fn state_word(state: SandboxState) -> &'static str {
+    crate::registry::state_name(state)
 }

@@ -117,11 +117,13 @@ pub(super) async fn find(
     id: String,
 ) -> Result<SandboxRecord, ApiError> {
     let id = SandboxId::from(id);
-    relay
-        .registry
-        .get(&caller.tenant, &id)
-        .await?
-        .ok_or_else(|| ApiError::no_sandbox(&id))
+    if let Some(sandbox) = relay.registry.get(&caller.tenant, &id).await? {
+        return Ok(sandbox);
+    }
+    Err(match relay.registry.destroyed(&caller.tenant, &id).await? {
+        Some(entry) => ApiError::deleted(&entry),
+        None => ApiError::no_sandbox(&id),
+    })
 }
 
 /// Returns the tenant's sandbox with exactly `spec.labels`, creating it if there is none.

@@ -38,6 +38,8 @@ pub(super) struct Relay {
     pub tasks: TaskTracker,
     /// Where the admin token is, for error messages.
     pub admin_token_file: PathBuf,
+    /// The file descriptor budget: tunnels check it before opening their agent's socket.
+    pub fds: Arc<super::fds::FdBudget>,
     /// Held while anything of this relay runs, so no second relay opens the data directory.
     pub _dir_lock: Flock<File>,
 }
@@ -79,14 +81,15 @@ impl Relay {
     }
 
     /// Asks the provider for `sandbox`'s state and records a change. A provider that cannot
-    /// answer leaves the last known state (and is logged): a read should not fail for it.
+    /// answer makes it `unknown` (and is logged): a read should not fail for it, and only the
+    /// provider's positive answer makes a sandbox `gone`.
     pub async fn refresh_state(&self, provider: &dyn Provider, sandbox: &mut SandboxRecord) {
         let state = match provider.state(&sandbox.handle()).await {
             Ok(state) => state,
             Err(ProviderError::Gone(_)) => SandboxState::Gone,
             Err(e) => {
                 warn!("cannot refresh the state of sandbox {}: {e:#}", sandbox.id);
-                return;
+                SandboxState::Unknown
             }
         };
         if state != sandbox.state {

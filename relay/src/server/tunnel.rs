@@ -5,9 +5,9 @@
 //! control is end to end and the relay holds at most one batch per direction. Binary payloads
 //! move as the same `Bytes` from one socket to the other. Whatever is already waiting is
 //! written in one batch with one flush; a lone message is flushed at once. Pings are answered
-//! by each side's WebSocket; a close from either side is passed on.
+//! by each side's WebSocket; a close from either side is passed on. A client that breaks the
+//! WebSocket protocol is closed with the code RFC 6455 gives its fault (1002, 1007, 1009).
 
-use std::future::Future;
 use std::sync::Arc;
 
 use axum::extract::ws::{self, rejection::WebSocketUpgradeRejection, WebSocket, WebSocketUpgrade};
@@ -29,6 +29,12 @@ use crate::provider::{AgentSocket, ProviderError, SandboxState};
 const AGENT_LOST: u16 = 1011;
 /// Close code sent to either side when the relay shuts down or the client vanished (1001).
 const GOING_AWAY: u16 = 1001;
+/// Close code for a peer that broke the WebSocket protocol (RFC 6455 §7.4.1).
+const PROTOCOL_ERROR: u16 = 1002;
+/// Close code for a text message that is not UTF-8 (RFC 6455 §7.4.1).
+const INVALID_PAYLOAD: u16 = 1007;
+/// Close code for a message over the size limit (RFC 6455 §7.4.1).
+const MESSAGE_TOO_BIG: u16 = 1009;
 /// Read buffer of the client's WebSocket: 32 KiB. The library default, 128 KiB, is zeroed on
 /// the first read and stays resident, which made 1,000 idle tunnels cost 128 MiB; a 64 KiB
 /// data frame now takes two reads instead of one.
@@ -49,6 +55,11 @@ pub(super) async fn open(
     })?;
     let sandbox = find(&relay, &caller, id).await?;
     let provider = relay.provider_of(&sandbox)?;
+    // The agent's socket is one more descriptor: refuse now rather than fail half-open.
+    relay
+        .fds
+        .admit()
+        .map_err(|shortage| ApiError::Unavailable(shortage.to_string()))?;
     // Counted from before the connect, so the reaper cannot idle it out meanwhile.
     let guard = relay.tunnels.open(sandbox.id.clone());
     relay
@@ -102,10 +113,18 @@ async fn forward(client: WebSocket, agent: AgentSocket, shutdown: CancellationTo
     let mut client_rx = std::pin::pin!(client_rx.take_until(shutdown.clone().cancelled_owned()));
     let mut agent_rx = std::pin::pin!(agent_rx.take_until(shutdown.clone().cancelled_owned()));
 
-    let up = async {
-        if !pump(&mut client_rx, &mut agent_tx, client_to_agent).await {
-            // The client vanished without a close, or the relay is stopping.
-            let reason = if shutdown.is_cancelled() {
+    let violation = {
+        let up = async {
+            let end = pump(&mut client_rx, &mut agent_tx, client_to_agent).await;
+            let violation = match &end {
+                Ended::Closed => return None,
+                Ended::Broken(e) => violation(e),
+                Ended::Lost => None,
+            };
+            // The client vanished without a close, broke the protocol, or the relay stops.
+            let reason = if violation.is_some() {
+                "the client broke the WebSocket protocol"
+            } else if shutdown.is_cancelled() {
                 "the relay is shutting down"
             } else {
                 "the client went away"
@@ -115,32 +134,70 @@ async fn forward(client: WebSocket, agent: AgentSocket, shutdown: CancellationTo
                 reason: reason.into(),
             };
             let _ = agent_tx.send(ts::Message::Close(Some(frame))).await;
+            violation
+        };
+        let down = async {
+            if !matches!(
+                pump(&mut agent_rx, &mut client_tx, agent_to_client).await,
+                Ended::Closed
+            ) {
+                let (code, reason) = if shutdown.is_cancelled() {
+                    (GOING_AWAY, "the relay is shutting down")
+                } else {
+                    (AGENT_LOST, "lost the connection to the sandbox's agent")
+                };
+                let frame = ws::CloseFrame {
+                    code,
+                    reason: reason.into(),
+                };
+                let _ = client_tx.send(ws::Message::Close(Some(frame))).await;
+            }
+        };
+        tokio::pin!(up, down);
+        tokio::select! {
+            violation = &mut up => {
+                // A client that broke the protocol gets its close code now, not the agent's.
+                if violation.is_none() {
+                    let _ = tokio::time::timeout(CLOSE_GRACE, &mut down).await;
+                }
+                violation
+            }
+            () = &mut down => tokio::time::timeout(CLOSE_GRACE, &mut up).await.ok().flatten(),
         }
     };
-    let down = async {
-        if !pump(&mut agent_rx, &mut client_tx, agent_to_client).await {
-            let (code, reason) = if shutdown.is_cancelled() {
-                (GOING_AWAY, "the relay is shutting down")
-            } else {
-                (AGENT_LOST, "lost the connection to the sandbox's agent")
-            };
-            let frame = ws::CloseFrame {
-                code,
-                reason: reason.into(),
-            };
-            let _ = client_tx.send(ws::Message::Close(Some(frame))).await;
-        }
-    };
-    first_then_grace(up, down).await;
+    if let Some((code, reason)) = violation {
+        debug!("closing a tunnel with {code}: {reason}");
+        let frame = ws::CloseFrame {
+            code,
+            reason: reason.into(),
+        };
+        let _ = client_tx.send(ws::Message::Close(Some(frame))).await;
+    }
 }
 
-/// Runs both futures; once either finishes, gives the other [`CLOSE_GRACE`] to finish.
-async fn first_then_grace(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
-    tokio::pin!(a, b);
-    tokio::select! {
-        () = &mut a => { let _ = tokio::time::timeout(CLOSE_GRACE, b).await; }
-        () = &mut b => { let _ = tokio::time::timeout(CLOSE_GRACE, a).await; }
+/// The close code and reason RFC 6455 gives a client's WebSocket error, if it is the client's
+/// fault rather than a lost connection.
+fn violation(e: &axum::Error) -> Option<(u16, &'static str)> {
+    let e = std::error::Error::source(e)?.downcast_ref::<ts::Error>()?;
+    match e {
+        ts::Error::Capacity(_) => Some((
+            MESSAGE_TOO_BIG,
+            "message too big: the limit is twice the largest protocol frame",
+        )),
+        ts::Error::Utf8(_) => Some((INVALID_PAYLOAD, "a text message is not valid UTF-8")),
+        ts::Error::Protocol(_) => Some((PROTOCOL_ERROR, "WebSocket protocol violation")),
+        _ => None,
     }
+}
+
+/// How a pump ended.
+enum Ended<E> {
+    /// A close was forwarded.
+    Closed,
+    /// The source ended, or the sink failed.
+    Lost,
+    /// The source failed with this error.
+    Broken(E),
 }
 
 /// What the pump does with one message.
@@ -153,9 +210,9 @@ enum Step<M> {
     Skip,
 }
 
-/// Moves messages from `source` to `sink` until a close has been forwarded (returns true) or
-/// either side fails or ends (returns false).
-async fn pump<A, B, E, S, K>(source: &mut S, sink: &mut K, step: fn(A) -> Step<B>) -> bool
+/// Moves messages from `source` to `sink` until a close has been forwarded, or either side
+/// fails or ends.
+async fn pump<A, B, E, S, K>(source: &mut S, sink: &mut K, step: fn(A) -> Step<B>) -> Ended<E>
 where
     S: Stream<Item = Result<A, E>> + Unpin,
     K: Sink<B> + Unpin,
@@ -164,14 +221,21 @@ where
     loop {
         let mut batched = 0;
         loop {
-            let Some(Ok(msg)) = next else {
-                let _ = sink.flush().await;
-                return false;
+            let msg = match next {
+                Some(Ok(msg)) => msg,
+                Some(Err(e)) => {
+                    let _ = sink.flush().await;
+                    return Ended::Broken(e);
+                }
+                None => {
+                    let _ = sink.flush().await;
+                    return Ended::Lost;
+                }
             };
             match step(msg) {
                 Step::Data(msg) => {
                     if sink.feed(msg).await.is_err() {
-                        return false;
+                        return Ended::Lost;
                     }
                 }
                 Step::Close(msg) => {
@@ -179,7 +243,7 @@ where
                     // Keep reading until the source ends: the WebSocket sends its reply to
                     // the close it received only when read again.
                     while let Some(Ok(_)) = source.next().await {}
-                    return true;
+                    return Ended::Closed;
                 }
                 Step::Skip => {}
             }
@@ -194,7 +258,7 @@ where
             }
         }
         if sink.flush().await.is_err() {
-            return false;
+            return Ended::Lost;
         }
         next = source.next().await;
     }

@@ -68,6 +68,8 @@ pub(crate) enum CallError {
         message: String,
         /// ` after N tries` when retried.
         after: String,
+        /// Whether the body was a JSON object: the API's own error, not a proxy's page.
+        from_api: bool,
         /// The variable holding the key, for a refused one.
         key_var: &'static str,
     },
@@ -87,6 +89,20 @@ pub(crate) enum CallError {
 }
 
 impl CallError {
+    /// Whether the provider's API itself said the thing asked about does not exist: a 404
+    /// carrying the API's JSON error. A 404 from anything else in the way (a proxy, a wrong
+    /// base URL) proves nothing about a sandbox, so it must never make one gone.
+    pub(crate) fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            CallError::Status {
+                status: 404,
+                from_api: true,
+                ..
+            }
+        )
+    }
+
     /// The HTTP status, for errors the provider answered.
     pub(crate) fn status(&self) -> Option<u16> {
         match self {
@@ -221,6 +237,8 @@ impl ControlPlane {
                 what: what.to_string(),
                 status,
                 message: message_of(&bytes),
+                from_api: serde_json::from_slice::<serde_json::Value>(&bytes)
+                    .is_ok_and(|v| v.is_object()),
                 after: if tries > 1 {
                     format!(" after {tries} tries")
                 } else {
@@ -295,5 +313,45 @@ mod tests {
         assert_eq!(message_of(b"plain"), "plain");
         assert_eq!(message_of(b""), "(no body)");
         assert!(quote(&[b'x'; 1000]).ends_with('…'));
+    }
+
+    #[tokio::test]
+    async fn only_the_apis_own_404_says_not_found() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        // The API's JSON 404 for the first request, a proxy's HTML 404 for the second.
+        tokio::spawn(async move {
+            let bodies = [
+                (
+                    "application/json",
+                    r#"{"code":404,"message":"sandbox \"x\" not found"}"#,
+                ),
+                ("text/html", "<html><body>404 Not Found</body></html>"),
+            ];
+            for (kind, body) in bodies {
+                let (mut tcp, _) = listener.accept().await.unwrap();
+                let mut buf = [0u8; 4096];
+                let _ = tcp.read(&mut buf).await.unwrap();
+                let reply = format!(
+                    "HTTP/1.1 404 Not Found\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n\
+                     connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                tcp.write_all(reply.as_bytes()).await.unwrap();
+            }
+        });
+        let api =
+            ControlPlane::new(client().unwrap(), "test", &base, ("x-api-key", "k"), "KEY").unwrap();
+        let api_404 = api
+            .call(Method::GET, "/sandboxes/x", None, "a lookup")
+            .await;
+        assert!(api_404.unwrap_err().is_not_found());
+        let proxy_404 = api
+            .call(Method::GET, "/sandboxes/x", None, "a lookup")
+            .await;
+        let proxy_404 = proxy_404.unwrap_err();
+        assert_eq!(proxy_404.status(), Some(404));
+        assert!(!proxy_404.is_not_found());
     }
 }

@@ -96,7 +96,7 @@ pub(super) async fn get(api: &ControlPlane, id: &str) -> Result<Option<Sandbox>,
         .await
     {
         Ok(answer) => Ok(Some(answer.json("a sandbox lookup")?)),
-        Err(e) if e.status() == Some(404) => Ok(None),
+        Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
@@ -108,7 +108,7 @@ pub(super) async fn delete(api: &ControlPlane, id: &str) -> Result<(), ProviderE
         .await
     {
         Ok(_) => Ok(()),
-        Err(e) if e.status() == Some(404) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
@@ -137,7 +137,7 @@ pub(super) async fn set_ttl(
         .await
     {
         Ok(_) => Ok(true),
-        Err(e) if e.status() == Some(404) => Ok(false),
+        Err(e) if e.is_not_found() => Ok(false),
         Err(e) => Err(e.into()),
     }
 }

@@ -273,7 +273,17 @@ impl Provider for DaytonaProvider {
             return Ok(SandboxState::Gone);
         };
         Ok(match found.state.as_str() {
-            "destroyed" | "destroying" | "error" | "build_failed" => SandboxState::Gone,
+            "destroyed" | "destroying" => SandboxState::Gone,
+            // It still exists, files and all: broken, not gone. Someone may recover it.
+            "error" | "build_failed" => {
+                tracing::warn!(
+                    "Daytona reports sandbox {} as `{}`: {}",
+                    sandbox.id,
+                    found.state,
+                    found.error_reason.as_deref().unwrap_or("no reason given")
+                );
+                SandboxState::Unknown
+            }
             "stopped" | "stopping" | "archived" | "archiving" | "paused" | "pausing" => {
                 SandboxState::Stopped
             }

@@ -75,7 +75,7 @@ pub(super) async fn get(
         .await
     {
         Ok(answer) => Ok(Some(answer.json("a sandbox lookup")?)),
-        Err(e) if e.status() == Some(404) => Ok(None),
+        Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
@@ -122,7 +122,7 @@ pub(super) async fn connect(
     let path = format!("/v2/sandboxes/{id}/connect");
     match api.call(Method::POST, &path, Some(&body), "connect").await {
         Ok(answer) => Ok(Some(answer.json("connect")?)),
-        Err(e) if e.status() == Some(404) => Ok(None),
+        Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
@@ -141,7 +141,7 @@ pub(super) async fn set_timeout(
         .await
     {
         Ok(_) => Ok(true),
-        Err(e) if e.status() == Some(404) => Ok(false),
+        Err(e) if e.is_not_found() => Ok(false),
         Err(e) => Err(e.into()),
     }
 }
@@ -153,7 +153,7 @@ pub(super) async fn kill(api: &ControlPlane, id: &str) -> Result<(), ProviderErr
         .await
     {
         Ok(_) => Ok(()),
-        Err(e) if e.status() == Some(404) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(e.into()),
     }
 }

@@ -21,7 +21,8 @@ pub(super) async fn open(
 ) -> Result<AgentSocket, ProviderError> {
     let stream = match UnixStream::connect(socket).await {
         Ok(stream) => stream,
-        // No socket file, or nobody listening on it: the agent, which is PID 1, is gone.
+        // No socket file, or nobody listening on it: the agent, which is PID 1, seems gone
+        // (the caller confirms with the process itself).
         Err(e)
             if matches!(
                 e.kind(),
@@ -29,6 +30,13 @@ pub(super) async fn open(
             ) =>
         {
             return Err(ProviderError::Gone(id.to_string()))
+        }
+        // The relay's own shortage says nothing about the sandbox.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+            return Err(ProviderError::Unavailable(format!(
+                "the relay has no file descriptor left to reach sandbox {id} ({e}); close some \
+                 tunnels or sessions and try again, or raise the relay's limit (`ulimit -Hn`)"
+            )))
         }
         Err(e) => {
             return Err(anyhow!(e)

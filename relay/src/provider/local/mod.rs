@@ -67,6 +67,7 @@ use self::layout::Layout;
 use self::meta::Meta;
 use self::own_binary::{InitProgram, OwnBinary};
 use self::plan::Rootfs;
+use self::process::Liveness;
 use self::teardown::{CreateGuard, Teardown};
 use super::{
     AgentSocket, Created, Provider, ProviderContext, ProviderError, SandboxHandle, SandboxSpec,
@@ -289,10 +290,16 @@ impl Provider for LocalProvider {
 
     async fn state(&self, sandbox: &SandboxHandle) -> Result<SandboxState, ProviderError> {
         let (meta, _) = Meta::load(sandbox, &self.data_dir())?;
-        Ok(if meta.process.is_alive() {
-            SandboxState::Running
-        } else {
-            SandboxState::Gone
+        Ok(match meta.process.liveness() {
+            Liveness::Alive => SandboxState::Running,
+            Liveness::Dead(evidence) => {
+                tracing::info!(sandbox = %sandbox.id, "the sandbox's first process ended: {evidence}");
+                SandboxState::Gone
+            }
+            Liveness::Unknown(reason) => {
+                tracing::warn!(sandbox = %sandbox.id, "cannot tell whether the sandbox runs: {reason}");
+                SandboxState::Unknown
+            }
         })
     }
 
@@ -329,9 +336,25 @@ impl Provider for LocalProvider {
 
     async fn connect(&self, sandbox: &SandboxHandle) -> Result<AgentSocket, ProviderError> {
         let (meta, layout) = Meta::load(sandbox, &self.data_dir())?;
-        if !meta.process.is_alive() {
-            return Err(ProviderError::Gone(sandbox.id.clone()));
+        match meta.process.liveness() {
+            Liveness::Dead(_) => return Err(ProviderError::Gone(sandbox.id.clone())),
+            // Try anyway: the agent's answer is the better evidence.
+            Liveness::Unknown(reason) => {
+                tracing::warn!(sandbox = %sandbox.id, "cannot tell whether the sandbox runs: {reason}");
+            }
+            Liveness::Alive => {}
         }
-        connect::open(&layout.socket(), &sandbox.id, &sandbox.agent_token).await
+        match connect::open(&layout.socket(), &sandbox.id, &sandbox.agent_token).await {
+            // The socket is missing or refuses: gone only if its first process is proven dead.
+            Err(ProviderError::Gone(_)) => match meta.process.liveness() {
+                Liveness::Dead(_) => Err(ProviderError::Gone(sandbox.id.clone())),
+                other => Err(ProviderError::Unavailable(format!(
+                    "the agent of sandbox {} does not accept connections, though its first \
+                     process is {other}; try again, and `tether rm {}` if this persists",
+                    sandbox.id, sandbox.id
+                ))),
+            },
+            other => other,
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Time and restarts: TTLs, idle timeouts, renewals, and a relay restarted on its data
 //! directory.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -9,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::{eventually, TestRelay};
+use super::{assert_error, eventually, TestRelay};
 
 #[tokio::test]
 async fn ttl_deletes_on_time_and_renew_postpones_it() {
@@ -33,9 +34,17 @@ async fn ttl_deletes_on_time_and_renew_postpones_it() {
 
     let path = format!("/v1/sandboxes/{}", short.id);
     eventually("the TTL to delete the sandbox", || async {
-        t.call("GET", &path, &admin, None).await.0 == StatusCode::NOT_FOUND
+        t.call("GET", &path, &admin, None).await.0 == StatusCode::GONE
     })
     .await;
+    // The relay says what it did, from its journal.
+    let got = t.call("GET", &path, &admin, None).await;
+    assert_error(
+        &got,
+        StatusCode::GONE,
+        "deleted",
+        &[&short.id, "TTL ran out"],
+    );
     assert!(
         start.elapsed() >= Duration::from_millis(900),
         "deleted early"
@@ -70,9 +79,11 @@ async fn idle_timeout_counts_from_the_last_client() {
     let closed = Instant::now();
 
     eventually("the idle sandbox to be deleted", || async {
-        t.call("GET", &path, &admin, None).await.0 == StatusCode::NOT_FOUND
+        t.call("GET", &path, &admin, None).await.0 == StatusCode::GONE
     })
     .await;
+    let got = t.call("GET", &path, &admin, None).await;
+    assert_error(&got, StatusCode::GONE, "deleted", &["idle timeout"]);
     assert!(
         closed.elapsed() >= Duration::from_millis(900),
         "idled out early"
@@ -117,7 +128,7 @@ async fn a_restarted_relay_keeps_its_sandboxes_and_tokens() {
     let path = format!("/v1/sandboxes/{}", lost.id);
     eventually(
         "startup reconciliation to forget the lost sandbox",
-        || async { t.call("GET", &path, &b, None).await.0 == StatusCode::NOT_FOUND },
+        || async { t.call("GET", &path, &b, None).await.0 == StatusCode::GONE },
     )
     .await;
 }
@@ -130,4 +141,60 @@ async fn a_second_relay_on_the_same_data_dir_is_refused() {
         err.to_string().contains("another relay is using"),
         "{err:#}"
     );
+}
+
+#[tokio::test]
+async fn a_provider_that_cannot_answer_makes_a_sandbox_unknown_never_gone() {
+    let t = TestRelay::start().await;
+    let admin = t.admin();
+    let sb = t.create(&admin, json!({"provider": "fake"})).await;
+    let path = format!("/v1/sandboxes/{}", sb.id);
+
+    t.provider.cannot_answer.store(true, Ordering::SeqCst);
+    let (status, got) = t.call("GET", &path, &admin, None).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    assert_eq!(got["state"], "unknown", "{got}");
+    // Many reaper ticks (50 ms each) later it is still there, untouched at the provider.
+    let asked = Instant::now();
+    while asked.elapsed() < Duration::from_secs(1) {
+        let (status, got) = t.call("GET", &path, &admin, None).await;
+        assert_eq!(status, StatusCode::OK, "{got}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(t.provider.deletes.load(Ordering::SeqCst), 0);
+    assert!(t.provider.has(&sb.id));
+
+    // The reaper asks again on its own, and the state comes back once the provider answers.
+    t.provider.cannot_answer.store(false, Ordering::SeqCst);
+    eventually("the reaper to find the sandbox running again", || async {
+        let (_, list) = t.call("GET", "/v1/sandboxes", &admin, None).await;
+        list.as_array()
+            .and_then(|all| all.iter().find(|s| s["id"] == sb.id.as_str()))
+            .is_some_and(|s| s["state"] == "running")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_sandbox_recorded_gone_is_asked_about_again_before_any_delete() {
+    let t = TestRelay::start().await;
+    let admin = t.admin();
+    let sb = t.create(&admin, json!({"provider": "fake"})).await;
+
+    // A connect reports it gone, so the relay records it gone...
+    t.provider.connect_says_gone.store(true, Ordering::SeqCst);
+    assert!(t.tunnel(&sb.id, &admin).await.is_err());
+    t.provider.connect_says_gone.store(false, Ordering::SeqCst);
+
+    // ...but the reaper asks the provider again, which still has it: kept, running again.
+    eventually("the reaper to find the sandbox running", || async {
+        let (_, list) = t.call("GET", "/v1/sandboxes", &admin, None).await;
+        list.as_array()
+            .and_then(|all| all.iter().find(|s| s["id"] == sb.id.as_str()))
+            .is_some_and(|s| s["state"] == "running")
+    })
+    .await;
+    assert_eq!(t.provider.deletes.load(Ordering::SeqCst), 0);
+    assert!(t.provider.has(&sb.id));
+    assert!(t.tunnel(&sb.id, &admin).await.is_ok());
 }

@@ -56,6 +56,11 @@ pub(super) struct FakeProvider {
     pub runs_here: AtomicBool,
     /// The spec of the last create, as the relay passed it on.
     pub last_spec: Mutex<Option<SandboxSpec>>,
+    /// Makes every state call fail as a provider's outage (a 5xx, a network error) would.
+    pub cannot_answer: AtomicBool,
+    /// Makes every connect say the sandbox is gone while `state` still finds it: a false
+    /// report the relay must not delete on.
+    pub connect_says_gone: AtomicBool,
     agent_addr: Mutex<Option<SocketAddr>>,
 }
 
@@ -111,6 +116,9 @@ impl Provider for FakeProvider {
     }
 
     async fn state(&self, sandbox: &SandboxHandle) -> Result<SandboxState, ProviderError> {
+        if self.cannot_answer.load(Ordering::SeqCst) {
+            return Err(anyhow::anyhow!("the fake provider answered HTTP 503").into());
+        }
         Ok(if self.has(&sandbox.id) {
             SandboxState::Running
         } else {
@@ -134,7 +142,7 @@ impl Provider for FakeProvider {
 
     async fn connect(&self, sandbox: &SandboxHandle) -> Result<AgentSocket, ProviderError> {
         self.connects.fetch_add(1, Ordering::SeqCst);
-        if !self.has(&sandbox.id) {
+        if !self.has(&sandbox.id) || self.connect_says_gone.load(Ordering::SeqCst) {
             return Err(ProviderError::Gone(sandbox.id.clone()));
         }
         if self.refuse_connect.load(Ordering::SeqCst) {

@@ -163,7 +163,7 @@ async fn refuses_before_the_upgrade_when_the_agent_cannot_be_reached() {
     );
     let path = format!("/v1/sandboxes/{}", sb.id);
     eventually("the gone sandbox to be forgotten", || async {
-        t.call("GET", &path, &admin, None).await.0 == 404
+        t.call("GET", &path, &admin, None).await.0 == 410
     })
     .await;
 }
@@ -186,5 +186,54 @@ async fn shutdown_closes_open_tunnels() {
     match next_data(&mut ws).await {
         Some(Message::Close(Some(frame))) => assert_eq!(u16::from(frame.code), 1001),
         other => panic!("expected a going-away close, got {other:?}"),
+    }
+}
+
+/// The close code the relay sends after `raw` bytes are written under a tunnel's WebSocket.
+async fn close_code_after(t: &TestRelay, raw: &[u8]) -> u16 {
+    use tokio::io::AsyncWriteExt;
+    use tokio_tungstenite::MaybeTlsStream;
+    let admin = t.admin();
+    let sb = t.create(&admin, json!({"provider": "fake"})).await;
+    let mut ws = t.tunnel(&sb.id, &admin).await.unwrap();
+    let MaybeTlsStream::Plain(tcp) = ws.get_mut() else {
+        panic!("a plain connection")
+    };
+    tcp.write_all(raw).await.unwrap();
+    match next_data(&mut ws).await {
+        Some(Message::Close(Some(frame))) => u16::from(frame.code),
+        other => panic!("expected a close frame, got {other:?}"),
+    }
+}
+
+/// A masked client frame header: `first` (FIN, RSV, opcode), then a mask of zeros.
+fn masked_frame(first: u8, payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < 126);
+    let mut frame = vec![first, 0x80 | payload.len() as u8, 0, 0, 0, 0];
+    frame.extend_from_slice(payload);
+    frame
+}
+
+#[tokio::test]
+async fn a_client_breaking_the_websocket_protocol_gets_rfc_6455_close_codes() {
+    let t = TestRelay::start().await;
+    // A reserved bit set without an extension that defines it: a protocol violation.
+    assert_eq!(close_code_after(&t, &masked_frame(0xC2, b"x")).await, 1002);
+    // A text message that is not UTF-8: invalid payload data.
+    assert_eq!(
+        close_code_after(&t, &masked_frame(0x81, &[0xff, 0xfe])).await,
+        1007
+    );
+
+    // A message over the relay's limit: too big.
+    let admin = t.admin();
+    let sb = t.create(&admin, json!({"provider": "fake"})).await;
+    let mut ws = t.tunnel(&sb.id, &admin).await.unwrap();
+    let huge = vec![7u8; crate::server::constants::MAX_MESSAGE + 1];
+    // The relay may close before the whole message is written.
+    let _ = ws.send(Message::Binary(huge.into())).await;
+    match next_data(&mut ws).await {
+        Some(Message::Close(Some(frame))) => assert_eq!(u16::from(frame.code), 1009),
+        other => panic!("expected a close frame, got {other:?}"),
     }
 }
