@@ -66,6 +66,10 @@ pub struct SandboxSpec {
     /// Network access.
     #[serde(default)]
     pub network: NetworkPolicy,
+    /// Disk quota in bytes: everything the sandbox can write, together (local: its
+    /// `/workspace`, `/tmp` and an image's writable layer; the provider's default when absent).
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
 }
 
 /// What a provider reports back from a create; the relay persists it in the registry.

@@ -22,6 +22,7 @@ fn record(tenant: &str, created_ms: i64, pairs: &[(&str, &str)]) -> SandboxRecor
         memory_bytes: Some(256 << 20),
         pids: None,
         network: NetworkPolicy::Host,
+        disk_bytes: Some(2 << 30),
     };
     let id = SandboxId::generate();
     SandboxRecord {
