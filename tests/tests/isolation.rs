@@ -56,6 +56,18 @@ fn sh_answers(relay: &Relay, id: &str, script: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// Whether this process holds CAP_SYS_RESOURCE, which lowering an OOM score takes.
+fn may_lower_oom_scores() -> bool {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    effective & (1 << CAP_SYS_RESOURCE) != 0
+}
+
 /// Bytes in use on the file system holding `path`, from df(1).
 fn host_used_bytes(path: &Path) -> u64 {
     let out = std::process::Command::new("df")
@@ -175,6 +187,19 @@ fn host_files_loopback_and_processes_are_out_of_reach() {
 fn a_memory_hog_and_a_full_tmp_die_alone_and_delete_leaves_nothing() {
     let relay = Relay::start();
     let id = create(&relay, &["--memory", "64M"]);
+    // Where the relay may lower OOM scores (CAP_SYS_RESOURCE), the agent is shielded and its
+    // commands are not; elsewhere (some CI containers) only the agent's size protects it.
+    if may_lower_oom_scores() {
+        let scores = sh_answers(
+            &relay,
+            &id,
+            "cat /proc/1/oom_score_adj /proc/self/oom_score_adj",
+        );
+        let scores = String::from_utf8_lossy(&scores.stdout).to_string();
+        let scores: Vec<i32> = scores.lines().map(|l| l.trim().parse().unwrap()).collect();
+        assert!(scores[0] <= -999, "the agent's OOM score is {}", scores[0]);
+        assert_eq!(scores[1], 0, "a command's OOM score");
+    }
     let hog = sh(
         &relay,
         &id,

@@ -42,6 +42,9 @@ use crate::provider::SandboxSpec;
 /// Debian has no sbin directories on it).
 const MKFS_DIRS: [&str; 4] = ["/usr/sbin", "/sbin", "/usr/local/sbin", "/usr/bin"];
 
+/// How many mounts stacked on a disk's mount point a delete takes off (the relay makes one).
+const MAX_STACKED_MOUNTS: usize = 8;
+
 /// The buffer a template's data is copied through (a template holds a few hundred KiB).
 const COPY_BUFFER_BYTES: usize = 256 << 10; // 256 KiB
 
@@ -132,9 +135,9 @@ pub(super) fn create(
 /// and after every failed create. Blocking.
 pub(super) fn release(layout: &Layout) -> Result<(), LocalError> {
     let mount_point = layout.disk();
-    loop {
+    for _ in 0..MAX_STACKED_MOUNTS {
         match umount2(&mount_point, MntFlags::empty()) {
-            // Unmounted; a file system mounted twice on the same point needs a second pass.
+            // Unmounted; something mounted over it too needs another pass.
             Ok(()) => continue,
             // Not (or no longer) a mount point, or the directory is gone.
             Err(Errno::EINVAL | Errno::ENOENT) => break,
