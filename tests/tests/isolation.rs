@@ -340,6 +340,43 @@ fn many_small_files_hit_the_inode_quota() {
 }
 
 #[test]
+fn a_failed_create_leaves_no_disk_behind() {
+    let relay = Relay::start();
+    // An image whose /workspace is a file: the sandbox init fails after the disk is mounted.
+    let image = tempfile::tempdir().unwrap();
+    std::fs::write(image.path().join("workspace"), "not a directory").unwrap();
+    let out = relay
+        .tether()
+        .args(["create", "--disk", "32M", "--image"])
+        .arg(image.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a broken image started");
+
+    let local = relay.data_dir.join("local");
+    let left: Vec<String> = std::fs::read_dir(&local)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "disks")
+        .collect();
+    assert!(left.is_empty(), "left in {}: {left:?}", local.display());
+    let losetup = std::process::Command::new("losetup")
+        .arg("-a")
+        .output()
+        .unwrap();
+    let loops = String::from_utf8_lossy(&losetup.stdout);
+    assert!(
+        !loops.contains(&*local.to_string_lossy()),
+        "a loop device is left: {loops}"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(&*local.to_string_lossy()),
+        "a mount is left"
+    );
+}
+
+#[test]
 fn sandboxes_survive_a_relay_restart() {
     let mut relay = Relay::start();
     let id = create(&relay, &[]);
