@@ -42,6 +42,15 @@ use crate::provider::SandboxSpec;
 /// Debian has no sbin directories on it).
 const MKFS_DIRS: [&str; 4] = ["/usr/sbin", "/sbin", "/usr/local/sbin", "/usr/bin"];
 
+/// The file system's features: ext4's usual ones (extents, extended attributes for overlayfs,
+/// checksums), without a journal (a sandbox's disk does not outlive a host crash) or room
+/// reserved for growing it.
+const DISK_FEATURES: &str = "extent,ext_attr,flex_bg,dir_index,dir_nlink,extra_isize,filetype,\
+                             sparse_super,large_file,huge_file,64bit,metadata_csum,\
+                             ^has_journal,^resize_inode";
+/// A configuration file that never exists, for mke2fs (see [`mkfs`]).
+const MKE2FS_NO_CONFIG: &str = "/nonexistent/tether/mke2fs.conf";
+
 /// How many mounts stacked on a disk's mount point a delete takes off (the relay makes one).
 const MAX_STACKED_MOUNTS: usize = 8;
 
@@ -231,12 +240,13 @@ fn mkfs(image: &Path, bytes: u64) -> Result<(), LocalError> {
         .args(["-b", &DISK_BLOCK_BYTES.to_string()])
         .args(["-i", &DISK_BYTES_PER_INODE.to_string()])
         .args(["-I", &DISK_INODE_BYTES.to_string()])
-        .args(["-O", "^has_journal,^resize_inode"])
+        .args(["-O", DISK_FEATURES])
         .args(["-E", "lazy_itable_init=1,nodiscard,root_owner=0:0"])
         .arg(image)
         .arg(blocks.to_string())
-        // mke2fs reads no configuration but its own defaults, whatever the host's says.
-        .env("MKE2FS_CONFIG", "/dev/null")
+        // mke2fs uses its built-in profile when its configuration file is missing (an empty
+        // one would define no ext4 at all), so the host's settings change nothing.
+        .env("MKE2FS_CONFIG", MKE2FS_NO_CONFIG)
         .stdin(Stdio::null())
         .output()
         .context(|| format!("run {}", program.display()))?;
@@ -521,6 +531,23 @@ mod tests {
         let image = fs::metadata(layout.disk_image()).unwrap();
         assert!(image.blocks() * 512 < 4 << 20, "{} blocks", image.blocks());
         assert_eq!(loop_devices_backed_by(&layout.disk_image()).len(), 1);
+        let template = data
+            .path()
+            .join(PROVIDER_DIR)
+            .join(DISK_TEMPLATE_DIR)
+            .join(format!("{DISK_FORMAT}-{}.img", 32 << 20));
+        let dump = Command::new("dumpe2fs").arg("-h").arg(&template).output();
+        if let Ok(dump) = dump {
+            let dump = String::from_utf8_lossy(&dump.stdout);
+            let features = dump
+                .lines()
+                .find_map(|l| l.strip_prefix("Filesystem features:"))
+                .unwrap_or_default();
+            for want in ["extent", "ext_attr", "metadata_csum"] {
+                assert!(features.contains(want), "{want} missing from {features}");
+            }
+            assert!(!features.contains("has_journal"), "{features}");
+        }
 
         release(&layout).unwrap();
         assert!(loop_devices_backed_by(&layout.disk_image()).is_empty());
