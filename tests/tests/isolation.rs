@@ -213,12 +213,12 @@ fn a_memory_hog_and_a_full_tmp_die_alone_and_delete_leaves_nothing() {
     let after = sh_answers(&relay, &id, "echo alive");
     assert_eq!(String::from_utf8_lossy(&after.stdout), "alive\n");
 
-    // /tmp is on the sandbox's disk, not in its memory: four times the memory limit fits, and
+    // /tmp is on the sandbox's disk, not in its memory: twice the memory limit fits, and
     // the agent lives on (on a tmpfs /tmp the OOM killer took the agent).
     let fill = sh_answers(
         &relay,
         &id,
-        "dd if=/dev/zero of=/tmp/fill bs=1M count=256 2>&1 && stat -c %s /tmp/fill",
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=128 2>&1 && stat -c %s /tmp/fill",
     );
     let after = sh_answers(&relay, &id, "echo alive");
     assert_eq!(
@@ -230,7 +230,7 @@ fn a_memory_hog_and_a_full_tmp_die_alone_and_delete_leaves_nothing() {
     let fill_out = String::from_utf8_lossy(&fill.stdout);
     assert!(fill.status.success(), "{fill_out}");
     assert!(
-        fill_out.ends_with(&format!("{}\n", 256 << 20)),
+        fill_out.ends_with(&format!("{}\n", 128 << 20)),
         "{fill_out}"
     );
 
