@@ -131,7 +131,7 @@ fn root_inside_is_an_unprivileged_uid_outside() {
         .data_dir
         .join("local")
         .join(&id)
-        .join("workspace/mine");
+        .join("disk/workspace/mine");
     assert_eq!(u64::from(std::fs::metadata(&file).unwrap().uid()), host_uid);
     let _ = sleeper.kill();
     let _ = sleeper.wait();

@@ -1,12 +1,15 @@
 //! The local sandbox really isolates: host files, host loopback services and host processes
-//! are out of reach, writes outside /workspace and /tmp fail, a memory hog dies alone, delete
-//! leaves nothing behind, and sandboxes survive a relay restart. A relay whose binary is
-//! replaced under it keeps creating sandboxes, and signals the relay inherited ignored or
-//! blocked do not reach sandboxed processes.
+//! are out of reach, writes outside /workspace and /tmp fail, a memory hog and a full /tmp die
+//! alone, a full disk (bytes or inodes) gives ENOSPC and spares the host, delete leaves
+//! nothing behind, and sandboxes survive a relay restart. A relay whose binary is replaced
+//! under it keeps creating sandboxes, and signals the relay inherited ignored or blocked do
+//! not reach sandboxed processes.
 
 use std::net::TcpListener;
-use std::os::unix::fs::PermissionsExt;
-use std::process::Output;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use tether_e2e::signals::{self, NOHUP_SIGNALS};
@@ -28,6 +31,101 @@ fn sh(relay: &Relay, id: &str, script: &str) -> Output {
         .args(["exec", id, "--", "sh", "-c", script])
         .output()
         .unwrap()
+}
+
+/// How long a command may take in a sandbox that should still answer (a hung agent fails the
+/// test instead of hanging it).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+/// The pause between two checks of a command that has not finished yet.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Like [`sh`], but fails the test if the command has not finished within [`ANSWER_TIMEOUT`].
+fn sh_answers(relay: &Relay, id: &str, script: &str) -> Output {
+    let mut child = relay
+        .tether()
+        .args(["exec", id, "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > ANSWER_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("sandbox {id} did not answer `{script}` within {ANSWER_TIMEOUT:?}");
+        }
+        std::thread::sleep(POLL);
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Whether this process holds CAP_SYS_RESOURCE, which lowering an OOM score takes.
+fn may_lower_oom_scores() -> bool {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    effective & (1 << CAP_SYS_RESOURCE) != 0
+}
+
+/// Bytes in use on the file system holding `path`, from df(1).
+fn host_used_bytes(path: &Path) -> u64 {
+    let out = std::process::Command::new("df")
+        .args(["-B1", "--output=used"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines().last().unwrap().trim().parse().unwrap()
+}
+
+/// Asserts that nothing of sandbox `id` is left: its directory, its cgroups, its processes,
+/// its loop device and its mounts.
+fn assert_nothing_left(relay: &Relay, id: &str) {
+    let dir = relay.data_dir.join("local").join(id);
+    assert!(!dir.exists(), "{} left behind", dir.display());
+    for hierarchy in ["memory", "pids", "cpu", "unified", ""] {
+        let cg = Path::new("/sys/fs/cgroup")
+            .join(hierarchy)
+            .join("tether")
+            .join(id);
+        assert!(!cg.exists(), "cgroup {} left behind", cg.display());
+    }
+    let ps = std::process::Command::new("pgrep")
+        .args(["-f", id])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&ps.stdout).trim().is_empty(),
+        "processes of {id} left behind"
+    );
+    let losetup = std::process::Command::new("losetup")
+        .arg("-a")
+        .output()
+        .unwrap();
+    let loops = String::from_utf8_lossy(&losetup.stdout);
+    assert!(
+        !loops.contains(&*dir.to_string_lossy()),
+        "a loop device of {id} is left: {loops}"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(&*dir.to_string_lossy()),
+        "a mount of {id} is left"
+    );
+}
+
+fn rm(relay: &Relay, id: &str) {
+    let rm = relay.tether().args(["rm", id]).output().unwrap();
+    assert!(
+        rm.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rm.stderr)
+    );
 }
 
 #[test]
@@ -90,9 +188,22 @@ fn host_files_loopback_and_processes_are_out_of_reach() {
 }
 
 #[test]
-fn a_memory_hog_dies_alone_and_delete_leaves_nothing() {
+fn a_memory_hog_and_a_full_tmp_die_alone_and_delete_leaves_nothing() {
     let relay = Relay::start();
     let id = create(&relay, &["--memory", "64M"]);
+    // Where the relay may lower OOM scores (CAP_SYS_RESOURCE), the agent is shielded and its
+    // commands are not; elsewhere (some CI containers) only the agent's size protects it.
+    if may_lower_oom_scores() {
+        let scores = sh_answers(
+            &relay,
+            &id,
+            "cat /proc/1/oom_score_adj /proc/self/oom_score_adj",
+        );
+        let scores = String::from_utf8_lossy(&scores.stdout).to_string();
+        let scores: Vec<i32> = scores.lines().map(|l| l.trim().parse().unwrap()).collect();
+        assert!(scores[0] <= -999, "the agent's OOM score is {}", scores[0]);
+        assert_eq!(scores[1], 0, "a command's OOM score");
+    }
     let hog = sh(
         &relay,
         &id,
@@ -103,8 +214,29 @@ fn a_memory_hog_dies_alone_and_delete_leaves_nothing() {
         "a 300 MB allocation survived a 64 MB limit"
     );
     // The sandbox (and its agent) still answers.
-    let after = sh(&relay, &id, "echo alive");
+    let after = sh_answers(&relay, &id, "echo alive");
     assert_eq!(String::from_utf8_lossy(&after.stdout), "alive\n");
+
+    // /tmp is on the sandbox's disk, not in its memory: twice the memory limit fits, and
+    // the agent lives on (on a tmpfs /tmp the OOM killer took the agent).
+    let fill = sh_answers(
+        &relay,
+        &id,
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=128 2>&1 && stat -c %s /tmp/fill",
+    );
+    let after = sh_answers(&relay, &id, "echo alive");
+    assert_eq!(
+        String::from_utf8_lossy(&after.stdout),
+        "alive\n",
+        "the agent died with a full /tmp: {}",
+        String::from_utf8_lossy(&after.stderr)
+    );
+    let fill_out = String::from_utf8_lossy(&fill.stdout);
+    assert!(fill.status.success(), "{fill_out}");
+    assert!(
+        fill_out.ends_with(&format!("{}\n", 128 << 20)),
+        "{fill_out}"
+    );
 
     let dir = relay.data_dir.join("local").join(&id);
     assert!(
@@ -112,27 +244,148 @@ fn a_memory_hog_dies_alone_and_delete_leaves_nothing() {
         "{} missing while the sandbox runs",
         dir.display()
     );
-    let rm = relay.tether().args(["rm", &id]).output().unwrap();
-    assert!(
-        rm.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rm.stderr)
-    );
-    assert!(!dir.exists(), "{} left behind", dir.display());
-    for hierarchy in ["memory", "pids", "cpu", "unified", ""] {
-        let cg = std::path::Path::new("/sys/fs/cgroup")
-            .join(hierarchy)
-            .join("tether")
-            .join(&id);
-        assert!(!cg.exists(), "cgroup {} left behind", cg.display());
+    rm(&relay, &id);
+    assert_nothing_left(&relay, &id);
+}
+
+#[test]
+fn a_full_disk_gives_enospc_and_spares_the_host() {
+    let relay = Relay::start();
+    let id = create(&relay, &["--disk", "64M"]);
+    let image = relay.data_dir.join("local").join(&id).join("disk.img");
+    let host_before = host_used_bytes(&relay.data_dir);
+
+    // /workspace and /tmp share the disk: a GiB fits in neither.
+    for dir in ["/workspace", "/tmp"] {
+        let dd = sh_answers(
+            &relay,
+            &id,
+            &format!("dd if=/dev/zero of={dir}/fill bs=1M count=1024"),
+        );
+        let err = String::from_utf8_lossy(&dd.stderr);
+        assert!(!dd.status.success(), "1 GiB landed in {dir}: {err}");
+        assert!(err.contains("No space left on device"), "{dir}: {err}");
+        let size = sh_answers(
+            &relay,
+            &id,
+            &format!("stat -c %s {dir}/fill; rm {dir}/fill"),
+        );
+        let size: u64 = String::from_utf8_lossy(&size.stdout)
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(size <= 64 << 20, "{size} bytes in {dir}");
     }
-    let ps = std::process::Command::new("pgrep")
-        .args(["-f", &id])
+    // What the sandbox wrote took at most its quota from the host (the image is sparse), and
+    // the host's file system did not take the GiB (other writers share it: a wide margin).
+    let allocated = std::fs::metadata(&image).unwrap().blocks() * 512;
+    assert!(
+        allocated <= 68 << 20,
+        "the disk image holds {allocated} bytes"
+    );
+    let grown = host_used_bytes(&relay.data_dir).saturating_sub(host_before);
+    assert!(
+        grown < 512 << 20,
+        "the host's file system grew by {grown} bytes"
+    );
+
+    // The agent lives off that disk and keeps answering; the space comes back.
+    let after = sh_answers(
+        &relay,
+        &id,
+        "echo alive > /workspace/ok && cat /workspace/ok",
+    );
+    assert_eq!(String::from_utf8_lossy(&after.stdout), "alive\n");
+    let df = sh_answers(&relay, &id, "df -k /workspace /tmp | tail -n +2");
+    let df = String::from_utf8_lossy(&df.stdout).to_string();
+    for line in df.lines() {
+        let size_kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(size_kib <= 64 << 10, "{df}");
+    }
+
+    rm(&relay, &id);
+    assert_nothing_left(&relay, &id);
+    assert!(!image.exists());
+}
+
+#[test]
+fn many_small_files_hit_the_inode_quota() {
+    let relay = Relay::start();
+    // 64 MiB holds 4096 files.
+    let id = create(&relay, &["--disk", "64M"]);
+    let fill = sh_answers(
+        &relay,
+        &id,
+        "cd /workspace && i=0; while [ $i -lt 10000 ]; do printf '' > f$i || exit 3; i=$((i+1)); done",
+    );
+    let err = String::from_utf8_lossy(&fill.stderr);
+    assert_eq!(fill.status.code(), Some(3), "10,000 files fit: {err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    // Inodes ran out, not bytes.
+    let state = sh_answers(
+        &relay,
+        &id,
+        "ls /workspace | wc -l; df -k --output=avail /workspace | tail -1",
+    );
+    let state = String::from_utf8_lossy(&state.stdout).to_string();
+    let mut numbers = state.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+    let (files, free_kib) = (numbers.next().unwrap(), numbers.next().unwrap());
+    assert!(files < 4096 && files > 3000, "{files} files");
+    assert!(free_kib > 32 << 10, "only {free_kib} KiB free: {state}");
+    // Deleting gives the inodes back.
+    let again = sh_answers(&relay, &id, "rm -f /workspace/f* && : > /workspace/again");
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    rm(&relay, &id);
+    assert_nothing_left(&relay, &id);
+}
+
+#[test]
+fn a_failed_create_leaves_no_disk_behind() {
+    // An image whose /workspace is a file: the sandbox init fails after the disk is mounted.
+    // Host directories are images only under an image root (and for admins).
+    let images = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(images.path()).unwrap();
+    let image = root.join("broken");
+    std::fs::create_dir(&image).unwrap();
+    std::fs::write(image.join("workspace"), "not a directory").unwrap();
+    let relay = Relay::start_with(&["--image-root", root.to_str().unwrap()]);
+    let out = relay
+        .tether()
+        .args(["create", "--disk", "32M", "--image"])
+        .arg(&image)
         .output()
         .unwrap();
+    assert!(!out.status.success(), "a broken image started");
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&ps.stdout).trim().is_empty(),
-        "processes of {id} left behind"
+        !err.contains("image root"),
+        "refused before the disk was made: {err}"
+    );
+
+    let local = relay.data_dir.join("local");
+    let left: Vec<String> = std::fs::read_dir(&local)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "disks")
+        .collect();
+    assert!(left.is_empty(), "left in {}: {left:?}", local.display());
+    let losetup = std::process::Command::new("losetup")
+        .arg("-a")
+        .output()
+        .unwrap();
+    let loops = String::from_utf8_lossy(&losetup.stdout);
+    assert!(
+        !loops.contains(&*local.to_string_lossy()),
+        "a loop device is left: {loops}"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(&*local.to_string_lossy()),
+        "a mount is left"
     );
 }
 

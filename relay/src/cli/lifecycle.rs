@@ -43,6 +43,10 @@ pub(super) struct CreateArgs {
     /// Limit on the number of processes.
     #[arg(long, value_name = "N")]
     pids: Option<u64>,
+    /// Disk quota for everything the sandbox writes (workspace, /tmp, an image's changes),
+    /// e.g. 2G (binary units); its file count grows with it. The relay's default when absent.
+    #[arg(long, value_name = "SIZE", value_parser = memory)]
+    disk: Option<u64>,
     /// Network access: `none` (loopback only) or `host` (the host's network, shared).
     #[arg(long, value_enum, default_value_t = Network::None)]
     network: Network,
@@ -76,6 +80,7 @@ impl CreateArgs {
                 Network::None => NetworkPolicy::None,
                 Network::Host => NetworkPolicy::Host,
             },
+            disk_bytes: self.disk,
             ..Default::default()
         };
         Ok(CreateRequest {
@@ -489,6 +494,24 @@ mod tests {
         assert_eq!(memory("64kb"), Ok(64 << 10));
         assert!(memory("12X").is_err());
         assert!(memory("M").is_err());
+    }
+
+    #[derive(clap::Parser)]
+    struct Create {
+        #[command(flatten)]
+        spec: CreateArgs,
+    }
+
+    #[test]
+    fn disk_quotas_reach_the_request() {
+        use clap::Parser;
+        let req = |args: &[&str]| {
+            let all = std::iter::once("create").chain(args.iter().copied());
+            Create::try_parse_from(all).map(|c| c.spec.request().unwrap().spec.disk_bytes)
+        };
+        assert_eq!(req(&["--disk", "2G"]).unwrap(), Some(2 << 30));
+        assert_eq!(req(&[]).unwrap(), None);
+        assert!(req(&["--disk", "lots"]).is_err());
     }
 
     #[test]

@@ -63,7 +63,8 @@ pub struct SandboxSpec {
     /// Limit on the number of processes.
     #[serde(default)]
     pub pids: Option<u64>,
-    /// Disk quota in bytes: the sandbox's writable files (workspace and writable layer).
+    /// Disk quota in bytes: everything the sandbox can write, together (local: its
+    /// `/workspace`, `/tmp` and an image's writable layer).
     #[serde(default)]
     pub disk_bytes: Option<u64>,
     /// Network access.

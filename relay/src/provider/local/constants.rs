@@ -46,8 +46,36 @@ pub(super) const MIN_MEMORY_BYTES: u64 = 16 << 20; // 16 MiB
 /// The host's largest process id: no sandbox can have more processes than this.
 pub(super) const PID_MAX_FILE: &str = "/proc/sys/kernel/pid_max";
 
-/// The sandbox's `/tmp` (a tmpfs; its pages also count against the memory limit).
-pub(super) const TMP_SIZE_BYTES: u64 = 1 << 30; // 1 GiB
+/// A sandbox's disk (its `/workspace`, `/tmp` and an image's writable layer, together) when
+/// the request names no size.
+pub(super) const DEFAULT_DISK_BYTES: u64 = 10 << 30; // 10 GiB
+/// The smallest disk we accept: an ext4 file system with room for a few hundred files.
+pub(super) const MIN_DISK_BYTES: u64 = 16 << 20; // 16 MiB
+/// The largest disk we accept: what ext4 holds in 2^32 blocks of 4 KiB.
+pub(super) const MAX_DISK_BYTES: u64 = 16 << 40; // 16 TiB
+/// A disk's block size.
+pub(super) const DISK_BLOCK_BYTES: u64 = 4 << 10; // 4 KiB
+/// Disk bytes per inode: the number of files a disk holds grows with its size (ext4's own
+/// default ratio; 655,360 files in 10 GiB).
+pub(super) const DISK_BYTES_PER_INODE: u64 = 16 << 10; // 16 KiB
+/// The size of one inode on disk (room for nanosecond times and small extended attributes).
+pub(super) const DISK_INODE_BYTES: u64 = 256;
+/// Names the file system options of a disk template; change it with the mkfs options so that
+/// old templates are not reused.
+pub(super) const DISK_FORMAT: &str = "ext4-v1";
+/// The folder under the provider's that keeps one formatted, empty disk image per size.
+pub(super) const DISK_TEMPLATE_DIR: &str = "disks";
+/// Disk templates kept, most recently used first (each is a few hundred KiB of metadata).
+pub(super) const DISK_TEMPLATES_KEEP: usize = 8;
+/// How often a create takes the next free loop device when another process took it first.
+pub(super) const LOOP_ATTACH_ATTEMPTS: u32 = 8;
+/// How long a delete waits for the kernel to detach a sandbox's loop device.
+pub(super) const LOOP_DETACH_TIMEOUT: Duration = Duration::from_secs(2);
+/// The agent's OOM score adjustment, set by the sandbox init before it enters a user namespace
+/// (below 0 needs CAP_SYS_RESOURCE in the host's): the OOM killer takes the sandbox's other
+/// processes (which the agent starts at 0) first and the agent last, where the agent cannot
+/// lower its own score to -1000 (never) itself.
+pub(super) const AGENT_OOM_SCORE_ADJ: i32 = -999;
 /// The sandbox's `/dev/shm`.
 pub(super) const DEV_SHM_SIZE_BYTES: u64 = 64 << 20; // 64 MiB
 /// The tmpfs holding `/dev`'s nodes and links (read-only once built).
@@ -55,7 +83,7 @@ pub(super) const DEV_SIZE_BYTES: u64 = 64 << 10; // 64 KiB
 /// The tmpfs root of a sandbox without an image: mount points and a few generated files.
 pub(super) const ROOT_SIZE_BYTES: u64 = 1 << 20; // 1 MiB
 /// HOME in a sandbox on the host's system directories, whose root is read-only: a directory
-/// in its tmpfs `/tmp`. Image sandboxes keep `/root`, which their overlay makes writable.
+/// in its `/tmp` (on its disk). Image sandboxes keep `/root`, which their overlay makes writable.
 pub(super) const HOST_ROOTFS_HOME: &str = "/tmp/home";
 
 /// How long a create waits for the sandbox init to report that the agent is starting.

@@ -28,7 +28,9 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{chdir, dup2, execve, pipe2, sethostname, setsid, ForkResult, Pid};
 
 use super::config::{IdMapping, InitConfig, Report};
-use super::constants::{AGENT_ARGS, AGENT_LISTEN_FD, AGENT_PATH, INIT_SUBCOMMAND, WORKSPACE};
+use super::constants::{
+    AGENT_ARGS, AGENT_LISTEN_FD, AGENT_OOM_SCORE_ADJ, AGENT_PATH, INIT_SUBCOMMAND, WORKSPACE,
+};
 use super::error::{InitError, Step};
 use super::process::ProcessIdentity;
 use super::{caps, namespaces, net, rootfs, seccomp, stage, sys, userns};
@@ -147,6 +149,9 @@ fn start() -> Result<Role, InitError> {
         .step(|| format!("restricting {}", socket.display()))?;
     let contained = pipe2(OFlag::O_CLOEXEC).step(|| "creating the containment pipe".into())?;
 
+    // The agent keeps this score (it starts children at 0); only now, before a user namespace,
+    // may it go below 0. A relay that is not root cannot, and its sandboxes keep its score.
+    let _ = std::fs::write("/proc/self/oom_score_adj", AGENT_OOM_SCORE_ADJ.to_string());
     match config.users {
         IdMapping::Own { uid, gid } => {
             namespaces::enter_user_namespace(uid, gid)?;
@@ -327,10 +332,6 @@ fn prepare_pid1(
     rootfs::assemble(config)?;
     rootfs::enter(&config.layout.root())?;
     chdir(WORKSPACE).step(|| format!("changing into {WORKSPACE}"))?;
-    // Sandbox processes start from a neutral OOM score, whatever the relay chose for itself;
-    // the agent may still lower its own (it keeps CAP_SYS_RESOURCE).
-    std::fs::write("/proc/self/oom_score_adj", "0")
-        .step(|| "resetting the sandbox's OOM score".into())?;
 
     // Nothing of the sandbox may run before the monitor has put this process in its cgroup.
     let mut byte = [0u8; 1];

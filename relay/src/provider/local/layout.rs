@@ -1,5 +1,7 @@
-//! Where a sandbox's files live on the host: `<data_dir>/local/<id>/` with its workspace, its
-//! agent socket and log, the mount point of its root and the overlay's upper and work layers.
+//! Where a sandbox's files live on the host: `<data_dir>/local/<id>/` with its agent socket and
+//! log, the mount point of its root, and its disk (an image file, and the mount point where
+//! its workspace, `/tmp` and the overlay's upper and work layers are directories). The
+//! agent's own files stay off the disk, so a full disk never stops the agent.
 
 use std::fs::{self, DirBuilder};
 use std::io;
@@ -45,9 +47,22 @@ impl Layout {
     pub(super) fn dir(&self) -> &Path {
         &self.dir
     }
+    /// Where the sandbox's disk is mounted (see `disk`); everything the sandbox can write
+    /// lives under it.
+    pub(super) fn disk(&self) -> PathBuf {
+        self.dir.join("disk")
+    }
+    /// The disk's image file (sparse), behind a loop device.
+    pub(super) fn disk_image(&self) -> PathBuf {
+        self.dir.join("disk.img")
+    }
     /// Bound at `/workspace`; lives as long as the sandbox.
     pub(super) fn workspace(&self) -> PathBuf {
-        self.dir.join("workspace")
+        self.disk().join("workspace")
+    }
+    /// Bound at `/tmp` (which holds HOME in a sandbox without an image).
+    pub(super) fn tmp(&self) -> PathBuf {
+        self.disk().join("tmp")
     }
     /// The agent's listening socket.
     pub(super) fn socket(&self) -> PathBuf {
@@ -64,21 +79,22 @@ impl Layout {
     }
     /// The overlay's writable layer, for sandboxes with an image.
     pub(super) fn upper(&self) -> PathBuf {
-        self.dir.join("upper")
+        self.disk().join("upper")
     }
-    /// The overlay's scratch directory, for sandboxes with an image.
+    /// The overlay's scratch directory, for sandboxes with an image (on the same file system
+    /// as the upper layer, as overlayfs requires).
+    pub(super) fn work(&self) -> PathBuf {
+        self.disk().join("work")
+    }
     /// The file naming the cached image (its digest in hex) this sandbox runs, if any.
     pub(super) fn image_marker(&self) -> PathBuf {
         self.dir.join(IMAGE_MARKER)
     }
 
-    pub(super) fn work(&self) -> PathBuf {
-        self.dir.join("work")
-    }
-
-    /// Creates the sandbox's directories. Fails if the sandbox directory already exists, so a
-    /// create never adopts another sandbox's files.
-    pub(super) fn create(&self, overlay: bool) -> Result<(), LocalError> {
+    /// Creates the sandbox's directory with the mount points of its root and its disk (the
+    /// disk's own directories are made by `disk::create`). Fails if the sandbox directory
+    /// already exists, so a create never adopts another sandbox's files.
+    pub(super) fn create(&self) -> Result<(), LocalError> {
         if self.socket().as_os_str().len() > MAX_SOCKET_PATH_LEN {
             return Err(LocalError::Unavailable(format!(
                 "the agent socket path {} is longer than the {MAX_SOCKET_PATH_LEN} bytes a Unix \
@@ -97,12 +113,8 @@ impl Layout {
             }
             other => other.context(|| format!("create {}", self.dir.display()))?,
         }
-        let mut dirs = vec![self.workspace(), self.root()];
-        if overlay {
-            dirs.extend([self.upper(), self.work()]);
-        }
-        for d in dirs {
-            if let Err(e) = DirBuilder::new().mode(0o755).create(&d) {
+        for (d, mode) in [(self.root(), 0o755), (self.disk(), 0o700)] {
+            if let Err(e) = DirBuilder::new().mode(mode).create(&d) {
                 // The directory is ours (we just made it): leave nothing half-built.
                 let _ = fs::remove_dir_all(&self.dir);
                 return Err(LocalError::io(format!("create {}", d.display()), e));
@@ -143,8 +155,10 @@ mod tests {
         );
         assert_eq!(
             l.workspace(),
-            Path::new("/var/lib/tether/local/sb-1/workspace")
+            Path::new("/var/lib/tether/local/sb-1/disk/workspace")
         );
+        assert!(l.tmp().starts_with(l.disk()) && l.upper().starts_with(l.disk()));
+        assert!(!l.socket().starts_with(l.disk()) && !l.log().starts_with(l.disk()));
     }
 
     #[test]
@@ -163,14 +177,11 @@ mod tests {
     fn create_refuses_an_existing_sandbox_and_long_socket_paths() {
         let data = std::env::temp_dir().join(format!("tether-layout-{}", std::process::id()));
         let l = Layout::new(&data, "sb-1");
-        l.create(true).unwrap();
-        assert!(l.upper().is_dir() && l.workspace().is_dir());
-        assert!(matches!(l.create(false), Err(LocalError::Exists(_))));
+        l.create().unwrap();
+        assert!(l.root().is_dir() && l.disk().is_dir());
+        assert!(matches!(l.create(), Err(LocalError::Exists(_))));
         let long = Layout::new(&data.join("x".repeat(100)), "sb-1");
-        assert!(matches!(
-            long.create(false),
-            Err(LocalError::Unavailable(_))
-        ));
+        assert!(matches!(long.create(), Err(LocalError::Unavailable(_))));
         fs::remove_dir_all(&data).unwrap();
     }
 }

@@ -6,8 +6,9 @@
 //!
 //! - Relay side: [`LocalProvider`] (this file) unpacks an `oci:` image into a root file
 //!   system cached by digest ([`crate::image::unpack`]; the image's environment and static
-//!   agent are used), checks a request (`plan`), makes the sandbox's directory (`layout`) and
-//!   cgroup (`hierarchy` finds v1 or v2, `cgroup` creates, kills and removes), and starts the
+//!   agent are used), checks a request (`plan`), makes the sandbox's directory (`layout`),
+//!   its disk (`disk`: a size-limited ext4 file system on a loop device) and cgroup
+//!   (`hierarchy` finds v1 or v2, `cgroup` creates, kills and removes), and starts the
 //!   sandbox init (`spawn`), handing it an `InitConfig` (`config`).
 //!   It keeps `Meta` (`meta`) in the registry, answers `state` from it (`process`), connects
 //!   to the agent (`connect`) and removes everything on delete (`teardown`).
@@ -28,6 +29,7 @@ mod config;
 mod connect;
 mod constants;
 mod devfs;
+mod disk;
 mod error;
 mod etc;
 mod hierarchy;
@@ -178,6 +180,7 @@ impl LocalProvider {
             _ => plan::rootfs(spec)?,
         };
         let limits = plan::limits(spec)?;
+        let storage = disk::Storage::plan(spec, nix::unistd::geteuid().is_root())?;
         let image_env = prepared.as_ref().map(|p| p.env()).unwrap_or_default();
         let home = match rootfs {
             Rootfs::Host => constants::HOST_ROOTFS_HOME,
@@ -193,26 +196,41 @@ impl LocalProvider {
         let cgroup = Hierarchy::detect()?.sandbox(id);
 
         let layout = Layout::new(&self.data_dir(), id);
-        layout.create(matches!(rootfs, Rootfs::Image(_)))?;
-        if let Some(p) = &prepared {
-            // Marks the cached image as in use while this sandbox exists.
-            std::fs::write(layout.image_marker(), p.digest.hex())
-                .map_err(|e| LocalError::io("record the sandbox's image", e))?;
-        }
-        let users = userns::mapping_for(id);
-        let (workspace, upper, work) = (layout.workspace(), layout.upper(), layout.work());
-        let mut writable = vec![workspace.as_path()];
-        if matches!(rootfs, Rootfs::Image(_)) {
-            writable.extend([upper.as_path(), work.as_path()]);
-        }
-        let handed_over = userns::hand_over(&layout, users, &writable);
+        layout.create()?;
         let guard = CreateGuard::new(Teardown {
             id: id.to_string(),
             layout: layout.clone(),
             cgroup: Some(cgroup.clone()),
             process: None,
         });
-        if let Err(e) = handed_over {
+        if let Some(p) = &prepared {
+            // Marks the cached image as in use while this sandbox exists.
+            if let Err(e) = std::fs::write(layout.image_marker(), p.digest.hex()) {
+                guard.undo().await;
+                return Err(LocalError::io("record the sandbox's image", e));
+            }
+        }
+        let users = userns::mapping_for(id);
+        if let Err(e) = userns::open_sandbox_dir(&layout, users) {
+            guard.undo().await;
+            return Err(e);
+        }
+        // The host ids of the sandbox's root own what it may write.
+        let owner = users.root_on_host();
+        let made = {
+            let (layout, data_dir) = (layout.clone(), self.data_dir());
+            let overlay = matches!(rootfs, Rootfs::Image(_));
+            tokio::task::spawn_blocking(move || {
+                disk::create(&layout, &data_dir, storage, overlay, owner)
+            })
+            .await
+            .unwrap_or_else(|e| {
+                Err(LocalError::Unavailable(format!(
+                    "making the disk stopped: {e}"
+                )))
+            })
+        };
+        if let Err(e) = made {
             guard.undo().await;
             return Err(e);
         }

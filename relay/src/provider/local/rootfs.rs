@@ -1,8 +1,8 @@
 //! Assembling a sandbox's root file system in its own mount namespace and pivoting into it.
 //! Without an image, `/` is a small tmpfs, read-only once built, holding the host's system
 //! directories bound read-only and a trimmed `/etc`; with an image, `/` is an overlay whose
-//! writes land in the sandbox's directory. Either way the sandbox gets its workspace, a fresh
-//! `/tmp`, `/dev` and `/proc`, and the agent binary; then the host's root is detached, so
+//! writes land on the sandbox's disk. Either way the sandbox gets its workspace and `/tmp` from
+//! its disk, a fresh `/dev` and `/proc`, and the agent binary; then the host's root is detached, so
 //! home directories, the relay's data and secrets are out of reach.
 
 use std::fs::{self, DirBuilder};
@@ -14,7 +14,7 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::unistd::{chdir, pivot_root};
 
 use super::config::{IdMapping, InitConfig};
-use super::constants::{AGENT_PATH, HOST_ROOTFS_HOME, ROOT_SIZE_BYTES, TMP_SIZE_BYTES, WORKSPACE};
+use super::constants::{AGENT_PATH, HOST_ROOTFS_HOME, ROOT_SIZE_BYTES, WORKSPACE};
 use super::error::{InitError, Step};
 use super::layout::Layout;
 use super::plan::Rootfs;
@@ -66,13 +66,11 @@ pub(super) fn assemble(config: &InitConfig) -> Result<(), InitError> {
     mounts::mount_point_dir(&workspace)?;
     mounts::bind(&config.layout.workspace(), &workspace, NO_DEVICES)?;
 
+    // /tmp is on the sandbox's disk, not a tmpfs: its pages would count against the memory
+    // limit, so filling it would leave the agent no memory.
     let tmp = root.join("tmp");
     mounts::mount_point_dir(&tmp)?;
-    mounts::tmpfs(
-        &tmp,
-        &format!("size={TMP_SIZE_BYTES},mode=1777"),
-        NO_DEVICES,
-    )?;
+    mounts::bind(&config.layout.tmp(), &tmp, NO_DEVICES)?;
     if config.rootfs == Rootfs::Host {
         // This root is read-only, so HOME (where pip, npm, git and shells keep caches and
         // settings) lives in the sandbox's own /tmp.

@@ -1,7 +1,8 @@
 //! Removing a sandbox completely, whatever state it is in: its processes (PID 1 first, which
 //! takes its whole PID namespace and with it every mount of the sandbox; then anything left in
-//! its cgroup), its cgroup directories and its host directory. Every step accepts "already
-//! gone", so delete is idempotent and also cleans up after a failed create.
+//! its cgroup), its cgroup directories, its disk (unmounted, loop device detached) and its
+//! host directory. Every step accepts "already gone", so delete is idempotent and also cleans
+//! up after a failed create.
 
 use std::io;
 use std::path::Path;
@@ -13,6 +14,7 @@ use nix::unistd::Pid;
 
 use super::cgroup::SandboxCgroup;
 use super::constants::{KILL_TIMEOUT, POLL_INTERVAL, RMDIR_TIMEOUT};
+use super::disk;
 use super::error::{IoContext, LocalError};
 use super::layout::Layout;
 use super::mountinfo;
@@ -60,6 +62,8 @@ impl Teardown {
                 })?;
             cgroup.remove(RMDIR_TIMEOUT)?;
         }
+        // After the processes: the last of them let go of the disk's file system.
+        disk::release(&self.layout)?;
         remove_dir(self.layout.dir())
     }
 }
@@ -135,7 +139,7 @@ mod tests {
     fn tearing_down_nothing_succeeds_twice() {
         let data = std::env::temp_dir().join(format!("tether-teardown-{}", std::process::id()));
         let layout = Layout::new(&data, "sb-gone");
-        layout.create(false).unwrap();
+        layout.create().unwrap();
         let teardown = Teardown {
             id: "sb-gone".into(),
             layout: layout.clone(),

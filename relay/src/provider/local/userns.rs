@@ -3,15 +3,14 @@
 //! - Relay side: [`mapping_for`] picks the ids. A root relay maps the sandbox's ids `0..65536`
 //!   to the unprivileged host range at [`SANDBOX_ID_BASE`] and gives each sandbox a namespace
 //!   owner of its own (the kernel counts per-user limits such as inotify instances against the
-//!   owner, so one sandbox cannot use up another's, or host root's). [`hand_over`] gives the
-//!   sandbox's writable directories to its root.
+//!   owner, so one sandbox cannot use up another's, or host root's). [`open_sandbox_dir`] lets
+//!   the sandbox's root through the sandbox's directory to its disk, which it owns.
 //! - Sandbox side, root relays only: the init forks a child that drops to the owner uid and
 //!   unshares its user namespace ([`become_owner_and_unshare`]); the init, still root on the
 //!   host, writes the child's id maps ([`write_maps`]), which a process cannot do for itself
 //!   with a range it does not own.
 
-use std::os::unix::fs::{chown, PermissionsExt};
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
 
 use nix::unistd::{getegid, geteuid, setgroups, setresgid, setresuid, Gid, Pid, Uid};
 
@@ -48,29 +47,15 @@ fn owner_slot(id: &str) -> u32 {
     hash % SANDBOX_OWNER_SLOTS
 }
 
-/// Gives the directories the sandbox writes to its root, and lets that root reach them
-/// through the sandbox's directory (which stays the relay's: it also holds the agent's
-/// socket and log).
-pub(super) fn hand_over(
-    layout: &Layout,
-    mapping: IdMapping,
-    writable: &[&Path],
-) -> Result<(), LocalError> {
-    let (uid, gid) = mapping.root_on_host();
+/// Lets the sandbox's root reach its own directories (its disk, mounted inside) through the
+/// sandbox's directory, which stays the relay's: it also holds the agent's socket and log.
+/// What the sandbox writes belongs to its root already (see `disk`).
+pub(super) fn open_sandbox_dir(layout: &Layout, mapping: IdMapping) -> Result<(), LocalError> {
     if matches!(mapping, IdMapping::Own { .. }) {
-        return Ok(()); // Already the relay's own, which is root inside.
+        return Ok(()); // The directory is the relay's own, which is root inside.
     }
     std::fs::set_permissions(layout.dir(), std::fs::Permissions::from_mode(0o711))
-        .context(|| format!("open {} to the sandbox's root", layout.dir().display()))?;
-    for dir in writable {
-        chown(dir, Some(uid), Some(gid)).context(|| {
-            format!(
-                "give {} to the sandbox's root (host uid {uid})",
-                dir.display()
-            )
-        })?;
-    }
-    Ok(())
+        .context(|| format!("open {} to the sandbox's root", layout.dir().display()))
 }
 
 /// In the init's child: drops every host privilege, becoming the namespace's owner, and
