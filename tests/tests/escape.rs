@@ -307,3 +307,31 @@ fn one_sandbox_cannot_use_up_inotify_for_others_or_the_host() {
     let _ = holder.kill();
     let _ = holder.wait();
 }
+
+#[test]
+fn only_admins_may_lift_the_filter() {
+    let relay = Relay::start();
+    let member = relay
+        .tether()
+        .args(["token", "create", "--tenant", "team-a"])
+        .output()
+        .unwrap();
+    let member = String::from_utf8(member.stdout).unwrap().trim().to_string();
+    let refused = relay
+        .tether()
+        .env("TETHER_TOKEN", &member)
+        .args(["create", "--no-seccomp"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "a member lifted the filter");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("seccomp"), "{err}");
+
+    let id = create(&relay, &["--no-seccomp"]);
+    let status = stdout(&sh(&relay, &id, "cat /proc/self/status"));
+    assert_eq!(status_field(&status, "Seccomp"), "0");
+    // Everything else still holds.
+    assert_eq!(status_field(&status, "NoNewPrivs"), "1");
+    let uid_map = stdout(&sh(&relay, &id, "cat /proc/self/uid_map"));
+    assert_ne!(uid_map.split_whitespace().nth(1), Some("0"), "{uid_map}");
+}

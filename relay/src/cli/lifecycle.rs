@@ -50,6 +50,10 @@ pub(super) struct CreateArgs {
     /// Network access: `none` (loopback only) or `host` (the host's network, shared).
     #[arg(long, value_enum, default_value_t = Network::None)]
     network: Network,
+    /// Run the sandbox without its system call filter, for code that needs a call the filter
+    /// refuses (nested containers, io_uring). Admin tokens only.
+    #[arg(long)]
+    no_seccomp: bool,
     /// An environment variable for every process in the sandbox; repeatable.
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = super::key_value)]
     env: Vec<(String, String)>,
@@ -81,6 +85,7 @@ impl CreateArgs {
                 Network::Host => NetworkPolicy::Host,
             },
             disk_bytes: self.disk,
+            seccomp_unconfined: self.no_seccomp,
             ..Default::default()
         };
         Ok(CreateRequest {
