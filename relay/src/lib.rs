@@ -25,4 +25,5 @@ pub mod image;
 pub mod provider;
 pub mod registry;
 pub mod server;
+pub mod size;
 pub mod sync;

@@ -314,6 +314,26 @@ impl Relay {
         }
     }
 
+    /// `tether create EXTRA...` as the admin; the new sandbox's id. Panics with the CLI's
+    /// error if the create fails.
+    pub fn create(&self, extra: &[&str]) -> String {
+        let out = self.tether().arg("create").args(extra).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// `tether exec ID -- sh -c SCRIPT` as the admin, whatever its outcome.
+    pub fn sh(&self, id: &str, script: &str) -> std::process::Output {
+        self.tether()
+            .args(["exec", id, "--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    }
+
     /// A client with the admin token.
     pub fn client(&self) -> RelayClient {
         RelayClient::new(&self.url, Some(self.admin_token.clone())).expect("relay client")

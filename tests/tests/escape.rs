@@ -13,24 +13,6 @@ use std::time::{Duration, Instant};
 
 use tether_e2e::Relay;
 
-fn create(relay: &Relay, extra: &[&str]) -> String {
-    let out = relay.tether().arg("create").args(extra).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-fn sh(relay: &Relay, id: &str, script: &str) -> Output {
-    relay
-        .tether()
-        .args(["exec", id, "--", "sh", "-c", script])
-        .output()
-        .unwrap()
-}
-
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -88,9 +70,8 @@ fn host_pid_of(argv: &[&str]) -> u32 {
 #[test]
 fn root_inside_is_an_unprivileged_uid_outside() {
     let relay = Relay::start();
-    let id = create(&relay, &[]);
-    let inside = sh(
-        &relay,
+    let id = relay.create(&[]);
+    let inside = relay.sh(
         &id,
         "id -u; cat /proc/self/uid_map; echo x > /workspace/mine",
     );
@@ -140,8 +121,8 @@ fn root_inside_is_an_unprivileged_uid_outside() {
 #[test]
 fn the_filter_no_new_privs_and_capabilities_hold() {
     let relay = Relay::start();
-    let id = create(&relay, &[]);
-    let status = stdout(&sh(&relay, &id, "cat /proc/self/status"));
+    let id = relay.create(&[]);
+    let status = stdout(&relay.sh(&id, "cat /proc/self/status"));
     assert_eq!(status_field(&status, "Seccomp"), "2");
     assert_eq!(status_field(&status, "NoNewPrivs"), "1");
     let effective = u64::from_str_radix(status_field(&status, "CapEff"), 16).unwrap();
@@ -197,7 +178,7 @@ for domain, kind in [("packet", (socket.AF_PACKET, socket.SOCK_RAW)),
 for name, err in calls.items():
     print(name, errno.errorcode.get(err, err))
 "#;
-    let out = sh(&relay, &id, &format!("python3 -c '{probe}'"));
+    let out = relay.sh(&id, &format!("python3 -c '{probe}'"));
     let text = stdout(&out);
     assert!(
         out.status.success(),
@@ -212,16 +193,15 @@ for name, err in calls.items():
     assert!(text.lines().count() >= 20, "{text}");
 
     // The tools a sandbox would reach for fail the same way.
-    let tools = sh(&relay, &id, "unshare -U -r true && echo escaped");
+    let tools = relay.sh(&id, "unshare -U -r true && echo escaped");
     assert!(!stdout(&tools).contains("escaped"));
 }
 
 #[test]
 fn sandbox_code_cannot_reach_the_agent() {
     let relay = Relay::start();
-    let id = create(&relay, &[]);
-    let attempts = sh(
-        &relay,
+    let id = relay.create(&[]);
+    let attempts = relay.sh(
         &id,
         "for what in 'cat /proc/1/environ' 'cat /proc/1/mem' 'head -c1 /proc/1/fd/1' \
                     'ls -l /proc/1/fd/1' 'cat /proc/1/maps'; do \
@@ -239,7 +219,7 @@ fn sandbox_code_cannot_reach_the_agent() {
         "PTRACE_ATTACH to the agent: {text}"
     );
     // Still serving after all of that.
-    assert_eq!(stdout(&sh(&relay, &id, "echo still")), "still\n");
+    assert_eq!(stdout(&relay.sh(&id, "echo still")), "still\n");
 
     // Seen from the host, the agent's environment no longer holds its token: the bytes are
     // zeroed, not merely unlinked from `environ`.
@@ -273,8 +253,8 @@ fn sandbox_code_cannot_reach_the_agent() {
 #[test]
 fn one_sandbox_cannot_use_up_inotify_for_others_or_the_host() {
     let relay = Relay::start();
-    let hog = create(&relay, &[]);
-    let other = create(&relay, &[]);
+    let hog = relay.create(&[]);
+    let other = relay.create(&[]);
     // Hold as many inotify instances as the kernel gives, and more than the host's default
     // per-user limit of 128.
     let (mut holder, held) = python_in_background(
@@ -291,7 +271,7 @@ fn one_sandbox_cannot_use_up_inotify_for_others_or_the_host() {
 
     let probe = "python3 -c 'import ctypes; print(ctypes.CDLL(None).inotify_init1(0) >= 0)'";
     assert_eq!(
-        stdout(&sh(&relay, &other, probe)),
+        stdout(&relay.sh(&other, probe)),
         "True\n",
         "another sandbox lost inotify"
     );
@@ -327,11 +307,11 @@ fn only_admins_may_lift_the_filter() {
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(err.contains("seccomp"), "{err}");
 
-    let id = create(&relay, &["--no-seccomp"]);
-    let status = stdout(&sh(&relay, &id, "cat /proc/self/status"));
+    let id = relay.create(&["--no-seccomp"]);
+    let status = stdout(&relay.sh(&id, "cat /proc/self/status"));
     assert_eq!(status_field(&status, "Seccomp"), "0");
     // Everything else still holds.
     assert_eq!(status_field(&status, "NoNewPrivs"), "1");
-    let uid_map = stdout(&sh(&relay, &id, "cat /proc/self/uid_map"));
+    let uid_map = stdout(&relay.sh(&id, "cat /proc/self/uid_map"));
     assert_ne!(uid_map.split_whitespace().nth(1), Some("0"), "{uid_map}");
 }

@@ -15,24 +15,6 @@ use nix::sys::signal::Signal;
 use tether_e2e::signals::{self, NOHUP_SIGNALS};
 use tether_e2e::{bin, Relay};
 
-fn create(relay: &Relay, extra: &[&str]) -> String {
-    let out = relay.tether().arg("create").args(extra).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-fn sh(relay: &Relay, id: &str, script: &str) -> Output {
-    relay
-        .tether()
-        .args(["exec", id, "--", "sh", "-c", script])
-        .output()
-        .unwrap()
-}
-
 /// How long a command may take in a sandbox that should still answer (a hung agent fails the
 /// test instead of hanging it).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -135,26 +117,24 @@ fn host_files_loopback_and_processes_are_out_of_reach() {
     std::fs::write(&secret, "host secret").unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let id = create(&relay, &[]);
+    let id = relay.create(&[]);
 
-    let read = sh(&relay, &id, &format!("cat {secret}"));
+    let read = relay.sh(&id, &format!("cat {secret}"));
     assert!(!read.status.success(), "read a host file from /root");
     assert!(!String::from_utf8_lossy(&read.stdout).contains("host secret"));
 
     // Python is on the host's /usr, visible read-only inside.
-    let connect = sh(
-        &relay,
-        &id,
+    let connect = relay.sh(&id,
         &format!(
             "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=2)'"
         ),
     );
     assert!(!connect.status.success(), "reached a host loopback port");
 
-    let ps = sh(&relay, &id, "ls /proc | grep -E '^[0-9]+$' | wc -l");
+    let ps = relay.sh(&id, "ls /proc | grep -E '^[0-9]+$' | wc -l");
     let count: usize = String::from_utf8_lossy(&ps.stdout).trim().parse().unwrap();
     assert!(count < 10, "the sandbox sees {count} processes");
-    let init = sh(&relay, &id, "cat /proc/1/cmdline | tr '\\0' ' '");
+    let init = relay.sh(&id, "cat /proc/1/cmdline | tr '\\0' ' '");
     assert!(
         String::from_utf8_lossy(&init.stdout).contains("tether-agent"),
         "PID 1 is not the agent"
@@ -166,12 +146,11 @@ fn host_files_loopback_and_processes_are_out_of_reach() {
         "/tether-x",
         "/root/tether-x",
     ] {
-        let w = sh(&relay, &id, &format!("echo x > {path}"));
+        let w = relay.sh(&id, &format!("echo x > {path}"));
         assert!(!w.status.success(), "wrote {path}");
     }
     // The workspace, /tmp and HOME (a directory in the sandbox's /tmp) are writable.
-    let ok = sh(
-        &relay,
+    let ok = relay.sh(
         &id,
         "echo x > /workspace/a && echo y > /tmp/b && echo z > \"$HOME/c\" && \
          cat /workspace/a /tmp/b /tmp/home/c",
@@ -190,7 +169,7 @@ fn host_files_loopback_and_processes_are_out_of_reach() {
 #[test]
 fn a_memory_hog_and_a_full_tmp_die_alone_and_delete_leaves_nothing() {
     let relay = Relay::start();
-    let id = create(&relay, &["--memory", "64M"]);
+    let id = relay.create(&["--memory", "64M"]);
     // Where the relay may lower OOM scores (CAP_SYS_RESOURCE), the agent is shielded and its
     // commands are not; elsewhere (some CI containers) only the agent's size protects it.
     if may_lower_oom_scores() {
@@ -204,8 +183,7 @@ fn a_memory_hog_and_a_full_tmp_die_alone_and_delete_leaves_nothing() {
         assert!(scores[0] <= -999, "the agent's OOM score is {}", scores[0]);
         assert_eq!(scores[1], 0, "a command's OOM score");
     }
-    let hog = sh(
-        &relay,
+    let hog = relay.sh(
         &id,
         "python3 -c 'x = bytearray(300 * 1024 * 1024); print(len(x))'",
     );
@@ -251,7 +229,7 @@ fn a_memory_hog_and_a_full_tmp_die_alone_and_delete_leaves_nothing() {
 #[test]
 fn a_full_disk_gives_enospc_and_spares_the_host() {
     let relay = Relay::start();
-    let id = create(&relay, &["--disk", "64M"]);
+    let id = relay.create(&["--disk", "64M"]);
     let image = relay.data_dir.join("local").join(&id).join("disk.img");
     let host_before = host_used_bytes(&relay.data_dir);
 
@@ -312,7 +290,7 @@ fn a_full_disk_gives_enospc_and_spares_the_host() {
 fn many_small_files_hit_the_inode_quota() {
     let relay = Relay::start();
     // 64 MiB holds 4096 files.
-    let id = create(&relay, &["--disk", "64M"]);
+    let id = relay.create(&["--disk", "64M"]);
     let fill = sh_answers(
         &relay,
         &id,
@@ -392,11 +370,11 @@ fn a_failed_create_leaves_no_disk_behind() {
 #[test]
 fn sandboxes_survive_a_relay_restart() {
     let mut relay = Relay::start();
-    let id = create(&relay, &[]);
-    let w = sh(&relay, &id, "echo kept > /workspace/f");
+    let id = relay.create(&[]);
+    let w = relay.sh(&id, "echo kept > /workspace/f");
     assert!(w.status.success());
     relay.restart();
-    let r = sh(&relay, &id, "cat /workspace/f");
+    let r = relay.sh(&id, "cat /workspace/f");
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     assert_eq!(String::from_utf8_lossy(&r.stdout), "kept\n");
 }
@@ -408,8 +386,8 @@ fn install_tether(path: &std::path::Path) {
 }
 
 fn assert_sandbox_works(relay: &Relay) {
-    let id = create(relay, &[]);
-    let out = sh(relay, &id, "echo works in $(hostname)");
+    let id = relay.create(&[]);
+    let out = relay.sh(&id, "echo works in $(hostname)");
     assert!(
         out.status.success(),
         "{}",
@@ -465,15 +443,15 @@ fn sandboxed_processes_start_with_default_signals_whatever_the_relay_inherited()
         assert_eq!(mask & expected, expected, "the relay's {field}: {own}");
     }
 
-    let id = create(&relay, &[]);
+    let id = relay.create(&[]);
     // A command starts with nothing ignored and nothing blocked, as the issue's operator
     // checks it.
-    let out = sh(&relay, &id, "cat /proc/self/status");
+    let out = relay.sh(&id, "cat /proc/self/status");
     let status = String::from_utf8_lossy(&out.stdout);
     assert!(status.contains("\nSigIgn:\t0000000000000000\n"), "{status}");
     assert!(status.contains("\nSigBlk:\t0000000000000000\n"), "{status}");
     // So does the agent (PID 1; it ignores only SIGPIPE, as every Rust program does).
-    let out = sh(&relay, &id, "cat /proc/1/status");
+    let out = relay.sh(&id, "cat /proc/1/status");
     let agent = String::from_utf8_lossy(&out.stdout);
     let ignored = signals::status_field(&agent, "SigIgn").unwrap();
     assert_eq!(
@@ -484,8 +462,7 @@ fn sandboxed_processes_start_with_default_signals_whatever_the_relay_inherited()
     assert_eq!(signals::status_field(&agent, "SigBlk"), Some(0), "{agent}");
 
     // A hangup ends a sleep: were HUP still ignored, it would sleep its 30 s and exit 0.
-    let hup = sh(
-        &relay,
+    let hup = relay.sh(
         &id,
         "sleep 30 & pid=$!; kill -HUP $pid; wait $pid; echo status=$?",
     );

@@ -17,6 +17,7 @@ use crate::api::{CreateRequest, PreviewInfo, SandboxInfo};
 use crate::client::ClientError;
 use crate::escape::escape_str;
 use crate::provider::{NetworkPolicy, SandboxSpec};
+use crate::size::parse_size;
 
 /// What a new sandbox should be (`tether create` and `tether run`).
 #[derive(Debug, Clone, Args)]
@@ -35,7 +36,7 @@ pub(super) struct CreateArgs {
     #[arg(long, value_name = "IMAGE")]
     image: Option<String>,
     /// Memory limit, e.g. 512M or 2G (binary units).
-    #[arg(long, value_name = "SIZE", value_parser = memory)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     memory: Option<u64>,
     /// CPU limit in cores; may be fractional, e.g. 0.5.
     #[arg(long, value_name = "CORES")]
@@ -45,7 +46,7 @@ pub(super) struct CreateArgs {
     pids: Option<u64>,
     /// Disk quota for everything the sandbox writes (workspace, /tmp, an image's changes),
     /// e.g. 2G (binary units); its file count grows with it. The relay's default when absent.
-    #[arg(long, value_name = "SIZE", value_parser = memory)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     disk: Option<u64>,
     /// Network access: `none` (loopback only) or `host` (the host's network, shared).
     #[arg(long, value_enum, default_value_t = Network::None)]
@@ -86,7 +87,6 @@ impl CreateArgs {
             },
             disk_bytes: self.disk,
             seccomp_unconfined: self.no_seccomp,
-            ..Default::default()
         };
         Ok(CreateRequest {
             provider: self.provider.clone(),
@@ -109,31 +109,6 @@ fn image(name: &str) -> anyhow::Result<String> {
         return Ok(format!("{prefix}{}", abs.display()));
     }
     Ok(name.to_string())
-}
-
-/// Parses `512M`, `2G`, `1.5GiB` or a plain byte count.
-fn memory(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let digits = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(digits);
-    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches('B') {
-        "" => 0,
-        "K" | "KI" => 10,
-        "M" | "MI" => 20,
-        "G" | "GI" => 30,
-        "T" | "TI" => 40,
-        _ => {
-            return Err(format!(
-                "unknown unit in `{s}`: write a size such as 512M or 2G"
-            ))
-        }
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size: write a size such as 512M or 2G"))?;
-    Ok((value * (1u64 << shift) as f64) as u64)
 }
 
 /// `tether create`.
@@ -489,17 +464,6 @@ fn describe(info: &Info<'_>, now: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn memory_sizes_are_binary() {
-        assert_eq!(memory("512M"), Ok(512 << 20));
-        assert_eq!(memory("2G"), Ok(2 << 30));
-        assert_eq!(memory("1.5GiB"), Ok(3 << 29));
-        assert_eq!(memory("4096"), Ok(4096));
-        assert_eq!(memory("64kb"), Ok(64 << 10));
-        assert!(memory("12X").is_err());
-        assert!(memory("M").is_err());
-    }
 
     #[derive(clap::Parser)]
     struct Create {

@@ -287,38 +287,11 @@ impl<'de> Deserialize<'de> for ByteSize {
             serde::de::Error::custom("expected a size: a byte count or a string such as \"2G\"")
         })? {
             Raw::Bytes(n) => Ok(ByteSize(n)),
-            Raw::Text(s) => parse_size(&s)
+            Raw::Text(s) => crate::size::parse_size(&s)
                 .map(ByteSize)
                 .map_err(serde::de::Error::custom),
         }
     }
-}
-
-/// Parses `512M`, `2G`, `1.5GiB` or a plain byte count.
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(digits);
-    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches('B') {
-        "" => 0,
-        "K" | "KI" => 10,
-        "M" | "MI" => 20,
-        "G" | "GI" => 30,
-        "T" | "TI" => 40,
-        _ => {
-            return Err(format!(
-                "`{s}` is not a size: write one such as \"512M\" or \"2G\""
-            ))
-        }
-    };
-    let value: f64 = number
-        .parse()
-        .ok()
-        .filter(|v: &f64| v.is_finite())
-        .ok_or_else(|| format!("`{s}` is not a size: write one such as \"512M\" or \"2G\""))?;
-    Ok((value * (1u64 << shift) as f64) as u64)
 }
 
 /// CPU cores: an integer or a float.
