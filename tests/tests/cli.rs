@@ -848,7 +848,11 @@ fn host_directories_are_images_only_for_admins_under_an_image_root() {
     let relay = Relay::start_with(&["--image-root", root.to_str().unwrap()]);
     let victim = create(&relay);
     let member = minted(mint(&relay, &relay.admin_token, "team-a", false));
-    let workspace = relay.data_dir.join("local").join(&victim).join("workspace");
+    let workspace = relay
+        .data_dir
+        .join("local")
+        .join(&victim)
+        .join("disk/workspace");
     assert!(workspace.is_dir(), "{}", workspace.display());
 
     let data_dir = relay.data_dir.to_str().unwrap();
