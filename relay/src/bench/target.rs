@@ -26,6 +26,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 /// Deleted by the relay's reaper if the bench dies without deleting it: 1 hour.
 const SANDBOX_TTL: Duration = Duration::from_secs(3600);
+/// The most cores the bench's sandbox asks for: the relay's built-in policy maximum. A relay
+/// fills in one core for a sandbox that names none, which would measure that quota instead
+/// of Tether's data path (the producer and the agent share the sandbox's cores).
+const MAX_CPUS: f64 = 8.0;
 /// The label marking the bench's sandboxes.
 pub const LABEL: (&str, &str) = ("purpose", "tether-bench");
 
@@ -220,5 +224,7 @@ pub fn request() -> CreateRequest {
         .labels
         .insert(LABEL.0.to_string(), LABEL.1.to_string());
     req.spec.ttl = Some(SANDBOX_TTL);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    req.spec.cpus = Some((cores as f64).min(MAX_CPUS));
     req
 }
