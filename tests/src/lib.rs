@@ -249,33 +249,9 @@ impl Relay {
     /// Starts a relay on a fresh data directory under a file descriptor limit of `nofile`,
     /// soft and hard alike, so the relay cannot raise it.
     pub fn start_with_nofile(nofile: u64) -> Relay {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let data_dir = dir.path().to_path_buf();
-        let mut cmd = Command::new("sh");
-        // `ulimit -n` without -S or -H sets both limits.
-        cmd.arg("-c")
-            .arg(format!("ulimit -n {nofile} && exec \"$0\" \"$@\""))
-            .arg(bin("tether"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&data_dir)
-            .env("TETHER_AGENT_BIN", bin("tether-agent"))
-            .env(
-                "TETHER_LOG",
-                std::env::var("TETHER_LOG").unwrap_or_else(|_| "warn".into()),
-            );
-        let (child, url) = spawn_ready(cmd, "listening ");
-        let admin_token = std::fs::read_to_string(data_dir.join("admin.token"))
-            .expect("relay wrote admin.token")
-            .trim()
-            .to_string();
-        Relay {
-            child: Some(child),
-            url,
-            admin_token,
-            data_dir,
-            extra: Vec::new(),
-            _owned_dir: Some(dir),
-        }
+        Relay::start_custom(&bin("tether"), |cmd| {
+            signals::limit_descriptors(cmd, nofile)
+        })
     }
 
     /// Stops the relay and starts a new one on the same data directory and the same address,

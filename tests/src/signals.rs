@@ -1,6 +1,6 @@
-//! Starting a binary the way operators do when it inherits odd signal state: `nohup` ignores
-//! SIGHUP, a shell adds SIGINT and SIGQUIT, a service manager may block signals. The only
-//! unsafe code of the test support: a `pre_exec` hook.
+//! Starting a binary the way operators do when it inherits odd process state: `nohup` ignores
+//! SIGHUP, a shell adds SIGINT and SIGQUIT, a service manager may block signals or set a low
+//! descriptor limit. The only unsafe code of the test support: `pre_exec` hooks.
 #![allow(unsafe_code)]
 
 use std::os::unix::process::CommandExt;
@@ -28,6 +28,23 @@ pub fn ignore_and_block(cmd: &mut Command, signals: &[Signal]) {
                 sigaction(signal, &ignore)?;
             }
             nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)?;
+            Ok(())
+        });
+    }
+}
+
+/// Makes `cmd`'s process start with at most `nofile` descriptors, soft and hard limit alike,
+/// so it cannot raise them.
+pub fn limit_descriptors(cmd: &mut Command, nofile: u64) {
+    // SAFETY: the hook runs between fork and exec, where only async-signal-safe calls are
+    // allowed: setrlimit on integers, no allocation.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::resource::setrlimit(
+                nix::sys::resource::Resource::RLIMIT_NOFILE,
+                nofile,
+                nofile,
+            )?;
             Ok(())
         });
     }

@@ -85,20 +85,7 @@ fn assert_nothing_left(relay: &Relay, id: &str) {
         String::from_utf8_lossy(&ps.stdout).trim().is_empty(),
         "processes of {id} left behind"
     );
-    let losetup = std::process::Command::new("losetup")
-        .arg("-a")
-        .output()
-        .unwrap();
-    let loops = String::from_utf8_lossy(&losetup.stdout);
-    assert!(
-        !loops.contains(&*dir.to_string_lossy()),
-        "a loop device of {id} is left: {loops}"
-    );
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(
-        !mounts.contains(&*dir.to_string_lossy()),
-        "a mount of {id} is left"
-    );
+    assert_no_loop_device_or_mount_under(&dir);
 }
 
 fn rm(relay: &Relay, id: &str) {
@@ -351,19 +338,26 @@ fn a_failed_create_leaves_no_disk_behind() {
         .filter(|name| name != "disks")
         .collect();
     assert!(left.is_empty(), "left in {}: {left:?}", local.display());
+    assert_no_loop_device_or_mount_under(&local);
+}
+
+/// No loop device is backed by a file under `dir`, and nothing is mounted under it.
+fn assert_no_loop_device_or_mount_under(dir: &Path) {
     let losetup = std::process::Command::new("losetup")
         .arg("-a")
         .output()
         .unwrap();
     let loops = String::from_utf8_lossy(&losetup.stdout);
     assert!(
-        !loops.contains(&*local.to_string_lossy()),
-        "a loop device is left: {loops}"
+        !loops.contains(&*dir.to_string_lossy()),
+        "a loop device under {} is left: {loops}",
+        dir.display()
     );
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(
-        !mounts.contains(&*local.to_string_lossy()),
-        "a mount is left"
+        !mounts.contains(&*dir.to_string_lossy()),
+        "a mount under {} is left",
+        dir.display()
     );
 }
 
