@@ -275,6 +275,15 @@ fn one_sandbox_cannot_use_up_inotify_for_others_or_the_host() {
         "True\n",
         "another sandbox lost inotify"
     );
+    // So does the agent's own `watch` there, which the sync and SDK clients use.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let session = relay.client().connect(&other).await.unwrap();
+        session
+            .watch("/workspace", true)
+            .await
+            .expect("another sandbox's watch failed");
+    });
     // And the host (this test runs as the relay's user) keeps its own.
     let host = Command::new("python3")
         .args([
