@@ -325,11 +325,50 @@ impl Relay {
     }
 }
 
+impl Relay {
+    /// The tenants that still have sandboxes, from the relay's registry. On a thread of its
+    /// own, since the registry is async and a test may drop its relay inside a runtime.
+    fn tenants_with_sandboxes(&self) -> Vec<String> {
+        let db = self.data_dir.join("relay.db");
+        std::thread::spawn(move || {
+            let registry = tether_relay::registry::Registry::open(&db).ok()?;
+            let rt = tokio::runtime::Runtime::new().ok()?;
+            let records = rt.block_on(registry.all()).ok()?;
+            let mut tenants: Vec<String> = records
+                .iter()
+                .map(|r| r.tenant.as_str().to_string())
+                .collect();
+            tenants.sort();
+            tenants.dedup();
+            Some(tenants)
+        })
+        .join()
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+    }
+}
+
 impl Drop for Relay {
     fn drop(&mut self) {
-        // Delete what the test left behind, then stop the relay.
+        // Delete what the test left behind, then stop the relay. The admin's `rm --all` sees
+        // its own tenant's sandboxes only; those of other tenants go with a token of theirs.
         if self.child.is_some() {
             let _ = self.tether().args(["rm", "--all"]).output();
+            for tenant in self.tenants_with_sandboxes() {
+                let minted = self
+                    .tether()
+                    .args(["token", "create", "--tenant", &tenant])
+                    .output();
+                if let Some(out) = minted.ok().filter(|o| o.status.success()) {
+                    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                    let _ = self
+                        .tether()
+                        .env("TETHER_TOKEN", token)
+                        .args(["rm", "--all"])
+                        .output();
+                }
+            }
         }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

@@ -462,3 +462,33 @@ fn sandboxed_processes_start_with_default_signals_whatever_the_relay_inherited()
     );
     assert_eq!(String::from_utf8_lossy(&hup.stdout), "status=129\n");
 }
+
+#[test]
+fn a_deleted_sandboxs_disk_is_not_held_by_sandboxes_made_after_it() {
+    let relay = Relay::start();
+    let first = relay.create(&["--disk", "32M"]);
+    // Made while the first one's disk is mounted: nothing of it may hold that disk.
+    let second = relay.create(&["--disk", "32M"]);
+    rm(&relay, &first);
+    let image = relay.data_dir.join("local").join(&first).join("disk.img");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let losetup = std::process::Command::new("losetup")
+            .arg("-a")
+            .output()
+            .unwrap();
+        let loops = String::from_utf8_lossy(&losetup.stdout).into_owned();
+        if !loops.contains(&*image.to_string_lossy()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the deleted sandbox's loop device is still attached: {loops}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&relay.sh(&second, "echo alive").stdout),
+        "alive\n"
+    );
+}

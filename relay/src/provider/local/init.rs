@@ -189,13 +189,13 @@ fn start_mapped(
     // PID 1 inherits this working directory and finds everything from it by relative paths.
     chdir(config.layout.dir())
         .step(|| format!("changing into {}", config.layout.dir().display()))?;
-    stage::private_mount_namespace()?;
+    let host_mounts = stage::private_mount_namespace()?;
     stage::agent(&config)?;
     let (go_read, go_write) = pipe2(OFlag::O_CLOEXEC).step(|| "creating a pipe".into())?;
     let (news_read, news_write) = pipe2(OFlag::O_CLOEXEC).step(|| "creating a pipe".into())?;
     match sys::fork().step(|| "forking the sandbox's namespace process".into())? {
         ForkResult::Child => {
-            drop((go_write, news_read, contained.1));
+            drop((go_write, news_read, contained.1, host_mounts));
             let mut news = File::from(news_write);
             userns::become_owner_and_unshare(base, owner)?;
             news.write_all(b"u")
@@ -236,6 +236,8 @@ fn start_mapped(
             File::from(go_write)
                 .write_all(b"g")
                 .step(|| "releasing the sandbox's namespace process".into())?;
+            // The child (and PID 1 after it) keeps the staging namespace alive while it needs it.
+            stage::leave(host_mounts)?;
             let mut pid = String::new();
             let _ = news.read_to_string(&mut pid);
             // Reaped, the intermediate process hands PID 1 to us, its subreaper.

@@ -11,7 +11,7 @@
 
 use std::ffi::CString;
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
@@ -30,11 +30,24 @@ pub(super) const STAGED_AGENT: &str = "agent";
 /// Where PID 1 finds the image's root, relative to the sandbox's directory.
 pub(super) const STAGED_LOWER: &str = "lower";
 
-/// Moves the init into a mount namespace of its own, whose mounts never propagate to the host.
-pub(super) fn private_mount_namespace() -> Result<(), InitError> {
+/// Moves the init into a mount namespace of its own, whose mounts never propagate to the host,
+/// and returns the host's, to go back to with [`leave`].
+pub(super) fn private_mount_namespace() -> Result<OwnedFd, InitError> {
+    let host =
+        File::open("/proc/self/ns/mnt").step(|| "opening the host's mount namespace".into())?;
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
         .step(|| "unshare(CLONE_NEWNS) for the init's staging mounts".into())?;
-    mounts::make_private()
+    mounts::make_private()?;
+    Ok(host.into())
+}
+
+/// Returns the init to the host's mount namespace once the sandbox's processes have the
+/// staging namespace. The init lives as long as the sandbox: staying would keep a copy of
+/// every mount the host had at creation, other sandboxes' disks included, and pin their loop
+/// devices after those sandboxes are deleted. The staging namespace goes with its last member.
+pub(super) fn leave(host: OwnedFd) -> Result<(), InitError> {
+    nix::sched::setns(host, nix::sched::CloneFlags::CLONE_NEWNS)
+        .step(|| "returning to the host's mount namespace".into())
 }
 
 /// Binds the agent binary at `<sandbox>/agent` (the working directory), read-only.
