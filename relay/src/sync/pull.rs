@@ -189,6 +189,30 @@ enum ToWriter {
     Data(Bytes),
 }
 
+/// While the current file has all its bytes (`left` is 0), tells the writer to begin the next
+/// announced one; returns the bytes the file now being written still expects.
+async fn begin_next(
+    queue: &mut std::collections::VecDeque<(&SandboxPath, u64, &Entry)>,
+    mut left: u64,
+    tx: &mpsc::Sender<ToWriter>,
+) -> Result<u64, SyncError> {
+    while left == 0 {
+        let Some((rel, size, e)) = queue.pop_front() else {
+            break;
+        };
+        tx.send(ToWriter::Begin {
+            path: SandboxPath::clone(rel),
+            size,
+            mode: e.mode,
+            mtime_s: e.mtime_s,
+        })
+        .await
+        .map_err(|_| SyncError::Worker("the file writer stopped".into()))?;
+        left = size;
+    }
+    Ok(left)
+}
+
 /// Fetches one group of files; returns the files and bytes written.
 async fn read_batch(
     session: &Session,
@@ -215,21 +239,7 @@ async fn read_batch(
         let lost = |_| SyncError::Worker("the file writer stopped".into());
         loop {
             // Zero-length files (and any file whose bytes are all in) need no data to begin.
-            while left == 0 {
-                let Some((rel, size, e)) = queue.pop_front() else {
-                    break;
-                };
-                let e: &Entry = e;
-                tx.send(ToWriter::Begin {
-                    path: SandboxPath::clone(rel),
-                    size,
-                    mode: e.mode,
-                    mtime_s: e.mtime_s,
-                })
-                .await
-                .map_err(lost)?;
-                left = size;
-            }
+            left = begin_next(&mut queue, left, &tx).await?;
             match stream.next().await {
                 Some(Event::Reply(Reply::Batch { results })) => {
                     for ((rel, e), result) in files.iter().zip(results) {
@@ -255,20 +265,7 @@ async fn read_batch(
                             .await
                             .map_err(lost)?;
                         left -= take as u64;
-                        while left == 0 {
-                            let Some((rel, size, e)) = queue.pop_front() else {
-                                break;
-                            };
-                            tx.send(ToWriter::Begin {
-                                path: SandboxPath::clone(rel),
-                                size,
-                                mode: e.mode,
-                                mtime_s: e.mtime_s,
-                            })
-                            .await
-                            .map_err(lost)?;
-                            left = size;
-                        }
+                        left = begin_next(&mut queue, left, &tx).await?;
                     }
                 }
                 Some(Event::Error(e)) => {
