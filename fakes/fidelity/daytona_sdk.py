@@ -1,6 +1,6 @@
 """Checks the fake Daytona against Daytona's official Python SDK (see requirements.txt).
 
-Run by tests/tests/providers_fidelity.rs with DAYTONA_API_KEY and DAYTONA_API_URL pointing
+Run by tests/tests/e2e/providers_fidelity.rs with DAYTONA_API_KEY and DAYTONA_API_URL pointing
 at `tether-fake daytona`. Exits non-zero, with the reason, on any mismatch.
 """
 

@@ -1,6 +1,6 @@
 """Checks the fake E2B against E2B's official Python SDK (see requirements.txt).
 
-Run by tests/tests/providers_fidelity.rs with E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL
+Run by tests/tests/e2e/providers_fidelity.rs with E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL
 pointing at `tether-fake e2b`. Exits non-zero, with the reason, on any mismatch.
 """
 

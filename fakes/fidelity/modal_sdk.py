@@ -1,6 +1,6 @@
 """Checks the fake Modal against Modal's official Python SDK (see requirements.txt).
 
-Run by tests/tests/providers_fidelity.rs with MODAL_TOKEN_ID, MODAL_TOKEN_SECRET and
+Run by tests/tests/e2e/providers_fidelity.rs with MODAL_TOKEN_ID, MODAL_TOKEN_SECRET and
 MODAL_SERVER_URL (plain http://: the SDK's grpclib speaks HTTP/2 without TLS to it) pointing
 at `tether-fake modal`. Exits non-zero, with the reason, on any mismatch.
 """

@@ -60,7 +60,7 @@ pub async fn ws_echo(s: &Session, port: u16) {
     script(
         s,
         "ws_echo.py",
-        include_str!("../../fixtures/ws_echo.py"),
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/ws_echo.py")),
         port,
     )
     .await;
@@ -71,7 +71,7 @@ pub async fn count_then_reply(s: &Session, port: u16) {
     script(
         s,
         "count_then_reply.py",
-        include_str!("../../fixtures/count_then_reply.py"),
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/count_then_reply.py")),
         port,
     )
     .await;
