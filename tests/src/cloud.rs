@@ -35,7 +35,7 @@ pub fn fake_bin() -> PathBuf {
         .join("tether-fake");
     assert!(
         path.exists(),
-        "{} not found: run the tests with `cargo test --workspace` so cargo builds it",
+        "{} not found: run ./test (or cargo build --workspace), which builds it",
         path.display()
     );
     path

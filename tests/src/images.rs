@@ -28,6 +28,7 @@ pub fn static_agent() -> &'static Path {
         let target = exe.ancestors().nth(3).expect("target directory");
         let path = target.join(STATIC_AGENT);
         if !path.exists() {
+            crate::require::musl_target();
             let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .parent()
                 .expect("workspace");
@@ -50,13 +51,10 @@ pub fn static_agent() -> &'static Path {
     })
 }
 
-/// A command for a Debian tool, with a hint when it is missing.
+/// A command for a Debian tool; fails the test, saying what installs it, when it is missing.
+#[track_caller]
 pub fn tool(name: &str) -> Command {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-        .unwrap_or(false);
-    assert!(found, "{name} is not installed: apt-get install -y skopeo umoci podman runc docker-registry busybox-static");
-    Command::new(name)
+    crate::require::command(name)
 }
 
 /// Runs `cmd`, asserts success, returns stdout.
@@ -89,8 +87,8 @@ pub fn busybox_rootfs(dir: &Path) -> PathBuf {
     let root = dir.join("busybox-root");
     std::fs::create_dir_all(root.join("bin")).unwrap();
     std::fs::create_dir_all(root.join("tmp")).unwrap();
-    std::fs::copy("/bin/busybox", root.join("bin/busybox"))
-        .expect("/bin/busybox: apt-get install -y busybox-static");
+    std::fs::copy(crate::require::static_busybox(), root.join("bin/busybox"))
+        .expect("copy /bin/busybox");
     for applet in APPLETS {
         std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
     }

@@ -14,6 +14,7 @@ use tether_relay::client::{RelayClient, Session};
 pub mod cloud;
 pub mod images;
 pub mod liar;
+pub mod require;
 pub mod signals;
 
 /// How long a binary may take to print its readiness line.
@@ -33,7 +34,7 @@ pub fn bin(name: &str) -> PathBuf {
     let path = dir.join(name);
     assert!(
         path.exists(),
-        "{} not found: run the tests with `cargo test --workspace` so cargo builds it",
+        "{} not found: run ./test (or cargo build --workspace), which builds it",
         path.display()
     );
     path

@@ -448,12 +448,19 @@ async fn permission_denied_where_even_root_is_refused() {
 
     let locked = agent.dir.path().join("locked");
     fs::write(&locked, "frozen").unwrap();
-    let chattr = Command::new("chattr").arg("+i").arg(&locked).status();
-    if !chattr.is_ok_and(|s| s.success()) {
-        eprintln!("chattr +i is not available here; only the procfs case was checked");
-        return;
-    }
+    let chattr = tether_e2e::require::command("chattr")
+        .arg("+i")
+        .arg(&locked)
+        .output()
+        .expect("run chattr");
     let _guard = Immutable(locked.clone());
+    assert!(
+        chattr.status.success(),
+        "chattr +i {} failed (it needs root, and a temporary directory on a file system with \
+         immutable files, such as ext4: set TMPDIR to one): {}",
+        locked.display(),
+        String::from_utf8_lossy(&chattr.stderr).trim()
+    );
     let path = s(&locked);
     assert_eq!(
         code(session.write_file(&path, b"thaw").await),

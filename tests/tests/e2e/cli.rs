@@ -638,11 +638,8 @@ struct Tmux {
 }
 
 impl Tmux {
-    fn start(relay: &Relay, cols: u16, rows: u16) -> Option<Tmux> {
-        if Command::new("tmux").arg("-V").output().is_err() {
-            eprintln!("tmux is not installed: skipping the terminal test");
-            return None;
-        }
+    fn start(relay: &Relay, cols: u16, rows: u16) -> Tmux {
+        tether_e2e::require::tool("tmux");
         let tmux = Tmux {
             socket: format!("tether-cli-test-{}", std::process::id()),
         };
@@ -656,7 +653,7 @@ impl Tmux {
             .status()
             .expect("run tmux");
         assert!(status.success(), "tmux new-session failed");
-        Some(tmux)
+        tmux
     }
 
     fn tmux(&self, args: &[&str]) -> String {
@@ -711,9 +708,7 @@ impl Drop for Tmux {
 fn shell_is_a_real_terminal() {
     let relay = Relay::start();
     let id = create(&relay);
-    let Some(tmux) = Tmux::start(&relay, 120, 40) else {
-        return;
-    };
+    let tmux = Tmux::start(&relay, 120, 40);
     tmux.wait_for("the outer prompt", |s| s.contains("outer$"));
 
     tmux.type_line(&format!("{} shell {id}", bin("tether").display()));

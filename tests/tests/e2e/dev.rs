@@ -17,11 +17,8 @@ struct Tmux {
 }
 
 impl Tmux {
-    fn start(relay: &Relay, home: &Path) -> Option<Tmux> {
-        if Command::new("tmux").arg("-V").output().is_err() {
-            eprintln!("tmux is not installed: skipping the terminal test");
-            return None;
-        }
+    fn start(relay: &Relay, home: &Path) -> Tmux {
+        tether_e2e::require::tool("tmux");
         let tmux = Tmux {
             socket: format!("tether-dev-test-{}", std::process::id()),
         };
@@ -36,7 +33,7 @@ impl Tmux {
             .status()
             .expect("run tmux");
         assert!(status.success(), "tmux new-session failed");
-        Some(tmux)
+        tmux
     }
 
     fn run(&self, args: &[&str]) -> String {
@@ -83,9 +80,7 @@ fn dev_syncs_a_folder_into_its_own_sandbox_and_keeps_it() {
     let relay = Relay::start();
     let (home, folder) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     std::fs::write(folder.path().join("readme.txt"), "hello dev\n").unwrap();
-    let Some(tmux) = Tmux::start(&relay, home.path()) else {
-        return;
-    };
+    let tmux = Tmux::start(&relay, home.path());
     tmux.wait_for("the outer prompt", |l| l.starts_with("outer$"));
     let dev = format!(
         "{} dev {}",

@@ -7,8 +7,6 @@
 #[path = "support/servers.rs"]
 mod servers;
 
-use std::process::Command;
-
 use futures_util::{SinkExt, StreamExt};
 use tether_e2e::Relay;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -20,7 +18,7 @@ const PAGE: &str = "<!doctype html><title>preview</title><h1>hello from the sand
 /// The DOM headless Chromium ends up with at `url`.
 fn browser_dom(url: &str) -> String {
     let profile = tempfile::tempdir().unwrap();
-    let out = Command::new("chromium")
+    let out = tether_e2e::require::command("chromium")
         .args([
             "--headless",
             "--no-sandbox",
@@ -36,7 +34,7 @@ fn browser_dom(url: &str) -> String {
         .arg("--dump-dom")
         .arg(url)
         .output()
-        .expect("run chromium: install Debian's `chromium` package (apt-get install -y chromium)");
+        .expect("run chromium");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

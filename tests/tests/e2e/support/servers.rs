@@ -71,7 +71,10 @@ pub async fn count_then_reply(s: &Session, port: u16) {
     script(
         s,
         "count_then_reply.py",
-        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/count_then_reply.py")),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/count_then_reply.py"
+        )),
         port,
     )
     .await;
