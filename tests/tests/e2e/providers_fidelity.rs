@@ -1,15 +1,31 @@
 //! Each fake checked against its provider's official Python SDK: the SDK's own create, list
 //! and kill (and more, where the fake serves it) must succeed against `tether-fake`. The SDKs
-//! are pinned in `fakes/fidelity/requirements.txt`; these tests fail, saying so, when Python
-//! or an SDK is missing. `TETHER_PYTHON` picks the interpreter (default `python3`).
+//! are pinned in `fakes/fidelity/requirements.txt`, which `./test` installs into the venv
+//! `fakes/fidelity/.venv`; these tests fail, saying so, when Python or an SDK is missing.
+//! `TETHER_PYTHON` picks the interpreter (default: that venv's, else `python3`).
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use tether_e2e::cloud::Fake;
 
+/// Where `./test` puts the SDKs, relative to the workspace.
+const VENV_PYTHON: &str = "fakes/fidelity/.venv/bin/python";
+/// What sets up that venv by hand.
+const INSTALL: &str = "python3 -m venv fakes/fidelity/.venv && fakes/fidelity/.venv/bin/pip \
+                       install -r fakes/fidelity/requirements.txt -c fakes/fidelity/constraints.txt";
+
 fn python() -> String {
-    std::env::var("TETHER_PYTHON").unwrap_or_else(|_| "python3".into())
+    if let Ok(python) = std::env::var("TETHER_PYTHON") {
+        return python;
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(VENV_PYTHON);
+    if venv.exists() {
+        return venv.display().to_string();
+    }
+    "python3".into()
 }
 
 fn script(name: &str) -> PathBuf {
@@ -24,11 +40,14 @@ fn run_sdk_script(name: &str, module: &str, env: &[(&str, &str)]) {
         .args(["-c", &format!("import {module}")])
         .output();
     match probe {
-        Err(e) => panic!("cannot run {} ({e}): install Python 3 and `pip install -r fakes/fidelity/requirements.txt`", python()),
-        Ok(out) if !out.status.success() => panic!(
-            "the {module} SDK is not installed for {}: `pip install -r fakes/fidelity/requirements.txt` ({})",
-            python(),
-            String::from_utf8_lossy(&out.stderr).trim()
+        Err(e) => tether_e2e::require::missing(&format!("{} ({e})", python()), INSTALL),
+        Ok(out) if !out.status.success() => tether_e2e::require::missing(
+            &format!(
+                "the {module} SDK for {} ({})",
+                python(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            INSTALL,
         ),
         Ok(_) => {}
     }
