@@ -1,8 +1,7 @@
 //! `tether forward`: local ports carried to servers inside a sandbox — HTTP with many
 //! concurrent connections, a WebSocket, and a half-closed connection.
 
-#[path = "support/servers.rs"]
-mod servers;
+use crate::servers;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};

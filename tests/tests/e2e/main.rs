@@ -25,3 +25,7 @@ mod providers_e2b;
 mod providers_fidelity;
 mod providers_modal;
 mod sync;
+
+/// Servers the forward and preview tests run inside sandboxes.
+#[path = "support/servers.rs"]
+mod servers;

@@ -4,8 +4,7 @@
 //!
 //! Needs Debian's `chromium` package (`apt-get install -y chromium`).
 
-#[path = "support/servers.rs"]
-mod servers;
+use crate::servers;
 
 use futures_util::{SinkExt, StreamExt};
 use tether_e2e::Relay;
