@@ -38,10 +38,12 @@ pub const POLL_DEFAULT_WAIT: Duration = Duration::from_millis(1000);
 pub const POLL_MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// Output one poll returns when the call names no limit.
-pub const POLL_DEFAULT_BYTES: usize = 64 << 10; // 64 KiB
+pub const POLL_DEFAULT_BYTES: usize = 32 << 10; // 32 KiB
 
-/// The most output one poll may ask for.
-pub const POLL_MAX_BYTES: usize = 1 << 20; // 1 MiB
+/// The most output one poll may ask for. An answer carries the output twice (structured
+/// and as text) and JSON may escape a byte into six: 64 KiB stays under the 1 MiB event
+/// limit of common clients (the Python SDK's).
+pub const POLL_MAX_BYTES: usize = 64 << 10; // 64 KiB
 
 /// How long `exec_write_stdin` waits for a process to take its input.
 pub const STDIN_TIMEOUT: Duration = Duration::from_secs(30);

@@ -75,9 +75,9 @@ pub struct PollArgs {
     #[serde(default)]
     #[schemars(range(max = 60000))]
     pub wait_ms: Option<u64>,
-    /// The most bytes of output to return; default 65536, at most 1048576.
+    /// The most bytes of output to return; default 32768, at most 65536.
     #[serde(default)]
-    #[schemars(range(min = 16, max = 1048576))]
+    #[schemars(range(min = 16, max = 65536))]
     pub max_bytes: Option<u64>,
 }
 

@@ -45,6 +45,11 @@ impl Tools {
     }
 }
 
+/// Arguments of a tool that takes none.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoArgs {}
+
 fn answer(result: Result<Value, ToolError>) -> Result<CallToolResult, ErrorData> {
     Ok(match result {
         Ok(value) => CallToolResult::structured(value),
@@ -156,7 +161,10 @@ impl Tools {
         running), e.g. to find a session again after reconnecting.",
         annotations(read_only_hint = true)
     )]
-    async fn exec_list(&self) -> Result<CallToolResult, ErrorData> {
+    async fn exec_list(
+        &self,
+        Parameters(NoArgs {}): Parameters<NoArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
         answer(Ok(
             serde_json::json!({ "sessions": self.server.sessions.summary() }),
         ))
