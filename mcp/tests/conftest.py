@@ -77,10 +77,33 @@ def stop(proc: subprocess.Popen[str]) -> None:
             proc.wait()
 
 
-@dataclass
 class Relay:
-    url: str
-    token: str
+    """`tether serve` on a fresh data directory and an ephemeral loopback port."""
+
+    def __init__(self, data: str) -> None:
+        self.data = data
+        self.proc, self.url = self._start("127.0.0.1:0")
+        self.token = (Path(data) / "admin.token").read_text().strip()
+
+    def _start(self, listen: str) -> tuple[subprocess.Popen[str], str]:
+        proc = subprocess.Popen(
+            [TETHER, "serve", "--listen", listen, "--data-dir", self.data],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "TETHER_AGENT_BIN": AGENT, "RUST_LOG": "warn", "TETHER_LOG": "warn"},
+        )
+        return proc, wait_for_line(proc.stdout, "listening ", proc)
+
+    def restart(self) -> None:
+        """Stops the relay (its sandboxes keep running) and starts it again at the same
+        address on the same data directory, as an operator's restart does."""
+        stop(self.proc)
+        self.proc, url = self._start(self.url.removeprefix("http://"))
+        assert url == self.url
+
+    def stop(self) -> None:
+        stop(self.proc)
 
     def rest(self, method: str, path: str) -> Any:
         req = urllib.request.Request(self.url + path, method=method, headers={"Authorization": f"Bearer {self.token}"})
@@ -106,16 +129,7 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="session")
 def relay() -> Iterator[Relay]:
     data = tempfile.mkdtemp(prefix="tether-mcp-relay-")
-    proc = subprocess.Popen(
-        [TETHER, "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "TETHER_AGENT_BIN": AGENT, "TETHER_LOG": "warn"},
-    )
-    url = wait_for_line(proc.stdout, "listening ", proc)
-    token = (Path(data) / "admin.token").read_text().strip()
-    relay = Relay(url=url, token=token)
+    relay = Relay(data)
     try:
         yield relay
     finally:
@@ -123,7 +137,7 @@ def relay() -> Iterator[Relay]:
             for sandbox in relay.rest("GET", "/v1/sandboxes"):
                 relay.rest("DELETE", f"/v1/sandboxes/{sandbox['id']}")
         finally:
-            stop(proc)
+            relay.stop()
             shutil.rmtree(data, ignore_errors=True)
 
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from conftest import HttpServer, http_client
+from conftest import HttpServer, Relay, http_client
 from helpers import call, fail
 from mcp import ClientSession
 
@@ -141,3 +141,27 @@ async def test_a_terminal_session(http_server: HttpServer, sandbox: str) -> None
         await call(s, "exec_write_stdin", session_id=sid, input="abc\n")
         out, final = await poll_to_exit(s, sid, cursor)
         assert b"got abc" in out and final["exit_code"] == 0
+
+
+async def test_a_session_reattaches_after_the_relay_restarts(
+    http_server: HttpServer, relay: Relay, sandbox: str
+) -> None:
+    async with http_client(http_server.url) as s:
+        sid = (await call(s, "exec_start", sandbox_id=sandbox, command="cat"))["session_id"]
+        await call(s, "exec_write_stdin", session_id=sid, input="before\n")
+        _, cursor = await poll_until(s, sid, 0, "before\n")
+
+        relay.restart()
+        # The server notices the lost connection and re-attaches from the offset it holds;
+        # input written meanwhile fails as `disconnected` and is written again.
+        for _ in range(100):
+            result = await s.call_tool("exec_write_stdin", {"session_id": sid, "input": "after\n"})
+            if not result.is_error:
+                break
+            assert result.structured_content["error"]["code"] == "disconnected", result
+            await call(s, "exec_poll", session_id=sid, cursor=cursor, wait_ms=100)
+        else:
+            raise AssertionError("the session never re-attached")
+        await call(s, "exec_write_stdin", session_id=sid, close_stdin=True)
+        out, final = await poll_to_exit(s, sid, cursor)
+        assert out == b"after\n" and final["exit_code"] == 0

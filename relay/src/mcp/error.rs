@@ -44,6 +44,9 @@ pub enum ToolError {
     /// A file operation on this machine failed.
     #[error("{0}")]
     HostIo(String),
+    /// The connection to the sandbox was lost during the operation.
+    #[error("{0}")]
+    Disconnected(String),
     /// The operation took longer than it may.
     #[error("{0}")]
     Timeout(String),
@@ -64,6 +67,7 @@ impl ToolError {
             ToolError::HostFs(HostFsError::Remote(e)) => client_code(e),
             ToolError::HostFs(_) => "host_fs_refused".into(),
             ToolError::HostIo(_) => "host_io".into(),
+            ToolError::Disconnected(_) => "disconnected".into(),
             ToolError::Timeout(_) => "timeout".into(),
         }
     }

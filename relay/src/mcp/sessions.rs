@@ -20,10 +20,10 @@ use tokio::sync::Notify;
 use tokio_util::task::AbortOnDropHandle;
 
 use tether_proto::control::ExitStatus;
-use tether_proto::op::{ExecSpec, PtySpec};
+use tether_proto::op::{ExecSpec, Op, PtySpec};
 use tether_proto::{ErrorCode, ProcessId};
 
-use crate::client::{ClientError, Process, ProcessEvent, StreamSender};
+use crate::client::{ClientError, Process, ProcessEvent, Session, StreamSender};
 
 use super::buffer::Buffer;
 use super::connections::Connections;
@@ -124,8 +124,16 @@ struct State {
     ended: Option<Ended>,
     /// The cursor the last answer ended at: where a poll with no cursor starts.
     delivered: u64,
-    stdin: Option<StreamSender>,
+    stdin: Option<Stdin>,
     stdin_closed: bool,
+}
+
+/// Where a session's input goes: the stream that forwards it, and its connection, on which
+/// a round trip after a write confirms the agent has the bytes.
+#[derive(Clone, Debug)]
+struct Stdin {
+    connection: Session,
+    sender: StreamSender,
 }
 
 /// One exec session.
@@ -250,7 +258,10 @@ impl ExecSessions {
                 .map(|d| d.as_millis())
                 .unwrap_or_default(),
             state: Mutex::new(State {
-                stdin: Some(process.stream().sender()),
+                stdin: Some(Stdin {
+                    connection: session.clone(),
+                    sender: process.stream().sender(),
+                }),
                 ..State::default()
             }),
             changed: Notify::new(),
@@ -361,7 +372,7 @@ impl ExecSessions {
     /// `exec_write_stdin`.
     pub async fn write_stdin(&self, args: WriteStdinArgs) -> Result<Value, ToolError> {
         let exec = self.find(&args.session_id)?;
-        let sender = {
+        let stdin = {
             let state = exec.state();
             if state.stdin_closed {
                 return Err(ToolError::SessionEnded(format!(
@@ -370,7 +381,7 @@ impl ExecSessions {
                 )));
             }
             match (&state.ended, &state.stdin) {
-                (None, Some(sender)) => sender.clone(),
+                (None, Some(stdin)) => stdin.clone(),
                 _ => {
                     return Err(ToolError::SessionEnded(format!(
                         "the process of exec session {} has ended; it takes no more input",
@@ -381,12 +392,23 @@ impl ExecSessions {
         };
         let write = async {
             if !args.input.is_empty() {
-                sender.send(args.input.as_bytes()).await?;
+                stdin.sender.send(args.input.as_bytes()).await?;
             }
             if args.close_stdin {
-                sender.eof().await?;
+                stdin.sender.eof().await?;
             }
-            Ok::<_, ClientError>(())
+            // Frames go out in order on one connection: an answer to a request sent after
+            // them proves the agent received them. Without it, bytes queued on a connection
+            // that was dying would be reported written and silently lost.
+            match stdin
+                .connection
+                .request(Op::Stat { path: "/".into() })
+                .await
+            {
+                // Any answer, even an error, came after the input.
+                Ok(_) | Err(ClientError::Remote { .. }) => Ok(()),
+                Err(e) => Err(e),
+            }
         };
         tokio::time::timeout(STDIN_TIMEOUT, write)
             .await
@@ -396,7 +418,16 @@ impl ExecSessions {
                      poll it, or end it with exec_signal",
                     STDIN_TIMEOUT.as_secs()
                 ))
-            })??;
+            })?
+            .map_err(|e| match e {
+                ClientError::Disconnected => ToolError::Disconnected(
+                    "the connection to the sandbox was lost before the agent confirmed the \
+                     input, which may not have reached the process; the server re-attaches by \
+                     itself: poll the session, and write the input again if it is missing"
+                        .into(),
+                ),
+                e => ToolError::Client(e),
+            })?;
         if args.close_stdin {
             exec.state().stdin_closed = true;
         }
@@ -540,7 +571,10 @@ async fn reattach(exec: &ExecSession, connections: &Connections) -> Result<Proce
                 match attached {
                     Ok(mut process) => {
                         let mut state = exec.state();
-                        state.stdin = stdin.then(|| process.stream().sender());
+                        state.stdin = stdin.then(|| Stdin {
+                            connection: session.clone(),
+                            sender: process.stream().sender(),
+                        });
                         if let Some(to) = Some(process.offsets()[0]).filter(|&o| o > offset) {
                             state.buffer.skip_to(to);
                         }
