@@ -167,21 +167,27 @@ class HttpServer:
     proc: subprocess.Popen[str]
 
 
-@pytest.fixture(scope="session")
-def http_server(relay: Relay, dirs: Dirs) -> Iterator[HttpServer]:
+def start_http(relay: Relay, dirs: Dirs, args: list[str], env: dict[str, str]) -> HttpServer:
+    """`tether mcp --listen 127.0.0.1:0 ARGS`, once it says where it listens."""
     proc = subprocess.Popen(
-        [TETHER, "mcp", "--listen", "127.0.0.1:0", "--allow-dir", str(dirs.allowed)],
+        [TETHER, "mcp", "--listen", "127.0.0.1:0", "--allow-dir", str(dirs.allowed), *args],
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         text=True,
-        env={**relay.env(), "TETHER_MCP_TOKEN": HTTP_TOKEN},
+        env={**relay.env(), **env},
     )
     rest = wait_for_line(proc.stderr, "listening on ", proc)
+    return HttpServer(url=rest.split()[0], proc=proc)
+
+
+@pytest.fixture(scope="session")
+def http_server(relay: Relay, dirs: Dirs) -> Iterator[HttpServer]:
+    server = start_http(relay, dirs, [], {"TETHER_MCP_TOKEN": HTTP_TOKEN})
     try:
-        yield HttpServer(url=rest.split()[0], proc=proc)
+        yield server
     finally:
-        stop(proc)
+        stop(server.proc)
 
 
 @asynccontextmanager

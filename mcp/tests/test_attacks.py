@@ -5,12 +5,16 @@ requests without the right token."""
 from __future__ import annotations
 
 import os
+import stat
+import subprocess
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx2
 import pytest
-from conftest import Dirs, HttpServer, Relay, http_client, stdio_session
+from conftest import HTTP_TOKEN, TETHER, Dirs, HttpServer, Relay, http_client, start_http, stdio_session, stop
 from helpers import call, fail
 from mcp import ClientSession
 
@@ -126,3 +130,57 @@ async def test_http_needs_the_token(http_server: HttpServer) -> None:
     # The right token works.
     async with http_client(http_server.url) as s:
         assert (await s.list_tools()).tools
+
+
+async def test_http_refuses_foreign_host_names(http_server: HttpServer) -> None:
+    # DNS rebinding: a page on evil.example that resolves to 127.0.0.1 sends its own Host.
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {HTTP_TOKEN}",
+        "Host": "evil.example",
+    }
+    async with httpx2.AsyncClient(timeout=30) as http:
+        resp = await http.post(http_server.url, json=body, headers=headers)
+    assert resp.status_code in {400, 403, 421}, (resp.status_code, resp.text)
+
+
+async def test_the_http_token_sources(relay: Relay, dirs: Dirs) -> None:
+    with tempfile.TemporaryDirectory() as home:
+        # No token given: one is generated into the data directory, readable by the owner only.
+        server = start_http(relay, dirs, [], {"TETHER_HOME": home})
+        try:
+            token_file = Path(home) / "mcp.token"
+            assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+            token = token_file.read_text().strip()
+            assert len(token) == 64
+            async with http_client(server.url, token=token) as s:
+                assert (await s.list_tools()).tools
+        finally:
+            stop(server.proc)
+
+        # --token-file wins over the environment.
+        mine = Path(home) / "mine.token"
+        mine.write_text("from-the-file-0123456789\n")
+        server = start_http(relay, dirs, ["--token-file", str(mine)], {"TETHER_MCP_TOKEN": HTTP_TOKEN})
+        try:
+            async with http_client(server.url, token="from-the-file-0123456789") as s:
+                assert (await s.list_tools()).tools
+            async with httpx2.AsyncClient(timeout=30) as http:
+                resp = await http.post(server.url, json={}, headers={"Authorization": f"Bearer {HTTP_TOKEN}"})
+            assert resp.status_code == 401
+        finally:
+            stop(server.proc)
+
+
+def test_a_guessable_token_is_refused_at_start(relay: Relay, tmp_path: Path) -> None:
+    short = tmp_path / "short.token"
+    short.write_text("short")
+    done = subprocess.run(
+        [TETHER, "mcp", "--listen", "127.0.0.1:0", "--token-file", str(short)],
+        env=relay.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "shorter than 16" in done.stderr

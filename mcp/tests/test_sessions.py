@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from conftest import HttpServer, Relay, http_client
+from conftest import Dirs, HttpServer, Relay, http_client, stdio_session
 from helpers import call, fail
 from mcp import ClientSession
 
@@ -165,3 +165,17 @@ async def test_a_session_reattaches_after_the_relay_restarts(
         await call(s, "exec_write_stdin", session_id=sid, close_stdin=True)
         out, final = await poll_to_exit(s, sid, cursor)
         assert out == b"after\n" and final["exit_code"] == 0
+
+
+async def test_a_stdio_server_ends_its_sessions_when_it_stops(relay: Relay, dirs: Dirs) -> None:
+    async with stdio_session(relay, dirs) as s:
+        sandbox = (await call(s, "sandbox_create", labels={"stdio-stop": uuid.uuid4().hex}))["id"]
+        sid = (await call(s, "exec_start", sandbox_id=sandbox, command="echo up; exec sleep 4242"))["session_id"]
+        await poll_until(s, sid, 0, "up\n")
+    # Nobody can follow that process any more: the server killed it on its way out.
+    async with stdio_session(relay, dirs) as s:
+        try:
+            out = await call(s, "exec", sandbox_id=sandbox, command="pgrep -x sleep || echo none")
+            assert out["output"] == "none\n", out
+        finally:
+            await call(s, "sandbox_delete", sandbox_id=sandbox)

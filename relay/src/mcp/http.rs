@@ -1,6 +1,6 @@
 //! `tether mcp --listen ADDR`: the MCP server over streamable HTTP at `/mcp`, behind a
-//! bearer token compared in constant time. The token comes from `TETHER_MCP_TOKEN`, else
-//! from `--token-file`, else one is generated and written (mode 0600) to `mcp.token` in the
+//! bearer token compared in constant time. The token comes from `--token-file`, else from
+//! `TETHER_MCP_TOKEN`, else one is generated and written (mode 0600) to `mcp.token` in the
 //! relay's data directory, whose path is printed.
 
 use std::net::SocketAddr;
@@ -28,11 +28,6 @@ pub const TOKEN_ENV: &str = "TETHER_MCP_TOKEN";
 
 /// The token HTTP clients must present, and where it came from (for the startup line).
 pub fn resolve_token(file: Option<&Path>) -> anyhow::Result<(String, String)> {
-    if let Ok(token) = std::env::var(TOKEN_ENV) {
-        let token = token.trim().to_string();
-        check_token(&token, TOKEN_ENV)?;
-        return Ok((token, format!("from {TOKEN_ENV}")));
-    }
     if let Some(file) = file {
         let token = std::fs::read_to_string(file)
             .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", file.display()))?
@@ -40,6 +35,11 @@ pub fn resolve_token(file: Option<&Path>) -> anyhow::Result<(String, String)> {
             .to_string();
         check_token(&token, &file.display().to_string())?;
         return Ok((token, format!("from {}", file.display())));
+    }
+    if let Ok(token) = std::env::var(TOKEN_ENV) {
+        let token = token.trim().to_string();
+        check_token(&token, TOKEN_ENV)?;
+        return Ok((token, format!("from {TOKEN_ENV}")));
     }
     let path = default_data_dir().join(TOKEN_FILE);
     let token = hex::encode(rand::random::<[u8; 32]>());

@@ -50,9 +50,9 @@ const SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
 #[derive(Debug, clap::Args)]
 pub struct McpArgs {
     /// Serve streamable HTTP on this address (e.g. 127.0.0.1:7421) at /mcp instead of
-    /// stdio. Clients must send `Authorization: Bearer TOKEN`: the token is
-    /// TETHER_MCP_TOKEN, else the content of --token-file, else generated and written to
-    /// mcp.token in the relay's data directory.
+    /// stdio. Clients must send `Authorization: Bearer TOKEN`: the token is the content of
+    /// --token-file, else TETHER_MCP_TOKEN, else generated and written to mcp.token in the
+    /// relay's data directory.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
     /// A file holding the HTTP bearer token (with --listen).
