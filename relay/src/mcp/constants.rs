@@ -31,6 +31,10 @@ pub const SESSION_BUFFER_BYTES: usize = 4 << 20; // 4 MiB
 /// Exec sessions kept at once; finished ones are forgotten first to make room.
 pub const MAX_SESSIONS: usize = 64;
 
+/// How long a session is kept after its process ended, for a late poll to read the rest of
+/// its output and its exit.
+pub const SESSION_RETENTION: Duration = Duration::from_secs(3600);
+
 /// How long `exec_poll` waits for output when the call names no wait.
 pub const POLL_DEFAULT_WAIT: Duration = Duration::from_millis(1000);
 

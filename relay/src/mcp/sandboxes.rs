@@ -9,7 +9,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::api::CreateRequest;
-use crate::provider::SandboxSpec;
 
 use super::connections::check_id;
 use super::error::{invalid, ToolError};
@@ -70,19 +69,17 @@ pub async fn create(server: &Server, args: CreateArgs) -> Result<Value, ToolErro
         Some(0) => Err(invalid(format!("{what} must be at least 1 second"))),
         v => Ok(v.map(Duration::from_secs)),
     };
-    let spec = SandboxSpec {
-        image: args.image,
-        labels: args.labels,
-        env: args.env,
-        ttl: seconds(args.ttl_seconds, "ttl_seconds")?,
-        idle_timeout: seconds(args.idle_timeout_seconds, "idle_timeout_seconds")?,
-        ..SandboxSpec::default()
-    };
-    let req = CreateRequest {
+    // What the call leaves out, the relay's policy fills in.
+    let mut req = CreateRequest {
         provider: args.provider,
-        spec,
         get_or_create: args.get_or_create,
+        ..CreateRequest::default()
     };
+    req.spec.image = args.image;
+    req.spec.labels = args.labels;
+    req.spec.env = args.env;
+    req.spec.ttl = seconds(args.ttl_seconds, "ttl_seconds")?;
+    req.spec.idle_timeout = seconds(args.idle_timeout_seconds, "idle_timeout_seconds")?;
     let info = server.connections.relay().create(&req).await?;
     Ok(serde_json::to_value(info).expect("sandbox info serializes"))
 }
@@ -107,9 +104,17 @@ pub async fn info(server: &Server, args: SandboxArgs) -> Result<Value, ToolError
         tokio::join!(relay.get(&args.sandbox_id), relay.preview(&args.sandbox_id));
     let sandbox = sandbox?;
     let preview = preview?;
-    let session = server.connections.get(&args.sandbox_id).await?;
-    let (agent, ports) = tokio::join!(session.info(), session.ports());
-    let ports: Vec<Value> = ports?
+    // A sandbox whose agent cannot be reached (stopped, starting) is still shown.
+    let agent = async {
+        let session = server.connections.get(&args.sandbox_id).await?;
+        let (agent, ports) = tokio::join!(session.info(), session.ports());
+        Ok::<_, ToolError>((agent?, ports?))
+    };
+    let (agent, ports, agent_error) = match agent.await {
+        Ok((agent, ports)) => (Some(agent), ports, None),
+        Err(e) => (None, Vec::new(), Some(e.to_string())),
+    };
+    let ports: Vec<Value> = ports
         .into_iter()
         .map(|p| {
             json!({
@@ -122,7 +127,8 @@ pub async fn info(server: &Server, args: SandboxArgs) -> Result<Value, ToolError
         .collect();
     Ok(json!({
         "sandbox": sandbox,
-        "agent": agent?,
+        "agent": agent,
+        "agent_error": agent_error,
         "listening_ports": ports,
         "preview": {
             "token": preview.token,

@@ -29,7 +29,7 @@ use super::buffer::Buffer;
 use super::connections::Connections;
 use super::constants::{
     MAX_SESSIONS, POLL_DEFAULT_BYTES, POLL_DEFAULT_WAIT, POLL_MAX_BYTES, POLL_MAX_WAIT,
-    REATTACH_ATTEMPTS, REATTACH_BACKOFF, SESSION_BUFFER_BYTES, STDIN_TIMEOUT,
+    REATTACH_ATTEMPTS, REATTACH_BACKOFF, SESSION_BUFFER_BYTES, SESSION_RETENTION, STDIN_TIMEOUT,
 };
 use super::error::{invalid, ToolError};
 use super::exec::{check_command, exit_fields, timeout};
@@ -122,6 +122,8 @@ enum Ended {
 struct State {
     buffer: Buffer,
     ended: Option<Ended>,
+    /// When `ended` was set.
+    ended_at: Option<tokio::time::Instant>,
     /// The cursor the last answer ended at: where a poll with no cursor starts.
     delivered: u64,
     stdin: Option<Stdin>,
@@ -169,7 +171,10 @@ impl ExecSession {
 
     fn end(&self, ended: Ended) {
         let mut state = self.state();
-        state.ended.get_or_insert(ended);
+        if state.ended.is_none() {
+            state.ended = Some(ended);
+            state.ended_at = Some(tokio::time::Instant::now());
+        }
         state.stdin = None;
         drop(state);
         self.changed.notify_waiters();
@@ -203,9 +208,19 @@ impl ExecSessions {
             .ok_or_else(|| ToolError::SessionNotFound(crate::escape::escape_str(id).into_owned()))
     }
 
+    /// Forgets the sessions whose process ended longer than [`SESSION_RETENTION`] ago.
+    fn sweep(&self) {
+        self.lock().retain(|_, s| {
+            s.state()
+                .ended_at
+                .is_none_or(|at| at.elapsed() < SESSION_RETENTION)
+        });
+    }
+
     /// Makes room for one more session, forgetting the finished session that started
     /// first; fails when every session is still running.
     fn make_room(&self) -> Result<(), ToolError> {
+        self.sweep();
         let mut all = self.lock();
         if all.len() < MAX_SESSIONS {
             return Ok(());
@@ -472,6 +487,7 @@ impl ExecSessions {
 
     /// What is known of every session (`exec_list`).
     pub fn summary(&self) -> Vec<Value> {
+        self.sweep();
         let all = self.lock();
         let mut out: Vec<_> = all
             .values()
