@@ -230,6 +230,25 @@ async def test_file_tools(session: ClientSession, sandbox: str) -> None:
     )
     assert len(found["matches"]) == 3 and found["truncated"] is True
 
+    # Big answers are bounded (the Python client refuses events over 1 MiB): lines up to a
+    # budget, then more_lines and the line to go on from.
+    await call(
+        session,
+        "exec",
+        sandbox_id=sandbox,
+        command="for i in $(seq 1 3000); do printf '%05d%0195d\\n' $i 0; done > /workspace/big.txt",
+    )
+    got = await call(session, "read_file", sandbox_id=sandbox, path="/workspace/big.txt")
+    lines = got["content"].splitlines()
+    assert 100 < len(lines) < 2000 and got["more_lines"] is True and got["total_lines"] == 3000
+    assert lines[-1].startswith(f"{got['end_line']:05d}")
+    got = await call(
+        session, "read_file", sandbox_id=sandbox, path="/workspace/big.txt", start_line=got["end_line"] + 1
+    )
+    assert got["content"].startswith(f"{got['start_line']:05d}")
+    found = await call(session, "grep", sandbox_id=sandbox, path="/workspace/big.txt", pattern="0000", limit=5000)
+    assert 100 < len(found["matches"]) < 3000 and found["truncated"] is True
+
     await call(session, "exec", sandbox_id=sandbox, command="head -c 100 /dev/zero > /workspace/bin")
     error = await fail(session, "read_file", sandbox_id=sandbox, path="/workspace/bin")
     assert error["code"] == "binary_file"

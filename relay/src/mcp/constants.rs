@@ -65,7 +65,12 @@ pub const READ_MAX_BYTES: u64 = 8 << 20; // 8 MiB
 pub const READ_DEFAULT_LINES: usize = 2000;
 
 /// Characters kept of one line in `read_file` and `grep` answers; longer lines are cut.
-pub const MAX_LINE_CHARS: usize = 4000;
+pub const MAX_LINE_CHARS: usize = 2000;
+
+/// Text one answer of `read_file`, `grep`, `ls` or `glob` carries at most (lines, matches,
+/// entries, paths), before JSON escaping. An answer carries its content twice (structured
+/// and as text): this keeps it well under the 1 MiB event limit of common clients.
+pub const ANSWER_BUDGET: usize = 192 << 10; // 192 KiB
 
 /// Entries `ls` returns at most.
 pub const LS_MAX_ENTRIES: usize = 2000;

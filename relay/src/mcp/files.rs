@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 use tether_proto::op::{FileKind, GrepSpec, Op};
 
 use super::constants::{
-    GLOB_MAX_PATHS, GREP_DEFAULT_MATCHES, GREP_MAX_MATCHES, LS_MAX_DEPTH, LS_MAX_ENTRIES,
-    MAX_LINE_CHARS, READ_DEFAULT_LINES, READ_MAX_BYTES,
+    ANSWER_BUDGET, GLOB_MAX_PATHS, GREP_DEFAULT_MATCHES, GREP_MAX_MATCHES, LS_MAX_DEPTH,
+    LS_MAX_ENTRIES, MAX_LINE_CHARS, READ_DEFAULT_LINES, READ_MAX_BYTES,
 };
 use super::error::{invalid, ToolError};
 use super::text::{boundary, cut_line, line_range};
@@ -120,6 +120,20 @@ pub struct GrepArgs {
     pub limit: Option<u32>,
 }
 
+/// How many of the items, of these sizes, fit in one answer (at least one).
+fn within_budget(sizes: impl Iterator<Item = usize>) -> usize {
+    let mut used = 0;
+    let mut n = 0;
+    for size in sizes {
+        used += size;
+        if n > 0 && used > ANSWER_BUDGET {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
 fn check_path(path: &str) -> Result<(), ToolError> {
     if path.is_empty() || path.contains('\0') {
         return Err(invalid(
@@ -162,7 +176,7 @@ pub async fn read(server: &Server, args: ReadArgs) -> Result<Value, ToolError> {
         boundary(&bytes, bytes.len())
     };
     let text = String::from_utf8_lossy(&bytes[..cut]);
-    let range = line_range(&text, first, count, MAX_LINE_CHARS);
+    let range = line_range(&text, first, count, MAX_LINE_CHARS, ANSWER_BUDGET);
     let mut answer = json!({
         "path": args.path,
         "content": range.text,
@@ -226,6 +240,8 @@ pub async fn ls(server: &Server, args: LsArgs) -> Result<Value, ToolError> {
     let mut entries = session.list(&path, depth).await?;
     let total = entries.len();
     entries.truncate(LS_MAX_ENTRIES);
+    let kept = within_budget(entries.iter().map(|e| e.path.len() + 96));
+    entries.truncate(kept);
     let entries: Vec<Value> = entries
         .into_iter()
         .map(|e| {
@@ -251,7 +267,7 @@ pub async fn ls(server: &Server, args: LsArgs) -> Result<Value, ToolError> {
     Ok(json!({
         "path": path,
         "entries": entries,
-        "truncated": total > LS_MAX_ENTRIES,
+        "truncated": total > kept,
     }))
 }
 
@@ -275,8 +291,10 @@ pub async fn glob(server: &Server, args: GlobArgs) -> Result<Value, ToolError> {
             )))
         }
     };
-    let over = paths.len() > GLOB_MAX_PATHS as usize;
+    let total = paths.len();
     paths.truncate(GLOB_MAX_PATHS as usize);
+    paths.truncate(within_budget(paths.iter().map(|p| p.len() + 4)));
+    let over = total > paths.len();
     Ok(json!({ "root": root, "paths": paths, "truncated": truncated || over }))
 }
 
@@ -300,11 +318,18 @@ pub async fn grep(server: &Server, args: GrepArgs) -> Result<Value, ToolError> {
         limit: Some(limit),
     };
     let (mut matches, truncated) = session.grep(spec).await?;
-    let over = matches.len() > limit as usize;
+    let total = matches.len();
     matches.truncate(limit as usize);
+    let matches: Vec<(String, u64, String)> = matches
+        .into_iter()
+        .map(|m| (m.path, m.line, cut_line(&m.text, MAX_LINE_CHARS)))
+        .collect();
+    let kept = within_budget(matches.iter().map(|(p, _, t)| p.len() + t.len() + 48));
+    let over = total > kept;
     let matches: Vec<Value> = matches
         .into_iter()
-        .map(|m| json!({ "path": m.path, "line": m.line, "text": cut_line(&m.text, MAX_LINE_CHARS) }))
+        .take(kept)
+        .map(|(path, line, text)| json!({ "path": path, "line": line, "text": text }))
         .collect();
     Ok(json!({ "path": path, "matches": matches, "truncated": truncated || over }))
 }

@@ -63,23 +63,28 @@ pub fn fold(output: &[u8], inline: usize, note: &str) -> (String, bool) {
     (text, true)
 }
 
-/// Lines `first..first + count` (1-based) of `text`, each cut to `max_chars`. Returns the
-/// lines joined with their newlines, the last line number returned, the total number of
-/// lines, and whether any line was cut.
-pub fn line_range(text: &str, first: usize, count: usize, max_chars: usize) -> LineRange {
+/// Lines `first..first + count` (1-based) of `text`, each cut to `max_chars`, stopping
+/// before the line that would take the result past `budget` bytes (the first line is always
+/// returned). Returns the lines joined with their newlines, the last line number returned,
+/// the total number of lines, and whether any line was cut.
+pub fn line_range(
+    text: &str,
+    first: usize,
+    count: usize,
+    max_chars: usize,
+    budget: usize,
+) -> LineRange {
     let total = text.lines().count();
     let mut out = String::new();
     let mut last = first.saturating_sub(1);
     let mut cut = false;
     for line in text.lines().skip(first.saturating_sub(1)).take(count) {
-        match line.char_indices().nth(max_chars) {
-            Some((at, _)) => {
-                out.push_str(&line[..at]);
-                out.push_str(" [line cut]");
-                cut = true;
-            }
-            None => out.push_str(line),
+        let shown = cut_line(line, max_chars);
+        if !out.is_empty() && out.len() + shown.len() + 1 > budget {
+            break;
         }
+        cut |= shown.len() != line.len();
+        out.push_str(&shown);
         out.push('\n');
         last += 1;
     }
