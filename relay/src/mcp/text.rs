@@ -156,16 +156,21 @@ mod tests {
     #[test]
     fn line_ranges() {
         let text = "one\ntwo\nthree\nfour";
-        let r = line_range(text, 2, 2, 100);
+        let r = line_range(text, 2, 2, 100, 1000);
         assert_eq!(
             (r.text.as_str(), r.last, r.total, r.cut),
             ("two\nthree\n", 3, 4, false)
         );
-        let r = line_range(text, 4, 10, 100);
+        let r = line_range(text, 4, 10, 100, 1000);
         assert_eq!((r.text.as_str(), r.last), ("four\n", 4));
-        let r = line_range(text, 9, 10, 100);
+        let r = line_range(text, 9, 10, 100, 1000);
         assert_eq!((r.text.as_str(), r.last), ("", 8));
-        let r = line_range("abcdef", 1, 1, 3);
+        let r = line_range("abcdef", 1, 1, 3, 1000);
         assert_eq!((r.text.as_str(), r.cut), ("abc [line cut]\n", true));
+        // The budget stops before a line that would not fit, never before the first.
+        let r = line_range(text, 1, 10, 100, 9);
+        assert_eq!((r.text.as_str(), r.last), ("one\ntwo\n", 2));
+        let r = line_range(text, 3, 10, 100, 1);
+        assert_eq!((r.text.as_str(), r.last), ("three\n", 3));
     }
 }
