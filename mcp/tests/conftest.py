@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -211,3 +211,22 @@ async def stdio_session(relay: Relay, dirs: Dirs) -> AsyncIterator[ClientSession
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         yield session
+
+
+@asynccontextmanager
+async def modern_http_client(url: str) -> AsyncIterator[Client]:
+    """The high-level client on the 2026-07-28 revision (no initialize, no MCP session)."""
+    async with (
+        httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {HTTP_TOKEN}"}, timeout=httpx2.Timeout(60, read=300)
+        ) as http,
+        Client(streamable_http_client(url, http_client=http), mode="2026-07-28") as client,
+    ):
+        yield client
+
+
+@asynccontextmanager
+async def modern_stdio_client(relay: Relay, dirs: Dirs) -> AsyncIterator[Client]:
+    params = StdioServerParameters(command=TETHER, args=["mcp", "--allow-dir", str(dirs.allowed)], env=relay.env())
+    async with Client(params, mode="2026-07-28") as client:
+        yield client

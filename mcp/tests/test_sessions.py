@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from conftest import Dirs, HttpServer, Relay, http_client, stdio_session
-from helpers import call, fail
+from conftest import Dirs, HttpServer, Relay, http_client, modern_http_client, stdio_session
+from helpers import call, fail, structured
 from mcp import ClientSession
 
 pytestmark = pytest.mark.anyio
@@ -179,3 +179,15 @@ async def test_a_stdio_server_ends_its_sessions_when_it_stops(relay: Relay, dirs
             assert out["output"] == "none\n", out
         finally:
             await call(s, "sandbox_delete", sandbox_id=sandbox)
+
+
+async def test_sessions_across_protocol_revisions(http_server: HttpServer, sandbox: str) -> None:
+    # The 2026-07-28 revision has no MCP sessions at all (every request stands alone); exec
+    # sessions do not depend on them, so a modern client and a legacy one share one.
+    async with modern_http_client(http_server.url) as modern:
+        assert modern.protocol_version == "2026-07-28"
+        started = await modern.call_tool("exec_start", {"sandbox_id": sandbox, "command": "echo from-modern"})
+        sid = structured(started)["session_id"]
+    async with http_client(http_server.url) as legacy:
+        out, final = await poll_to_exit(legacy, sid, 0)
+        assert out == b"from-modern\n" and final["exit_code"] == 0

@@ -11,7 +11,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import Dirs, HttpServer, Relay, http_client, stdio_session
+from conftest import Dirs, HttpServer, Relay, http_client, modern_http_client, modern_stdio_client, stdio_session
 from helpers import TOOLS, call, fail
 from mcp import ClientSession
 
@@ -65,11 +65,17 @@ BAD_ARGS: dict[str, dict[str, Any]] = {
 Connect = Callable[[], AbstractAsyncContextManager[ClientSession]]
 
 
-@pytest.fixture(params=["stdio", "http"])
+@pytest.fixture(params=["stdio", "http", "stdio-2026", "http-2026"])
 def connect(request: pytest.FixtureRequest, relay: Relay, dirs: Dirs) -> Connect:
+    """Each transport, with the initialize handshake (what hosts speak today) and with the
+    2026-07-28 revision (no handshake, every request standing alone)."""
     if request.param == "stdio":
         return lambda: stdio_session(relay, dirs)
+    if request.param == "stdio-2026":
+        return lambda: modern_stdio_client(relay, dirs)
     server: HttpServer = request.getfixturevalue("http_server")
+    if request.param == "http-2026":
+        return lambda: modern_http_client(server.url)
     return lambda: http_client(server.url)
 
 
