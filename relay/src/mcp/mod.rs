@@ -6,7 +6,8 @@
 //! - [`tools`]: the tool surface (names, descriptions, schemas) routed to the modules below;
 //! - `sandboxes`: create, list, delete, info; `exec`: a command to completion;
 //! - `sessions`: exec sessions on the agent's background processes (start, poll by cursor,
-//!   stdin, signals), their output held in a `buffer` that loses nothing;
+//!   stdin, signals); `exec_session`: one of them, its reading task and re-attaching; its
+//!   output held in a `buffer` that loses nothing;
 //! - `files`: read by lines, write, edit, ls, glob, grep; `transfer`: upload and download
 //!   under the allowed host directories (`allow`);
 //! - `connections`: one protocol session per sandbox, shared; `text`: bytes from a sandbox
@@ -21,6 +22,7 @@ mod connections;
 mod constants;
 mod error;
 mod exec;
+mod exec_session;
 mod files;
 mod http;
 mod sandboxes;

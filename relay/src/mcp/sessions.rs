@@ -1,9 +1,11 @@
-//! Exec sessions: `exec_start`, `exec_poll`, `exec_write_stdin`, `exec_signal`. A session
-//! is an agent background process plus a task in this server that reads its output into a
-//! [`Buffer`]. Sessions live in the server process, keyed by an id any client connection
-//! may use, so a client that disconnects and comes back polls on from its cursor.
+//! Exec sessions: `exec_start`, `exec_poll`, `exec_write_stdin`, `exec_signal`,
+//! `exec_list`. A session is an agent background process plus a task in this server that
+//! reads its output into a [`Buffer`](super::buffer::Buffer) (see [`super::exec_session`]).
+//! Sessions live in the server process, keyed by an id any client connection may use, so a
+//! client that disconnects and comes back polls on from its cursor.
 //!
-//! Nothing is lost: the reading task holds at most [`SESSION_BUFFER_BYTES`] that no poll
+//! Nothing is lost: the reading task holds at most
+//! [`SESSION_BUFFER_BYTES`](super::constants::SESSION_BUFFER_BYTES) that no poll
 //! acknowledged, then stops reading, and the agent's flow control blocks the process's
 //! writes until a poll makes room. When the connection to the sandbox drops, the task
 //! re-attaches from the last offset it holds (the agent's replay ring covers the gap; a gap
@@ -19,20 +21,18 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio_util::task::AbortOnDropHandle;
 
-use tether_proto::control::ExitStatus;
 use tether_proto::op::{ExecSpec, Op, PtySpec};
-use tether_proto::{ErrorCode, ProcessId};
 
-use crate::client::{ClientError, Process, ProcessEvent, Session, StreamSender};
+use crate::client::ClientError;
 
-use super::buffer::Buffer;
 use super::connections::Connections;
 use super::constants::{
     MAX_SESSIONS, POLL_DEFAULT_BYTES, POLL_DEFAULT_WAIT, POLL_MAX_BYTES, POLL_MAX_WAIT,
-    REATTACH_ATTEMPTS, REATTACH_BACKOFF, SESSION_BUFFER_BYTES, SESSION_RETENTION, STDIN_TIMEOUT,
+    SESSION_RETENTION, STDIN_TIMEOUT,
 };
 use super::error::{invalid, ToolError};
 use super::exec::{check_command, exit_fields, timeout};
+use super::exec_session::{read, Ended, ExecSession, State, Stdin};
 use super::text::boundary;
 
 /// Arguments of `exec_start`.
@@ -108,77 +108,6 @@ pub struct SignalArgs {
     /// the default: it reaches the shell's children too).
     #[serde(default)]
     pub process_only: bool,
-}
-
-/// How a session's process ended, or why it can no longer be followed.
-#[derive(Clone, Debug)]
-enum Ended {
-    Exited(ExitStatus),
-    Failed(String),
-}
-
-/// What the reading task and the polls share.
-#[derive(Debug, Default)]
-struct State {
-    buffer: Buffer,
-    ended: Option<Ended>,
-    /// When `ended` was set.
-    ended_at: Option<tokio::time::Instant>,
-    /// The cursor the last answer ended at: where a poll with no cursor starts.
-    delivered: u64,
-    stdin: Option<Stdin>,
-    stdin_closed: bool,
-}
-
-/// Where a session's input goes: the stream that forwards it, and its connection, on which
-/// a round trip after a write confirms the agent has the bytes.
-#[derive(Clone, Debug)]
-struct Stdin {
-    connection: Session,
-    sender: StreamSender,
-}
-
-/// One exec session.
-#[derive(Debug)]
-struct ExecSession {
-    id: String,
-    sandbox_id: String,
-    process: ProcessId,
-    pid: u32,
-    command: String,
-    started_ms: u128,
-    state: Mutex<State>,
-    /// Output arrived or the process ended.
-    changed: Notify,
-    /// A poll acknowledged output: the reader may go on.
-    room: Notify,
-    reader: Mutex<Option<AbortOnDropHandle<()>>>,
-}
-
-impl ExecSession {
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn is_running(&self) -> bool {
-        self.state().ended.is_none()
-    }
-
-    /// Stops reading: the process, if it runs, is left to the sandbox.
-    fn stop(&self) {
-        self.reader.lock().unwrap_or_else(|e| e.into_inner()).take();
-    }
-
-    fn end(&self, ended: Ended) {
-        let mut state = self.state();
-        if state.ended.is_none() {
-            state.ended = Some(ended);
-            state.ended_at = Some(tokio::time::Instant::now());
-        }
-        state.stdin = None;
-        drop(state);
-        self.changed.notify_waiters();
-    }
 }
 
 /// Every exec session of this server.
@@ -536,82 +465,4 @@ impl ExecSessions {
         });
         let _ = tokio::time::timeout(limit, futures_util::future::join_all(kills)).await;
     }
-}
-
-/// The session's reader: output into the buffer while it has room, the exit, and
-/// re-attaching after a lost connection.
-async fn read(exec: Arc<ExecSession>, connections: Arc<Connections>, mut process: Process) {
-    loop {
-        loop {
-            let room = exec.room.notified();
-            if exec.state().buffer.held() < SESSION_BUFFER_BYTES {
-                break;
-            }
-            room.await;
-        }
-        match process.next().await {
-            Some(Ok(ProcessEvent::Stdout(bytes) | ProcessEvent::Stderr(bytes))) => {
-                exec.state().buffer.push(bytes);
-                exec.changed.notify_waiters();
-            }
-            Some(Ok(ProcessEvent::Dropped { to, .. })) => exec.state().buffer.skip_to(to),
-            Some(Ok(ProcessEvent::Exit(status))) => return exec.end(Ended::Exited(status)),
-            Some(Err(ClientError::Disconnected)) | None => {
-                match reattach(&exec, &connections).await {
-                    Ok(p) => process = p,
-                    Err(why) => return exec.end(Ended::Failed(why)),
-                }
-            }
-            Some(Err(e)) => return exec.end(Ended::Failed(e.to_string())),
-        }
-    }
-}
-
-/// Opens a new connection and attaches to the process from the last offset held.
-async fn reattach(exec: &ExecSession, connections: &Connections) -> Result<Process, String> {
-    let mut pause = REATTACH_BACKOFF;
-    let mut last = String::new();
-    for _ in 0..REATTACH_ATTEMPTS {
-        let (offset, stdin) = {
-            let state = exec.state();
-            (state.buffer.end(), !state.stdin_closed)
-        };
-        match connections.fresh(&exec.sandbox_id).await {
-            Ok(session) => {
-                let mut attached = session.attach(exec.process, [offset, 0], stdin).await;
-                // The agent may not have noticed yet that the old stream (which held the
-                // input) is gone: follow the output anyway.
-                if matches!(&attached, Err(e) if e.code() == Some(ErrorCode::InvalidArgument)) {
-                    attached = session.attach(exec.process, [offset, 0], false).await;
-                }
-                match attached {
-                    Ok(mut process) => {
-                        let mut state = exec.state();
-                        state.stdin = stdin.then(|| Stdin {
-                            connection: session.clone(),
-                            sender: process.stream().sender(),
-                        });
-                        if let Some(to) = Some(process.offsets()[0]).filter(|&o| o > offset) {
-                            state.buffer.skip_to(to);
-                        }
-                        return Ok(process);
-                    }
-                    Err(e) if e.code() == Some(ErrorCode::NotFound) => {
-                        return Err(format!(
-                            "the sandbox no longer knows the process ({e}); its exit was lost \
-                             with the connection"
-                        ))
-                    }
-                    Err(e) => last = e.to_string(),
-                }
-            }
-            Err(e) => last = e.to_string(),
-        }
-        tokio::time::sleep(pause).await;
-        pause *= 2;
-    }
-    Err(format!(
-        "lost the connection to sandbox {} and could not re-attach: {last}",
-        exec.sandbox_id
-    ))
 }
