@@ -45,7 +45,8 @@ impl Buffer {
         }
         self.held += bytes.len();
         let at = self.end;
-        self.end += bytes.len() as u64;
+        // Offsets come from the sandbox: one near the end of the range must not overflow.
+        self.end = self.end.saturating_add(bytes.len() as u64);
         self.chunks.push_back((at, bytes));
     }
 
@@ -58,7 +59,7 @@ impl Buffer {
     /// has it.
     pub fn ack(&mut self, offset: u64) {
         while let Some((at, bytes)) = self.chunks.front_mut() {
-            let chunk_end = *at + bytes.len() as u64;
+            let chunk_end = at.saturating_add(bytes.len() as u64);
             if chunk_end <= offset {
                 self.held -= bytes.len();
                 self.chunks.pop_front();
@@ -78,16 +79,16 @@ impl Buffer {
     /// or acknowledged already) is skipped: `from` says where the bytes really start.
     pub fn read(&self, cursor: u64, max: usize) -> Read {
         let mut out = Vec::new();
-        let mut from = None;
+        let mut from: Option<u64> = None;
         for (at, bytes) in &self.chunks {
-            let chunk_end = *at + bytes.len() as u64;
+            let chunk_end = at.saturating_add(bytes.len() as u64);
             if chunk_end <= cursor {
                 continue;
             }
             let start = match from {
                 None => cursor.max(*at),
                 Some(f) => {
-                    let next = f + out.len() as u64;
+                    let next = f.saturating_add(out.len() as u64);
                     if *at != next {
                         // A gap between chunks: stop before it, the next read reports it.
                         break;
@@ -161,6 +162,16 @@ mod tests {
                 from: 11
             }
         );
+    }
+
+    #[test]
+    fn offsets_from_the_sandbox_cannot_overflow() {
+        let mut b = Buffer::default();
+        b.skip_to(u64::MAX - 2);
+        b.push(Bytes::from_static(b"abcdef"));
+        assert_eq!(b.end(), u64::MAX);
+        assert_eq!(b.read(u64::MAX - 2, 100).from, u64::MAX - 2);
+        b.ack(u64::MAX);
     }
 
     #[test]

@@ -75,10 +75,17 @@ pub fn check_command(command: &str) -> Result<(), ToolError> {
     Ok(())
 }
 
-/// The exit as fields of an answer.
+/// The exit as fields of an answer: the code a shell would report (the code, 128 + the
+/// signal, 124 on timeout), computed wide so no number the sandbox sends can overflow it.
 pub fn exit_fields(status: &ExitStatus) -> Value {
+    let code = match (status.timed_out, status.code, status.signal) {
+        (true, _, _) => 124,
+        (false, Some(code), _) => i64::from(code),
+        (false, None, Some(signal)) => 128 + i64::from(signal),
+        (false, None, None) => 255,
+    };
     json!({
-        "exit_code": status.shell_code(),
+        "exit_code": code,
         "signal": status.signal,
         "timed_out": status.timed_out,
     })

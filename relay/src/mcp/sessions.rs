@@ -270,7 +270,7 @@ impl ExecSessions {
         let end = state.buffer.end();
         let ended = state.ended.clone();
         // A character still being written waits for its last bytes, unless none will come.
-        let complete = read.from + read.bytes.len() as u64 == end && ended.is_some();
+        let complete = read.from.saturating_add(read.bytes.len() as u64) == end && ended.is_some();
         let n = if complete {
             read.bytes.len()
         } else {
@@ -279,7 +279,7 @@ impl ExecSessions {
                 n => n,
             }
         };
-        let next = read.from + n as u64;
+        let next = read.from.saturating_add(n as u64);
         state.delivered = next;
         drop(state);
 
