@@ -191,3 +191,15 @@ async def test_sessions_across_protocol_revisions(http_server: HttpServer, sandb
     async with http_client(http_server.url) as legacy:
         out, final = await poll_to_exit(legacy, sid, 0)
         assert out == b"from-modern\n" and final["exit_code"] == 0
+
+
+async def test_deleting_a_sandbox_ends_its_sessions(http_server: HttpServer) -> None:
+    async with http_client(http_server.url) as s:
+        sandbox = (await call(s, "sandbox_create", labels={"delete": uuid.uuid4().hex}))["id"]
+        sid = (await call(s, "exec_start", sandbox_id=sandbox, command="sleep 600"))["session_id"]
+        deleted = await call(s, "sandbox_delete", sandbox_id=sandbox)
+        assert deleted == {"deleted": sandbox, "exec_sessions_ended": 1}
+        error = await fail(s, "exec_poll", session_id=sid)
+        assert error["code"] == "session_not_found"
+        error = await fail(s, "exec", sandbox_id=sandbox, command="true")
+        assert error["code"] in {"not_found", "gone"}, error
