@@ -107,6 +107,15 @@ async def test_tools_are_listed_with_valid_schemas(session: ClientSession) -> No
         assert not validator.is_valid(BAD_ARGS[name]), f"{name} accepts {BAD_ARGS[name]}"
 
 
+async def test_arguments_the_schema_refuses_are_tool_errors(session: ClientSession) -> None:
+    # A tool error, not a protocol error: the model sees the message and can correct itself.
+    for tool, args in BAD_ARGS.items():
+        error = await fail(session, tool, **args)
+        assert error["code"] == "invalid_argument", (tool, error)
+    error = await fail(session, "exec", sandbox_id="sb-1", command="ls", timeout_seconds="soon")
+    assert "timeout_seconds" in error["message"] or "invalid type" in error["message"], error
+
+
 async def test_the_lifecycle_tools(session: ClientSession, sandbox: str) -> None:
     listed = await call(session, "sandbox_list")
     assert sandbox in [s["id"] for s in listed["sandboxes"]]

@@ -4,6 +4,7 @@
 //!
 //! # Layout
 //! - [`tools`]: the tool surface (names, descriptions, schemas) routed to the modules below;
+//!   `args`: arguments the schema refuses become tool errors the model can read;
 //! - `sandboxes`: create, list, delete, info; `exec`: a command to completion;
 //! - `sessions`: exec sessions on the agent's background processes (start, poll by cursor,
 //!   stdin, signals); `exec_session`: one of them, its reading task and re-attaching; its
@@ -17,6 +18,7 @@
 //! The CLI calls [`run`]; nothing else here is used from outside.
 
 mod allow;
+mod args;
 mod buffer;
 mod connections;
 mod constants;

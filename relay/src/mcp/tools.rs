@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler};
 use serde_json::Value;
 
+use super::args::Parameters;
 use super::error::ToolError;
 use super::exec::ExecArgs;
 use super::files::{EditArgs, GlobArgs, GrepArgs, LsArgs, ReadArgs, WriteArgs};
@@ -72,7 +72,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<CreateArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(sandboxes::create(&self.server, args).await)
+        answer(async { sandboxes::create(&self.server, args?).await }.await)
     }
 
     #[tool(
@@ -84,7 +84,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<ListArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(sandboxes::list(&self.server, args).await)
+        answer(async { sandboxes::list(&self.server, args?).await }.await)
     }
 
     #[tool(
@@ -96,7 +96,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<SandboxArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(sandboxes::delete(&self.server, args).await)
+        answer(async { sandboxes::delete(&self.server, args?).await }.await)
     }
 
     #[tool(
@@ -109,7 +109,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<SandboxArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(sandboxes::info(&self.server, args).await)
+        answer(async { sandboxes::info(&self.server, args?).await }.await)
     }
 
     #[tool(
@@ -124,7 +124,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<ExecArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(exec::run(&self.server, args).await)
+        answer(async { exec::run(&self.server, args?).await }.await)
     }
 
     #[tool(
@@ -138,7 +138,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<StartArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(self.server.sessions.start(args).await)
+        answer(async { self.server.sessions.start(args?).await }.await)
     }
 
     #[tool(
@@ -153,7 +153,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<PollArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(self.server.sessions.poll(args).await)
+        answer(async { self.server.sessions.poll(args?).await }.await)
     }
 
     #[tool(
@@ -163,11 +163,11 @@ impl Tools {
     )]
     async fn exec_list(
         &self,
-        Parameters(NoArgs {}): Parameters<NoArgs>,
+        Parameters(args): Parameters<NoArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(Ok(
-            serde_json::json!({ "sessions": self.server.sessions.summary() }),
-        ))
+        answer(
+            args.map(|NoArgs {}| serde_json::json!({ "sessions": self.server.sessions.summary() })),
+        )
     }
 
     #[tool(
@@ -178,7 +178,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<WriteStdinArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(self.server.sessions.write_stdin(args).await)
+        answer(async { self.server.sessions.write_stdin(args?).await }.await)
     }
 
     #[tool(
@@ -190,7 +190,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<SignalArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(self.server.sessions.signal(args).await)
+        answer(async { self.server.sessions.signal(args?).await }.await)
     }
 
     #[tool(
@@ -203,7 +203,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<ReadArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(files::read(&self.server, args).await)
+        answer(async { files::read(&self.server, args?).await }.await)
     }
 
     #[tool(
@@ -214,7 +214,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<WriteArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(files::write(&self.server, args).await)
+        answer(async { files::write(&self.server, args?).await }.await)
     }
 
     #[tool(
@@ -227,7 +227,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<EditArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(files::edit(&self.server, args).await)
+        answer(async { files::edit(&self.server, args?).await }.await)
     }
 
     #[tool(
@@ -236,7 +236,7 @@ impl Tools {
         annotations(read_only_hint = true)
     )]
     async fn ls(&self, Parameters(args): Parameters<LsArgs>) -> Result<CallToolResult, ErrorData> {
-        answer(files::ls(&self.server, args).await)
+        answer(async { files::ls(&self.server, args?).await }.await)
     }
 
     #[tool(
@@ -248,7 +248,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<GlobArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(files::glob(&self.server, args).await)
+        answer(async { files::glob(&self.server, args?).await }.await)
     }
 
     #[tool(
@@ -261,7 +261,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<GrepArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(files::grep(&self.server, args).await)
+        answer(async { files::grep(&self.server, args?).await }.await)
     }
 
     #[tool(
@@ -273,7 +273,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<UploadArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(transfer::upload(&self.server, args).await)
+        answer(async { transfer::upload(&self.server, args?).await }.await)
     }
 
     #[tool(
@@ -286,7 +286,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<DownloadArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(transfer::download(&self.server, args).await)
+        answer(async { transfer::download(&self.server, args?).await }.await)
     }
 }
 
