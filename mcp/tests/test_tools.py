@@ -101,6 +101,8 @@ async def test_tools_are_listed_with_valid_schemas(session: ClientSession) -> No
         assert tool.description and len(tool.description) > 40, name
         schema = tool.input_schema
         assert schema["type"] == "object", name
+        for field, spec in schema.get("properties", {}).items():
+            assert spec.get("description") and "\n" not in spec["description"], (name, field)
         jsonschema.validators.validator_for(schema).check_schema(schema)
         validator = jsonschema.validators.validator_for(schema)(schema)
         validator.validate(GOOD_ARGS[name])

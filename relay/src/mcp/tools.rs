@@ -38,9 +38,32 @@ pub struct Tools {
 impl Tools {
     /// The tools over `server`.
     pub fn new(server: Arc<Server>) -> Tools {
+        let mut tool_router = Self::tool_router();
+        for route in tool_router.map.values_mut() {
+            let mut schema = (*route.attr.input_schema).clone();
+            unwrap_descriptions(&mut schema);
+            route.attr.input_schema = Arc::new(schema);
+        }
         Tools {
             server,
-            tool_router: Self::tool_router(),
+            tool_router,
+        }
+    }
+}
+
+/// Joins the lines of every `description` in a schema: schemars keeps the line breaks of
+/// the doc comments it takes them from, which were wrapped for the source, not for a model.
+fn unwrap_descriptions(object: &mut serde_json::Map<String, Value>) {
+    for (key, value) in object.iter_mut() {
+        match value {
+            Value::String(text) if key == "description" => *text = text.replace('\n', " "),
+            Value::Object(inner) => unwrap_descriptions(inner),
+            Value::Array(items) => items.iter_mut().for_each(|item| {
+                if let Value::Object(inner) = item {
+                    unwrap_descriptions(inner);
+                }
+            }),
+            _ => {}
         }
     }
 }
