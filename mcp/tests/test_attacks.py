@@ -124,6 +124,7 @@ async def test_http_needs_the_token(http_server: HttpServer) -> None:
             assert resp.status_code == 401, (auth, resp.status_code, resp.text)
             assert resp.json()["error"]["code"] == "unauthorized"
             assert resp.headers["www-authenticate"] == "Bearer"
+            assert resp.headers["connection"] == "close"
     with pytest.raises(BaseException):  # noqa: B017 - the client surfaces 401 in its own ways
         async with http_client(http_server.url, token="wrong-token-0000000000000000"):
             pass

@@ -123,9 +123,14 @@ async fn authenticate(State(expected): State<Arc<[u8; 32]>>, req: Request, next:
         Some(digest) if bool::from(digest.as_slice().ct_eq(expected.as_slice())) => {
             next.run(req).await
         }
+        // The request's body is never read, so the connection cannot carry another request:
+        // say so, or a client reusing it races the server closing it.
         _ => (
             StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
+            [
+                (header::WWW_AUTHENTICATE, "Bearer"),
+                (header::CONNECTION, "close"),
+            ],
             axum::Json(serde_json::json!({
                 "error": {
                     "code": "unauthorized",

@@ -2,7 +2,7 @@
 //! the argument types with schemars), routed to the module that implements it. Failures
 //! become tool results with `isError: true` and `{"error": {"code", "message"}}`.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
@@ -38,12 +38,20 @@ pub struct Tools {
 impl Tools {
     /// The tools over `server`.
     pub fn new(server: Arc<Server>) -> Tools {
-        let mut tool_router = Self::tool_router();
-        for route in tool_router.map.values_mut() {
-            let mut schema = (*route.attr.input_schema).clone();
-            unwrap_descriptions(&mut schema);
-            route.attr.input_schema = Arc::new(schema);
-        }
+        // Built once: over HTTP a connection, or on the 2026-07-28 revision every request,
+        // gets its own `Tools`.
+        static ROUTER: OnceLock<ToolRouter<Tools>> = OnceLock::new();
+        let tool_router = ROUTER
+            .get_or_init(|| {
+                let mut router = Self::tool_router();
+                for route in router.map.values_mut() {
+                    let mut schema = (*route.attr.input_schema).clone();
+                    unwrap_descriptions(&mut schema);
+                    route.attr.input_schema = Arc::new(schema);
+                }
+                router
+            })
+            .clone();
         Tools {
             server,
             tool_router,
