@@ -124,17 +124,21 @@ pub(super) async fn read(
 async fn reattach(exec: &ExecSession, connections: &Connections) -> Result<Process, String> {
     let mut pause = REATTACH_BACKOFF;
     let mut last = String::new();
-    for _ in 0..REATTACH_ATTEMPTS {
-        let (offset, stdin) = {
+    for attempt in 1..=REATTACH_ATTEMPTS {
+        let (offset, mut stdin) = {
             let state = exec.state();
             (state.buffer.end(), !state.stdin_closed)
         };
         match connections.fresh(&exec.sandbox_id).await {
             Ok(session) => {
                 let mut attached = session.attach(exec.process, [offset, 0], stdin).await;
-                // The agent may not have noticed yet that the old stream (which held the
-                // input) is gone: follow the output anyway.
-                if matches!(&attached, Err(e) if e.code() == Some(ErrorCode::InvalidArgument)) {
+                // The agent has not noticed yet that the old stream, which held the input, is
+                // gone: try again later, and on the last attempt follow the output without it.
+                if stdin
+                    && matches!(&attached, Err(e) if e.code() == Some(ErrorCode::InvalidArgument))
+                    && attempt == REATTACH_ATTEMPTS
+                {
+                    stdin = false;
                     attached = session.attach(exec.process, [offset, 0], false).await;
                 }
                 match attached {

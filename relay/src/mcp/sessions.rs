@@ -326,7 +326,15 @@ impl ExecSessions {
             }
             match (&state.ended, &state.stdin) {
                 (None, Some(stdin)) => stdin.clone(),
-                _ => {
+                (None, None) => {
+                    return Err(ToolError::SessionEnded(format!(
+                        "exec session {} lost its process's input when it re-attached after a \
+                         lost connection (the sandbox still gave it to the old stream); its \
+                         output can still be polled",
+                        exec.id
+                    )))
+                }
+                (Some(_), _) => {
                     return Err(ToolError::SessionEnded(format!(
                         "the process of exec session {} has ended; it takes no more input",
                         exec.id
