@@ -1,11 +1,18 @@
 //! One protocol session per sandbox, opened on first use and shared by every tool call and
 //! exec session of this server; a session found closed is replaced by a fresh one.
+//!
+//! An open connection counts as client activity: the relay never idles out a sandbox with
+//! one. So a connection no tool call used for [`CONNECTION_IDLE`] is let go (an exec session
+//! still running keeps its own), and the sandbox's idle timeout works as for any client.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::time::Instant;
 
 use crate::client::{RelayClient, Session};
 
+use super::constants::{CONNECTION_IDLE, CONNECTION_SWEEP};
 use super::error::{invalid, ToolError};
 
 /// The longest sandbox id accepted.
@@ -15,7 +22,7 @@ const MAX_ID_LEN: usize = 128;
 #[derive(Debug)]
 pub struct Connections {
     relay: RelayClient,
-    open: Mutex<HashMap<String, Session>>,
+    open: Mutex<HashMap<String, (Session, Instant)>>,
 }
 
 impl Connections {
@@ -35,7 +42,8 @@ impl Connections {
     /// A live session to `id`, reusing the open one.
     pub async fn get(&self, id: &str) -> Result<Session, ToolError> {
         check_id(id)?;
-        if let Some(s) = self.lock().get(id).filter(|s| !s.is_closed()) {
+        if let Some((s, used)) = self.lock().get_mut(id).filter(|(s, _)| !s.is_closed()) {
+            *used = Instant::now();
             return Ok(s.clone());
         }
         self.fresh(id).await
@@ -45,8 +53,27 @@ impl Connections {
     pub async fn fresh(&self, id: &str) -> Result<Session, ToolError> {
         check_id(id)?;
         let session = self.relay.connect(id).await?;
-        self.lock().insert(id.to_string(), session.clone());
+        self.lock()
+            .insert(id.to_string(), (session.clone(), Instant::now()));
         Ok(session)
+    }
+
+    /// Lets go, every [`CONNECTION_SWEEP`], of the connections unused for
+    /// [`CONNECTION_IDLE`]; ends when the connections are dropped.
+    pub fn sweep_idle(self: &Arc<Self>) {
+        let weak: Weak<Connections> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(CONNECTION_SWEEP);
+            loop {
+                tick.tick().await;
+                let Some(connections) = weak.upgrade() else {
+                    return;
+                };
+                connections
+                    .lock()
+                    .retain(|_, (s, used)| !s.is_closed() && used.elapsed() < CONNECTION_IDLE);
+            }
+        });
     }
 
     /// Forgets the session to a deleted sandbox.
@@ -54,7 +81,7 @@ impl Connections {
         self.lock().remove(id);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Session, Instant)>> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

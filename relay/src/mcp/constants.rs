@@ -89,6 +89,13 @@ pub const GREP_MAX_MATCHES: u32 = 5000;
 /// Bytes buffered between a tar packer and the network when uploading a directory.
 pub const UPLOAD_PIPE_BYTES: usize = 1 << 20; // 1 MiB
 
+/// A connection to a sandbox that no tool call used for this long is closed, so that the
+/// relay can idle the sandbox out (an open connection counts as activity).
+pub const CONNECTION_IDLE: Duration = Duration::from_secs(60);
+
+/// How often idle connections are looked for.
+pub const CONNECTION_SWEEP: Duration = Duration::from_secs(15);
+
 /// The path of the streamable HTTP endpoint.
 pub const HTTP_PATH: &str = "/mcp";
 

@@ -82,6 +82,7 @@ pub struct Server {
 pub async fn run(relay: RelayClient, args: McpArgs) -> anyhow::Result<()> {
     let allowed = AllowedDirs::new(&args.allow_dirs)?;
     let connections = Arc::new(Connections::new(relay));
+    connections.sweep_idle();
     let server = Arc::new(Server {
         sessions: ExecSessions::new(connections.clone()),
         connections,
