@@ -11,6 +11,7 @@
 //! - [`sync`]: the engine of `tether sync` and `tether dev`: local trees mirrored into sandboxes.
 //! - [`hostfs`]: writing here what a sandbox sends (`cp` down, `sync` pulls), nothing outside
 //!   the destination whatever it sends; [`escape`]: printing text a sandbox chose.
+//! - [`mcp`]: `tether mcp`, an MCP server exposing sandboxes as tools (stdio or HTTP).
 //! - [`bench`]: `tether bench`: latency and throughput against a sandbox, next to this
 //!   machine's floors.
 #![warn(missing_docs)]
@@ -22,6 +23,7 @@ pub mod client;
 pub mod escape;
 pub mod hostfs;
 pub mod image;
+pub mod mcp;
 pub mod provider;
 pub mod registry;
 pub mod server;

@@ -90,6 +90,8 @@ enum Command {
     Image(image::ImageCommand),
     /// Measure latency and throughput against a sandbox, next to this machine's floors.
     Bench(bench::BenchArgs),
+    /// Serve sandboxes as MCP tools over stdio, or streamable HTTP with --listen.
+    Mcp(crate::mcp::McpArgs),
 }
 
 /// Parses the arguments, runs the command, and returns the process's exit status.
@@ -118,6 +120,7 @@ fn dispatch(cli: Cli) -> i32 {
         Command::Dev(args) => status(client(relay, |r| dev::run(r, args))),
         Command::Image(cmd) => done(current_thread().and_then(|rt| block_on(rt, image::run(cmd)))),
         Command::Bench(args) => done(bench::run(relay, args)),
+        Command::Mcp(args) => done(mcp(relay, args)),
     }
 }
 
@@ -131,6 +134,15 @@ where
     init_tracing(None);
     let remote = Remote::resolve(relay)?;
     block_on(current_thread()?, command(remote))
+}
+
+/// `tether mcp`: a server, on a multi-threaded runtime, logging to stderr (stdout may be
+/// the MCP transport).
+fn mcp(relay: Option<&str>, args: crate::mcp::McpArgs) -> anyhow::Result<()> {
+    init_tracing(Some("warn"));
+    let rest = Remote::resolve(relay)?.rest()?;
+    let rt = tokio::runtime::Runtime::new()?;
+    block_on(rt, crate::mcp::run(rest, args))
 }
 
 fn current_thread() -> anyhow::Result<tokio::runtime::Runtime> {
