@@ -13,6 +13,7 @@ import base64
 import builtins
 import io
 import json
+import linecache
 import os
 import signal
 import sys
@@ -58,15 +59,18 @@ def _figures():
     return images
 
 
-def _run(code, namespace):
+def _run(code, namespace, number):
+    # Each cell gets a file name of its own in linecache, so tracebacks show its lines.
+    name = f"{CELL[:-1]}-{number}>"
+    linecache.cache[name] = (len(code), None, code.splitlines(True), name)
     value = None
-    tree = ast.parse(code, CELL, "exec")
+    tree = ast.parse(code, name, "exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body.pop().value)
-    exec(compile(tree, CELL, "exec"), namespace)
+    exec(compile(tree, name, "exec"), namespace)
     if last is not None:
-        result = eval(compile(last, CELL, "eval"), namespace)
+        result = eval(compile(last, name, "eval"), namespace)
         if result is not None:
             namespace["_"] = result
             value = repr(result)
@@ -76,7 +80,7 @@ def _run(code, namespace):
 def _error(exc):
     tb = exc.__traceback__
     # Drop the driver's own frames: the user's traceback starts at their cell.
-    while tb is not None and tb.tb_frame.f_code.co_filename != CELL:
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith(CELL[:-1]):
         tb = tb.tb_next
     lines = traceback.format_exception(type(exc), exc, tb)
     return {"name": type(exc).__name__, "value": str(exc), "traceback": lines}
@@ -98,7 +102,7 @@ def main():
         value, error, images = None, None, []
         _running[0] = True
         try:
-            value = _run(request["code"], namespace)
+            value = _run(request["code"], namespace, request["id"])
         except BaseException as exc:
             error = _error(exc)
         finally:
