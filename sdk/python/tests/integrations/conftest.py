@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tether_sandbox import Sandbox, TetherError
@@ -69,3 +70,17 @@ def busybox_sandbox(relay: object, busybox_image: str) -> Iterator[Sandbox]:
             sb.delete()
         except TetherError:
             pass
+
+
+def fetch(url: str) -> httpx.Response:
+    """GETs a preview URL. Browsers resolve ``*.localhost`` to loopback by themselves; this
+    resolver may not, so the request goes to 127.0.0.1 with the URL's host name."""
+    parsed = httpx.URL(url)
+    if parsed.host.endswith(".localhost"):
+        return httpx.get(
+            parsed.copy_with(host="127.0.0.1"),
+            headers={"Host": f"{parsed.host}:{parsed.port}" if parsed.port else parsed.host},
+            follow_redirects=True,
+            timeout=30,
+        )
+    return httpx.get(url, follow_redirects=True, timeout=30)
