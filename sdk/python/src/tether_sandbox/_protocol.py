@@ -206,10 +206,10 @@ class Stream:
         connection broke before it.
         """
         while not self._items:
-            if self._closed:
-                return None
             if self._failure is not None:
                 raise self._failure
+            if self._closed:
+                return None
             self._ready.clear()
             await self._ready.wait()
         item = self._items.popleft()
@@ -431,13 +431,15 @@ class Connection:
                 if isinstance(raw, str):
                     log.warning("ignoring a text message from the agent")
                     continue
-                self._dispatch(raw)
+                try:
+                    self._dispatch(raw)
+                except ProtocolError as exc:
+                    # Section 6: a client logs a malformed frame and goes on; no one answers
+                    # an error with an error.
+                    log.warning("dropping a malformed frame from the agent: %s", exc)
             reason = ConnectionLost("the sandbox closed the connection")
         except ConnectionClosed as exc:
             reason = ConnectionLost(f"the connection to the sandbox broke: {exc}")
-        except ProtocolError as exc:
-            reason = exc
-            await self._ws.close(1002)
         except asyncio.CancelledError:
             return
         if self._failure is None:
@@ -476,7 +478,10 @@ class Connection:
         if frame.kind == KIND_WINDOW:
             stream._grant(_CREDIT.unpack(frame.payload)[0])
         elif frame.channel == "in":
-            raise ProtocolError(f"the agent sent data on channel in of stream {frame.stream}")
+            stream._fail(
+                ProtocolError(f"the agent sent data on channel in of stream {frame.stream}")
+            )
+            self._send_nowait(encode_control({"type": "cancel", "stream": frame.stream}))
         else:
             stream._push(Data(frame.channel, frame.payload))
 
