@@ -27,6 +27,7 @@ from ._constants import (
     HEADER_LEN,
     INITIAL_WINDOW,
     MAX_PAYLOAD,
+    MAX_QUEUED_CONTROLS,
     MAX_WINDOW,
     PING_INTERVAL_S,
     PING_TIMEOUT_S,
@@ -161,6 +162,7 @@ class Stream:
         self._ready = asyncio.Event()
         self._closed = False  # the agent sent `closed`
         self._failure: TetherError | None = None  # the connection broke first
+        self._controls = 0  # control messages queued and not yet read
 
     # Called by the connection's reader.
 
@@ -170,6 +172,19 @@ class Stream:
             if self._outstanding < 0:
                 self._fail(
                     ProtocolError(f"the agent overran stream {self.id}'s credit; report a bug")
+                )
+                self._conn._send_nowait(encode_control({"type": "cancel", "stream": self.id}))
+                return
+        else:
+            # Control messages are not flow-controlled (watch events above all); a consumer
+            # that stopped reading must not let a chatty agent fill the host's memory.
+            self._controls += 1
+            if self._controls > MAX_QUEUED_CONTROLS:
+                self._fail(
+                    ProtocolError(
+                        f"stream {self.id} queued over {MAX_QUEUED_CONTROLS} unread messages; "
+                        "read its events as they come"
+                    )
                 )
                 self._conn._send_nowait(encode_control({"type": "cancel", "stream": self.id}))
                 return
@@ -213,7 +228,9 @@ class Stream:
             self._ready.clear()
             await self._ready.wait()
         item = self._items.popleft()
-        if isinstance(item, Data):
+        if not isinstance(item, Data):
+            self._controls -= 1
+        else:
             self._consumed += len(item.data)
             if self._consumed >= max(1, self._window // 2) and not self._closed:
                 credit, self._consumed = self._consumed, 0
