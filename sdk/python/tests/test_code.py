@@ -81,3 +81,16 @@ async def test_async_session(asandbox: AsyncSandbox) -> None:
         assert (await py.run("math.sqrt(16)")).value == "4.0"
     finally:
         await py.close()
+
+
+async def test_session_survives_a_dropped_connection(asandbox: AsyncSandbox) -> None:
+    py = await asandbox.code_session()
+    try:
+        await py.run("counter = 41")
+        conn = asandbox._conn
+        assert conn is not None
+        conn.abort()
+        # The driver runs on as a background process; the session re-attaches to it.
+        assert (await py.run("counter + 1")).value == "42"
+    finally:
+        await py.close()

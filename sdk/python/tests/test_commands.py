@@ -144,3 +144,13 @@ async def test_async_run_and_iterate(asandbox: AsyncSandbox) -> None:
     chunks = [c async for c in h]
     assert sorted((c.stream, c.data) for c in chunks) == [("stderr", b"b\n"), ("stdout", b"a\n")]
     assert (await h.wait()).exit_code == 0
+
+
+def test_kill_reaches_a_process_from_another_connection(sandbox: Sandbox) -> None:
+    h = sandbox.commands.start("sleep 30")
+    other = Sandbox.connect(sandbox.id)
+    try:
+        other.commands.kill(h.process_id, signal="TERM", group=False)
+    finally:
+        other.close()
+    assert h.wait().status.signal == 15

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._commands import AsyncCommandHandle
 from ._constants import CODE_DRIVER_DIR, CODE_REPLY_MAX
-from .errors import CodeSessionError, CommandTimeout, TetherError
+from .errors import CodeSessionError, CommandTimeout, ConnectionLost, TetherError
 from .types import CodeError, CodeResult
 
 if TYPE_CHECKING:
@@ -52,6 +52,8 @@ class AsyncCodeSession:
         self._replies: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._stderr = bytearray()
         self._lock = asyncio.Lock()
+        self._pending: bytes | None = None  # the request awaiting its reply
+        handle.on_reattach = self._resend
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     @property
@@ -114,13 +116,17 @@ class AsyncCodeSession:
         async with self._lock:
             request_id = self._next_id
             self._next_id += 1
-            await self._handle.send_stdin(json.dumps({"id": request_id, "code": code}) + "\n")
+            self._pending = (json.dumps({"id": request_id, "code": code}) + "\n").encode()
             try:
-                reply = await asyncio.wait_for(self._replies.get(), timeout)
+                await self._handle.send_stdin(self._pending)
+            except ConnectionLost:
+                pass  # the handle re-attaches and _resend sends it again
+            try:
+                reply = await asyncio.wait_for(self._reply(request_id), timeout)
             except asyncio.TimeoutError:
                 await self._handle.signal("INT")
                 try:
-                    await asyncio.wait_for(self._replies.get(), INTERRUPT_GRACE_S)
+                    await asyncio.wait_for(self._reply(request_id), INTERRUPT_GRACE_S)
                 except asyncio.TimeoutError:
                     await self.close()
                     raise CommandTimeout(
@@ -130,7 +136,22 @@ class AsyncCodeSession:
                 raise CommandTimeout(
                     f"the cell ran past {timeout} s and was interrupted; the session lives on"
                 ) from None
+            finally:
+                self._pending = None
             return self._result(reply, request_id)
+
+    async def _reply(self, request_id: int) -> dict[str, Any] | None:
+        # Earlier ids are replays of replies already taken (a re-attach replays output).
+        while True:
+            reply = await self._replies.get()
+            if reply is None or "invalid" in reply or reply.get("id", request_id) >= request_id:
+                return reply
+
+    async def _resend(self) -> None:
+        """After a reconnect: the request may never have reached the driver, so send it
+        again; the driver answers a repeated id with its stored reply, without re-running."""
+        if self._pending is not None:
+            await self._handle.send_stdin(self._pending)
 
     def _result(self, reply: dict[str, Any] | None, request_id: int) -> CodeResult:
         if reply is None:

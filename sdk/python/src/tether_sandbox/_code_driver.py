@@ -97,8 +97,16 @@ def main():
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     signal.signal(signal.SIGINT, _interrupt)
+    last_id, last_reply = 0, ""
     for line in requests:
         request = json.loads(line)
+        # After a reconnect the SDK repeats the request it awaits: answer it again from
+        # memory rather than run the cell twice.
+        if request["id"] <= last_id:
+            if request["id"] == last_id:
+                replies.write(last_reply)
+                replies.flush()
+            continue
         value, error, images = None, None, []
         _running[0] = True
         try:
@@ -121,7 +129,8 @@ def main():
             "error": error,
             "images": images,
         }
-        replies.write(json.dumps(reply) + "\n")
+        last_id, last_reply = request["id"], json.dumps(reply) + "\n"
+        replies.write(last_reply)
         replies.flush()
 
 

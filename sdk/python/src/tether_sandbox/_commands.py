@@ -114,6 +114,9 @@ class AsyncCommandHandle:
         self.dropped: list[tuple[str, int, int]] = []
         """Gaps the agent reported: (``"stdout"``/``"stderr"``, from, to) byte offsets."""
         self._lock = asyncio.Lock()
+        self.on_reattach: Callable[[], Awaitable[None]] | None = None
+        """Called after the handle re-attached on a new connection (stdin written to the old
+        one may have been lost on the way)."""
 
     @property
     def offsets(self) -> tuple[int, int]:
@@ -204,6 +207,8 @@ class AsyncCommandHandle:
                         max(self._pos[1], int(offsets[1])),
                     ]
                 self._stream = stream
+                if self.on_reattach is not None:
+                    await self.on_reattach()
                 return
             except ConnectionLost as exc:
                 last = exc

@@ -32,6 +32,7 @@ RETRY_AFTER_MAX_S = 30.0  # seconds: the most of a Retry-After header we honour
 DEFAULT_MAX_READ = 1 << 30  # 1 GiB: the default cap on one file read into memory
 DEFAULT_MAX_DOWNLOAD = 4 << 30  # 4 GiB: default cap on a directory download (unpacked)
 MAX_TAR_ENTRIES = 1_000_000  # entries in one downloaded archive
+MAX_QUEUED_CONTROLS = 100_000  # unread control messages (watch events) one stream may queue
 
 # --- the code session ----------------------------------------------------------------------
 CODE_DRIVER_DIR = "/tmp/.tether"  # where the driver script is uploaded in the sandbox

@@ -27,6 +27,7 @@ from ._constants import (
     HEADER_LEN,
     INITIAL_WINDOW,
     MAX_PAYLOAD,
+    MAX_QUEUED_CONTROLS,
     MAX_WINDOW,
     PING_INTERVAL_S,
     PING_TIMEOUT_S,
@@ -161,6 +162,7 @@ class Stream:
         self._ready = asyncio.Event()
         self._closed = False  # the agent sent `closed`
         self._failure: TetherError | None = None  # the connection broke first
+        self._controls = 0  # control messages queued and not yet read
 
     # Called by the connection's reader.
 
@@ -170,6 +172,19 @@ class Stream:
             if self._outstanding < 0:
                 self._fail(
                     ProtocolError(f"the agent overran stream {self.id}'s credit; report a bug")
+                )
+                self._conn._send_nowait(encode_control({"type": "cancel", "stream": self.id}))
+                return
+        else:
+            # Control messages are not flow-controlled (watch events above all); a consumer
+            # that stopped reading must not let a chatty agent fill the host's memory.
+            self._controls += 1
+            if self._controls > MAX_QUEUED_CONTROLS:
+                self._fail(
+                    ProtocolError(
+                        f"stream {self.id} queued over {MAX_QUEUED_CONTROLS} unread messages; "
+                        "read its events as they come"
+                    )
                 )
                 self._conn._send_nowait(encode_control({"type": "cancel", "stream": self.id}))
                 return
@@ -206,14 +221,16 @@ class Stream:
         connection broke before it.
         """
         while not self._items:
-            if self._closed:
-                return None
             if self._failure is not None:
                 raise self._failure
+            if self._closed:
+                return None
             self._ready.clear()
             await self._ready.wait()
         item = self._items.popleft()
-        if isinstance(item, Data):
+        if not isinstance(item, Data):
+            self._controls -= 1
+        else:
             self._consumed += len(item.data)
             if self._consumed >= max(1, self._window // 2) and not self._closed:
                 credit, self._consumed = self._consumed, 0
@@ -431,13 +448,15 @@ class Connection:
                 if isinstance(raw, str):
                     log.warning("ignoring a text message from the agent")
                     continue
-                self._dispatch(raw)
+                try:
+                    self._dispatch(raw)
+                except ProtocolError as exc:
+                    # Section 6: a client logs a malformed frame and goes on; no one answers
+                    # an error with an error.
+                    log.warning("dropping a malformed frame from the agent: %s", exc)
             reason = ConnectionLost("the sandbox closed the connection")
         except ConnectionClosed as exc:
             reason = ConnectionLost(f"the connection to the sandbox broke: {exc}")
-        except ProtocolError as exc:
-            reason = exc
-            await self._ws.close(1002)
         except asyncio.CancelledError:
             return
         if self._failure is None:
@@ -476,7 +495,10 @@ class Connection:
         if frame.kind == KIND_WINDOW:
             stream._grant(_CREDIT.unpack(frame.payload)[0])
         elif frame.channel == "in":
-            raise ProtocolError(f"the agent sent data on channel in of stream {frame.stream}")
+            stream._fail(
+                ProtocolError(f"the agent sent data on channel in of stream {frame.stream}")
+            )
+            self._send_nowait(encode_control({"type": "cancel", "stream": frame.stream}))
         else:
             stream._push(Data(frame.channel, frame.payload))
 
