@@ -10,7 +10,6 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tether_sandbox import Sandbox, TetherError
@@ -27,8 +26,15 @@ def _static_agent() -> Path:
         return Path(env)
     if not STATIC_AGENT.exists():
         subprocess.run(
-            ["cargo", "build", "--release", "--target", "x86_64-unknown-linux-musl"]
-            + ["-p", "tether-agent"],
+            [
+                "cargo",
+                "build",
+                "--release",
+                "--target",
+                "x86_64-unknown-linux-musl",
+                "-p",
+                "tether-agent",
+            ],
             cwd=REPO,
             check=True,
             env=dict(os.environ, CARGO_TARGET_DIR=str(REPO / "target")),
@@ -52,8 +58,19 @@ def busybox_image(tmp_path_factory: pytest.TempPathFactory) -> str:
         (root / "bin" / applet).symlink_to("busybox")
     out = work / "image"
     subprocess.run(
-        [os.environ.get("TETHER_BIN") or str(REPO / "target/debug/tether"), "image", "build", "--base", str(root)]
-        + ["--output", str(out), "--agent", str(_static_agent()), "--workdir", "/workspace"],
+        [
+            os.environ.get("TETHER_BIN") or str(REPO / "target/debug/tether"),
+            "image",
+            "build",
+            "--base",
+            str(root),
+            "--output",
+            str(out),
+            "--agent",
+            str(_static_agent()),
+            "--workdir",
+            "/workspace",
+        ],
         check=True,
         capture_output=True,
     )
@@ -70,17 +87,3 @@ def busybox_sandbox(relay: object, busybox_image: str) -> Iterator[Sandbox]:
             sb.delete()
         except TetherError:
             pass
-
-
-def fetch(url: str) -> httpx.Response:
-    """GETs a preview URL. Browsers resolve ``*.localhost`` to loopback by themselves; this
-    resolver may not, so the request goes to 127.0.0.1 with the URL's host name."""
-    parsed = httpx.URL(url)
-    if parsed.host.endswith(".localhost"):
-        return httpx.get(
-            parsed.copy_with(host="127.0.0.1"),
-            headers={"Host": f"{parsed.host}:{parsed.port}" if parsed.port else parsed.host},
-            follow_redirects=True,
-            timeout=30,
-        )
-    return httpx.get(url, follow_redirects=True, timeout=30)

@@ -16,8 +16,8 @@ import pytest
 from agno.agent import Agent
 from agno.models.base import Model
 from agno.models.response import ModelResponse
+from preview import fetch
 
-from conftest import fetch
 from tether_sandbox.integrations.agno import SandboxManager, TetherTools
 
 JOB_WAIT_S = 30.0
@@ -157,9 +157,13 @@ def test_files_stay_in_the_local_dir(tools: TetherTools, tmp_path: Path) -> None
     (tmp_path / "data.csv").write_text("a,b\n1,2\n")
     up = json.loads(tools.upload_file("data.csv", sandbox_path="/workspace/in/data.csv"))
     assert up["status"] == "success"
-    down = json.loads(tools.download_file_from_sandbox("/workspace/in/data.csv", local_path="out/copy.csv"))
+    down = json.loads(
+        tools.download_file_from_sandbox("/workspace/in/data.csv", local_path="out/copy.csv")
+    )
     assert (tmp_path / "out" / "copy.csv").read_text() == "a,b\n1,2\n", down
-    escape = json.loads(tools.download_file_from_sandbox("/workspace/in/data.csv", local_path="../../etc/x"))
+    escape = json.loads(
+        tools.download_file_from_sandbox("/workspace/in/data.csv", local_path="../../etc/x")
+    )
     assert escape["status"] == "error" and "outside" in escape["message"]
     assert json.loads(tools.upload_file("/etc/passwd"))["status"] == "error"
     plot = "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt; plt.plot([1, 2]); plt.show()"
@@ -173,13 +177,17 @@ def test_files_stay_in_the_local_dir(tools: TetherTools, tmp_path: Path) -> None
 
 def test_the_manager_runs_code_in_all_sandboxes(tools: TetherTools) -> None:
     ids = [json.loads(tools.create_sandbox(metadata={"n": str(i)}))["sandbox_id"] for i in range(3)]
-    results = json.loads(tools.run_in_all_sandboxes("import os; print(os.uname().nodename)"))["results"]
+    results = json.loads(tools.run_in_all_sandboxes("import os; print(os.uname().nodename)"))[
+        "results"
+    ]
     assert set(results) == set(ids)
     assert all(r["status"] == "success" and r["stdout"] for r in results.values())
     running = json.loads(tools.list_running_sandboxes())["sandboxes"]
     assert set(ids) <= {s["sandbox_id"] for s in running}
     assert json.loads(tools.shutdown_sandbox(ids[0]))["status"] == "success"
-    assert [s["sandbox_id"] for s in json.loads(tools.list_managed_sandboxes())["sandboxes"]] == ids[1:]
+    assert [
+        s["sandbox_id"] for s in json.loads(tools.list_managed_sandboxes())["sandboxes"]
+    ] == ids[1:]
     done = json.loads(tools.shutdown_all_sandboxes())["results"]
     assert set(done) == set(ids[1:])
     assert json.loads(tools.list_managed_sandboxes())["sandboxes"] == []

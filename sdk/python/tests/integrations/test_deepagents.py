@@ -11,13 +11,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from deepagents import create_deep_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, ToolMessage
 
-from deepagents import create_deep_agent  # noqa: E402
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
-
-from tether_sandbox import Sandbox  # noqa: E402
-from tether_sandbox.integrations.deepagents import TetherProvider, TetherSandbox  # noqa: E402
+from tether_sandbox import Sandbox
+from tether_sandbox.integrations.deepagents import TetherProvider, TetherSandbox
 
 
 class ScriptedModel(GenericFakeChatModel):
@@ -36,7 +35,11 @@ def test_the_agent_works_in_an_image_without_python3(busybox_sandbox: Sandbox) -
     assert backend.execute("command -v python3 || echo none").output.strip() == "none"
     script: list[AIMessage] = [
         call("write_file", {"file_path": "/workspace/app/main.txt", "content": "alpha\nbeta\n"}, 1),
-        call("edit_file", {"file_path": "/workspace/app/main.txt", "old_string": "beta", "new_string": "gamma"}, 2),
+        call(
+            "edit_file",
+            {"file_path": "/workspace/app/main.txt", "old_string": "beta", "new_string": "gamma"},
+            2,
+        ),
         call("read_file", {"file_path": "/workspace/app/main.txt"}, 3),
         call("grep", {"pattern": "gamma", "path": "/workspace", "output_mode": "content"}, 4),
         call("glob", {"pattern": "*.txt", "path": "/workspace"}, 5),
@@ -46,7 +49,9 @@ def test_the_agent_works_in_an_image_without_python3(busybox_sandbox: Sandbox) -
     ]
     agent = create_deep_agent(model=ScriptedModel(messages=iter(script)), backend=backend)
     result = agent.invoke({"messages": [{"role": "user", "content": "go"}]})
-    tools = {m.tool_call_id: str(m.content) for m in result["messages"] if isinstance(m, ToolMessage)}
+    tools = {
+        m.tool_call_id: str(m.content) for m in result["messages"] if isinstance(m, ToolMessage)
+    }
     assert len(tools) == 7, tools
     assert "gamma" in tools["call-3"] and "alpha" in tools["call-3"]
     assert "/workspace/app/main.txt" in tools["call-4"] and "gamma" in tools["call-4"]
@@ -72,7 +77,8 @@ def test_backend_contract(busybox_sandbox: Sandbox) -> None:
     assert b.read("/workspace/nope").error == "File '/workspace/nope': file_not_found"
     assert "exceeds file length" in (b.read("/workspace/d/e/f.txt", offset=50).error or "")
     empty = b.write("/workspace/empty", "")
-    assert empty.error is None and "empty contents" in b.read("/workspace/empty").file_data["content"]  # type: ignore[index]
+    empty_read = b.read("/workspace/empty").file_data
+    assert empty.error is None and empty_read and "empty contents" in empty_read["content"]
     # edit: unique, multiple, missing text, missing file, replace_all, CRLF files
     assert b.edit("/workspace/d/e/f.txt", "line1\n", "LINE1\n").occurrences == 1
     assert "multiple times" in (b.edit("/workspace/d/e/f.txt", "line", "x").error or "")
@@ -87,8 +93,13 @@ def test_backend_contract(busybox_sandbox: Sandbox) -> None:
     b.write("/workspace/src/deep/y.py", "a needle (literal.*)\n")
     b.write("/workspace/src/deep/z.md", "needle\n")
     g = b.grep("needle", "/workspace/src", glob="*.py")
-    assert sorted(m["path"] for m in g.matches or []) == ["/workspace/src/deep/y.py", "/workspace/src/x.py"]
-    assert [m["text"] for m in b.grep("(literal.*)", "/workspace").matches or []] == ["a needle (literal.*)"]
+    assert sorted(m["path"] for m in g.matches or []) == [
+        "/workspace/src/deep/y.py",
+        "/workspace/src/x.py",
+    ]
+    assert [m["text"] for m in b.grep("(literal.*)", "/workspace").matches or []] == [
+        "a needle (literal.*)"
+    ]
     capped = b.grep("needle", "/workspace/src", max_count=2)
     assert len(capped.matches or []) == 2 and capped.truncated
     # glob: files only, absolute, deepagents' basename and brace rules
@@ -100,7 +111,10 @@ def test_backend_contract(busybox_sandbox: Sandbox) -> None:
     assert b.glob("src", "/workspace").matches == []  # directories never match
     # ls
     ls = b.ls("/workspace/src")
-    assert {(e["path"], e["is_dir"]) for e in ls.entries or []} >= {("/workspace/src/deep", True), ("/workspace/src/x.py", False)}
+    assert {(e["path"], e["is_dir"]) for e in ls.entries or []} >= {
+        ("/workspace/src/deep", True),
+        ("/workspace/src/x.py", False),
+    }
     assert "path_not_found" in (b.ls("/workspace/missing").error or "")
     # batches: per-file errors, parents created
     up = b.upload_files([("/workspace/up/a.bin", b"\x00\xff"), ("/workspace/src/x.py/bad", b"x")])
@@ -109,7 +123,9 @@ def test_backend_contract(busybox_sandbox: Sandbox) -> None:
     assert down[0].content == b"\x00\xff"
     assert (down[1].error, down[2].error) == ("file_not_found", "is_directory")
     # delete
-    assert b.delete("/workspace/src").error is None and not busybox_sandbox.files.exists("/workspace/src")
+    assert b.delete("/workspace/src").error is None and not busybox_sandbox.files.exists(
+        "/workspace/src"
+    )
     assert "not found" in (b.delete("/workspace/src").error or "")
 
 
@@ -124,7 +140,9 @@ def test_async_twins_run_concurrently(busybox_sandbox: Sandbox) -> None:
         assert edited.occurrences == 1
         read = await b.aread("/workspace/a.txt")
         assert read.file_data is not None and read.file_data["content"] == "two"
-        assert [m["path"] for m in (await b.aglob("*.txt", "/workspace")).matches or []] == ["/workspace/a.txt"]
+        assert [m["path"] for m in (await b.aglob("*.txt", "/workspace")).matches or []] == [
+            "/workspace/a.txt"
+        ]
         assert (await b.agrep("two", "/workspace")).matches
         assert (await b.als("/workspace")).entries
         assert (await b.adownload_files(["/workspace/a.txt"]))[0].content == b"two\n"

@@ -18,8 +18,8 @@ from dynamiq.nodes.llms import OpenAI
 from dynamiq.nodes.tools.code_interpreter import SandboxCreationErrorHandling
 from dynamiq.sandboxes import SandboxConfig
 from dynamiq.sandboxes.exceptions import SandboxConnectionError
+from preview import fetch
 
-from conftest import fetch
 from tether_sandbox import Sandbox, errors
 from tether_sandbox.integrations.dynamiq import TetherSandbox
 
@@ -34,7 +34,13 @@ def scripted_llm(script: list[str], prompts: list[str]) -> OpenAI:
         prompts.append(str(kwargs["messages"][-1]["content"]))
         text = script.pop(0)
         return litellm.ModelResponse(
-            choices=[{"message": {"role": "assistant", "content": text}, "finish_reason": "stop", "index": 0}],
+            choices=[
+                {
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                    "index": 0,
+                }
+            ],
             usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
         )
 
@@ -61,9 +67,17 @@ def test_a_dynamiq_agent_uses_the_sandbox(backend: TetherSandbox) -> None:
     prompts: list[str] = []
     script = [
         act("sandbox-shell", {"command": "echo hi; pwd; ls -d input output"}),
-        act("file-write", {"file_path": "/workspace/output/report.md", "content": "# Report\nall good\n"}),
+        act(
+            "file-write",
+            {"file_path": "/workspace/output/report.md", "content": "# Report\nall good\n"},
+        ),
         act("sandbox-shell", {"command": SERVER, "run_in_background_enabled": True}),
-        act("sandbox-shell", {"command": "for i in $(seq 100); do grep -q ':1F40 ' /proc/net/tcp* && break; sleep 0.1; done; echo waited"}),
+        act(
+            "sandbox-shell",
+            {
+                "command": "for i in $(seq 100); do grep -q ':1F40 ' /proc/net/tcp* && break; sleep 0.1; done; echo waited"
+            },
+        ),
         act("sandbox-info", {"port": 8000}),
         "Thought: done\nAnswer: finished",
     ]
@@ -77,7 +91,7 @@ def test_a_dynamiq_agent_uses_the_sandbox(backend: TetherSandbox) -> None:
     result = agent.run(input_data={"input": "go"})
     assert result.status.value == "success", result.error
     assert result.output["content"] == "finished"
-    shell, wrote, background, waited, info = prompts[1:6]
+    shell, wrote, _background, waited, info = prompts[1:6]
     assert "hi" in shell and "/workspace" in shell and "input" in shell and "output" in shell
     assert backend.retrieve("/workspace/output/report.md") == b"# Report\nall good\n", wrote
     assert "waited" in waited
@@ -93,7 +107,10 @@ def test_backend_contract(backend: TetherSandbox) -> None:
     assert (r.stdout, r.stderr, r.exit_code, r.is_success) == ("out\n", "err\n", 4, False)
     slow = backend.run_command_shell("sleep 5", timeout=1)
     assert slow.exit_code == 124 and slow.error and "timed out" in slow.error
-    assert backend.upload_file("data.csv", b"a,b\n", destination_path="input/data.csv") == "/workspace/input/data.csv"
+    assert (
+        backend.upload_file("data.csv", b"a,b\n", destination_path="input/data.csv")
+        == "/workspace/input/data.csv"
+    )
     assert backend.upload_file("plain.txt", b"x") == "/workspace/plain.txt"
     assert backend.exists("input/data.csv") and not backend.exists("input/none.csv")
     assert backend.retrieve("/workspace/input/data.csv") == b"a,b\n"
@@ -102,7 +119,9 @@ def test_backend_contract(backend: TetherSandbox) -> None:
     assert backend.delete_file("plain.txt") and not backend.exists("plain.txt")
     assert backend.list_files("/nowhere") == []
     stored = backend.store("output/x.txt", io.BytesIO(b"via store"))
-    assert stored.path == "/workspace/output/x.txt" and backend.retrieve(stored.path) == b"via store"
+    assert (
+        stored.path == "/workspace/output/x.txt" and backend.retrieve(stored.path) == b"via store"
+    )
     info = backend.get_sandbox_info()
     assert info.sandbox_id == backend.sandbox_id and info.public_url is None
     assert "token" not in json.dumps(backend.connection.to_dict())
@@ -110,22 +129,29 @@ def test_backend_contract(backend: TetherSandbox) -> None:
 
 def test_reconnect_by_id_and_close(backend: TetherSandbox) -> None:
     sandbox_id = backend.ensure_started()
+    assert sandbox_id is not None
     backend.upload_file("keep.txt", b"kept")
     backend.close()  # disconnects; the sandbox lives on
     again = TetherSandbox(sandbox_id=sandbox_id)
     assert again.retrieve("keep.txt") == b"kept"
     view = again.create_view("/workspace/view")
-    assert view.sandbox_id == sandbox_id and view.upload_file("v.txt", b"v") == "/workspace/view/v.txt"
+    assert (
+        view.sandbox_id == sandbox_id and view.upload_file("v.txt", b"v") == "/workspace/view/v.txt"
+    )
     again.close(kill=True)
     assert again.sandbox_id is None
     with pytest.raises(errors.SandboxNotFound):
         Sandbox.connect(sandbox_id)
-    gone = TetherSandbox(sandbox_id=sandbox_id, creation_error_handling=SandboxCreationErrorHandling(max_retries=1))
+    gone = TetherSandbox(
+        sandbox_id=sandbox_id, creation_error_handling=SandboxCreationErrorHandling(max_retries=1)
+    )
     with pytest.raises(SandboxConnectionError, match="Tether"):
         gone.ensure_started()
 
 
-def test_creation_retries_rate_limits(backend: TetherSandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_creation_retries_rate_limits(
+    backend: TetherSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = Sandbox.create
     calls: list[int] = []
 

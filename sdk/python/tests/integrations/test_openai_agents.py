@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from agents.sandbox.errors import WorkspaceArchiveWriteError, WorkspaceReadNotFoundError
 from agents.sandbox.manifest import Manifest
+from preview import fetch
 
-from conftest import fetch
 from tether_sandbox import Sandbox, errors
 from tether_sandbox.integrations.openai_agents import (
     TetherSandboxClient,
@@ -25,7 +25,9 @@ SERVER = "cd /tmp && echo from-agents > index.html && exec python3 -m http.serve
 
 async def test_exec_files_and_a_workspace_round_trip(relay: object) -> None:
     client = TetherSandboxClient()
-    options = TetherSandboxClientOptions(labels={"test": "openai-agents"}, ttl=600, envs={"GREETING": "hello"})
+    options = TetherSandboxClientOptions(
+        labels={"test": "openai-agents"}, ttl=600, envs={"GREETING": "hello"}
+    )
     session = await client.create(manifest=Manifest(), options=options)
     async with session:
         r = await session.exec("echo $GREETING from $(pwd); echo oops >&2; exit 3")
@@ -37,7 +39,9 @@ async def test_exec_files_and_a_workspace_round_trip(relay: object) -> None:
         await session.write(Path("bin.dat"), io.BytesIO(bytes(range(256))))
         archive = (await session.persist_workspace()).read()
         names = tarfile.open(fileobj=io.BytesIO(archive)).getnames()
-        assert any(n.endswith("src/app.py") for n in names) and any(n.endswith("bin.dat") for n in names)
+        assert any(n.endswith("src/app.py") for n in names) and any(
+            n.endswith("bin.dat") for n in names
+        )
         first_id = session._inner.state.sandbox_id  # type: ignore[attr-defined]
 
     # The sandbox went with the session; the archive brings the workspace into a new one.
@@ -67,13 +71,19 @@ async def test_hydrate_refuses_archives_that_escape(relay: object) -> None:
 
 async def test_pty_and_exposed_ports(relay: object) -> None:
     client = TetherSandboxClient()
-    session = await client.create(options=TetherSandboxClientOptions(ttl=600, exposed_ports=(8000,)))
+    session = await client.create(
+        options=TetherSandboxClientOptions(ttl=600, exposed_ports=(8000,))
+    )
     async with session:
         term = await session.pty_exec_start("sh", tty=True, yield_time_s=1)
         assert term.process_id is not None
-        update = await session.pty_write_stdin(session_id=term.process_id, chars="echo $((6*7))\n", yield_time_s=2)
+        update = await session.pty_write_stdin(
+            session_id=term.process_id, chars="echo $((6*7))\n", yield_time_s=2
+        )
         assert b"42" in update.output
-        done = await session.pty_write_stdin(session_id=term.process_id, chars="exit 5\n", yield_time_s=5)
+        done = await session.pty_write_stdin(
+            session_id=term.process_id, chars="exit 5\n", yield_time_s=5
+        )
         assert done.exit_code == 5 and done.process_id is None
         piped = await session.pty_exec_start("echo piped; exit 2", yield_time_s=5)
         assert piped.output == b"piped\n" and piped.exit_code == 2
@@ -95,7 +105,7 @@ async def test_resume_from_serialized_state(relay: object) -> None:
     session = await client.create(options=options)
     await session.start()
     await session.write(Path("kept.txt"), io.BytesIO(b"kept"))
-    payload = client.serialize_session_state(session._inner.state)  # type: ignore[attr-defined]
+    payload = client.serialize_session_state(session._inner.state)
     assert "token" not in str(payload)
     await session.aclose()
 

@@ -266,7 +266,9 @@ class TetherTools(Toolkit):
     def _local(self, path: str | None, default_name: str) -> Path:
         target = (self.local_dir / (path or default_name)).resolve()
         if target != self.local_dir and self.local_dir not in target.parents:
-            raise PermissionError(f"{path} is outside {self.local_dir}, the only host directory allowed")
+            raise PermissionError(
+                f"{path} is outside {self.local_dir}, the only host directory allowed"
+            )
         return target
 
     # --- code -------------------------------------------------------------------------------
@@ -373,7 +375,9 @@ class TetherTools(Toolkit):
             slot = self._slot(sandbox_id)
         except (errors.TetherError, LookupError) as exc:
             return _err(str(exc))
-        job = _Job(id=f"job-{uuid.uuid4().hex[:12]}", sandbox_id=slot.sandbox_id, kind=kind, command=text)
+        job = _Job(
+            id=f"job-{uuid.uuid4().hex[:12]}", sandbox_id=slot.sandbox_id, kind=kind, command=text
+        )
         with self._jobs_lock:
             self._jobs[job.id] = job
         job.future = self._pool.submit(self._run_job, job, slot, cmd)
@@ -542,7 +546,9 @@ class TetherTools(Toolkit):
                 f"{file_path} is binary ({len(data)} bytes); use download_file_from_sandbox"
             )
 
-    def write_file_content(self, file_path: str, content: str, sandbox_id: str | None = None) -> str:
+    def write_file_content(
+        self, file_path: str, content: str, sandbox_id: str | None = None
+    ) -> str:
         """Writes a text file in the sandbox (parent directories are created).
 
         Args:

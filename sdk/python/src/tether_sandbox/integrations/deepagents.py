@@ -21,7 +21,7 @@ import datetime
 import posixpath
 import re
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from deepagents.backends.protocol import (
     DeleteResult,
@@ -132,7 +132,7 @@ class TetherSandbox(BaseSandbox):
     def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
         return self._sync(self._execute(command, timeout))
 
-    async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:  # noqa: ASYNC109
+    async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
         return await self._async(self._execute(command, timeout))
 
     def ls(self, path: str) -> LsResult:
@@ -254,7 +254,7 @@ class TetherSandbox(BaseSandbox):
         except errors.AgentError as exc:
             return ReadResult(error=f"File '{file_path}': {_file_error(exc)}")
         if not data:
-            return ReadResult(file_data=FileData(content=EMPTY_FILE_REMINDER, encoding="utf-8"))
+            return ReadResult(file_data=_file_data(EMPTY_FILE_REMINDER, "utf-8"))
         if _read_file_type(file_path) != "text":
             if len(data) > MAX_BINARY_BYTES:
                 return ReadResult(
@@ -267,9 +267,7 @@ class TetherSandbox(BaseSandbox):
         except UnicodeDecodeError:
             return _base64_result(data)
         if limit <= 0:
-            return ReadResult(
-                file_data=FileData(content="", encoding="utf-8"), no_lines_requested=True
-            )
+            return ReadResult(file_data=_file_data("", "utf-8"), no_lines_requested=True)
         return _page(data.decode("utf-8", "replace"), file_path, offset, limit)
 
     async def _write(self, file_path: str, content: str) -> WriteResult:
@@ -329,12 +327,14 @@ class TetherSandbox(BaseSandbox):
         except errors.AgentError as exc:
             return GrepResult(error=f"Path '{root}': {_file_error(exc)}")
         matches: list[GrepMatch] = []
-        skip = set(getattr(self, "grep_exclude_dirs", (".git",))) - {posixpath.basename(root.rstrip("/"))}
+        skip = set(getattr(self, "grep_exclude_dirs", (".git",))) - {
+            posixpath.basename(root.rstrip("/"))
+        }
         for m in found.matches:
             if skip and skip.intersection(m.path.split("/")[:-1]):
                 continue
             full = root if info.kind != "dir" else posixpath.join(root, m.path)
-            matches.append(GrepMatch(path=full, line=m.line, text=m.text))
+            matches.append(cast(GrepMatch, {"path": full, "line": m.line, "text": m.text}))
         if max_count is not None and len(matches) > max_count:
             return GrepResult(matches=matches[:max_count], truncated=True)
         return GrepResult(matches=matches, truncated=found.truncated and max_count is None)
@@ -368,14 +368,14 @@ class TetherSandbox(BaseSandbox):
                 found[rel] = None
         infos = await self._stat_all(root, list(found)[:MAX_GLOB_MATCHES])
         matches = [
-            FileInfo(path=posixpath.join(root, rel), is_dir=False, size=i.size)
+            cast(FileInfo, {"path": posixpath.join(root, rel), "is_dir": False, "size": i.size})
             for rel, i in infos
             if i.kind == "file"
         ]
         truncated = truncated or len(found) > MAX_GLOB_MATCHES
         result = GlobResult(matches=matches, truncated=truncated)
         if truncated and hasattr(result, "truncation_reason"):  # deepagents 0.7.2x and later
-            result.truncation_reason = "limit"
+            result.truncation_reason = "budget"
         return result
 
     async def _stat_all(self, root: str, rels: list[str]) -> list[tuple[str, TetherFileInfo]]:
@@ -430,9 +430,14 @@ def _edit_message(code: str, path: str, old: str) -> EditResult:
     return EditResult(error=messages.get(code, f"Error editing file '{path}': {code}"))
 
 
+def _file_data(content: str, encoding: str) -> FileData:
+    # Older deepagents declare the timestamps required; they are optional in practice.
+    return cast(FileData, {"content": content, "encoding": encoding})
+
+
 def _base64_result(data: bytes) -> ReadResult:
     content = base64.b64encode(data).decode("ascii")
-    return ReadResult(file_data=FileData(content=content, encoding="base64"))
+    return ReadResult(file_data=_file_data(content, "base64"))
 
 
 _NEWLINES = re.compile(r"\r\n|\r|\n")
@@ -446,7 +451,9 @@ def _page(text: str, path: str, offset: int, limit: int) -> ReadResult:
         lines.pop()
     total = len(lines)
     if offset >= total:
-        return ReadResult(error=f"File '{path}': Line offset {offset} exceeds file length ({total} lines)")
+        return ReadResult(
+            error=f"File '{path}': Line offset {offset} exceeds file length ({total} lines)"
+        )
     budget = MAX_PAGE_BYTES - len(TRUNCATION_MSG.encode())
     parts: list[str] = []
     used, returned, truncated = 0, 0, False
@@ -465,7 +472,7 @@ def _page(text: str, path: str, offset: int, limit: int) -> ReadResult:
     returned = max(returned, 1)
     end = offset + returned
     return ReadResult(
-        file_data=FileData(content=content, encoding="utf-8"),
+        file_data=_file_data(content, "utf-8"),
         total_lines=total,
         start_line=offset + 1,
         end_line=end,
@@ -508,23 +515,28 @@ def _brace_expand(pattern: str) -> list[str] | None:
 
 # --- the deepagents-code provider --------------------------------------------------------
 
-try:
-    from deepagents_code.integrations.sandbox_provider import (
-        SandboxNotFoundError as _ProviderNotFound,
-    )
-    from deepagents_code.integrations.sandbox_provider import (
-        SandboxProvider as _ProviderBase,
-    )
-    from deepagents_code.integrations.sandbox_provider import (
-        SandboxProviderMetadata as _Metadata,
-    )
-except ImportError:  # deepagents-code is optional: the provider works on its own too
-    _ProviderBase = object  # type: ignore[assignment,misc]
-    _ProviderNotFound = errors.SandboxNotFound  # type: ignore[assignment,misc]
-    _Metadata = None  # type: ignore[assignment,misc]
+if TYPE_CHECKING:
+    _ProviderBase = object
+else:
+    try:
+        from deepagents_code.integrations.sandbox_provider import SandboxProvider as _ProviderBase
+    except ImportError:  # deepagents-code is optional: the provider works on its own too
+        _ProviderBase = object
 
 
-class TetherProvider(_ProviderBase):  # type: ignore[misc,valid-type]
+def _provider_api() -> tuple[type[Exception], Any]:
+    """deepagents-code's not-found error and metadata class, when it is installed."""
+    try:
+        from deepagents_code.integrations.sandbox_provider import (
+            SandboxNotFoundError,
+            SandboxProviderMetadata,
+        )
+    except ImportError:
+        return errors.SandboxNotFound, None
+    return SandboxNotFoundError, SandboxProviderMetadata
+
+
+class TetherProvider(_ProviderBase):
     """Tether as a deepagents-code sandbox provider (entry point name ``tether``).
 
     Configured from arguments or the environment (``TETHER_RELAY``, ``TETHER_TOKEN``,
@@ -551,9 +563,10 @@ class TetherProvider(_ProviderBase):  # type: ignore[misc,valid-type]
 
     @property
     def metadata(self) -> Any:
-        if _Metadata is None:
+        metadata = _provider_api()[1]
+        if metadata is None:
             return None
-        return _Metadata(name="tether", working_dir="/workspace", supports_sandbox_id=True)
+        return metadata(name="tether", working_dir="/workspace", supports_sandbox_id=True)
 
     def get_or_create(self, *, sandbox_id: str | None = None, **kwargs: Any) -> TetherSandbox:
         auth = {"relay": self._relay, "token": self._token}
@@ -561,7 +574,8 @@ class TetherProvider(_ProviderBase):  # type: ignore[misc,valid-type]
             try:
                 return TetherSandbox(Sandbox.connect(sandbox_id, **auth))
             except (errors.SandboxNotFound, errors.SandboxGone) as exc:
-                raise _ProviderNotFound(f"no Tether sandbox {sandbox_id}: {exc}") from exc
+                not_found = _provider_api()[0]
+                raise not_found(f"no Tether sandbox {sandbox_id}: {exc}") from exc
         # deepagents-code passes these for other providers (a startup timeout, a script).
         kwargs.pop("setup_script_path", None)
         kwargs.pop("timeout", None)

@@ -68,7 +68,9 @@ class TetherSandbox(Sandbox):
     image: str | None = Field(default=None, description="Image (`oci:PATH`, provider template).")
     envs: dict[str, str] | None = Field(default=None, description="Environment of the sandbox.")
     labels: dict[str, str] | None = Field(default=None, description="Labels to find it by.")
-    idle_timeout: int | None = Field(default=None, description="Delete after this many idle seconds.")
+    idle_timeout: int | None = Field(
+        default=None, description="Delete after this many idle seconds."
+    )
     memory_bytes: int | None = Field(default=None, description="Memory limit in bytes.")
     sandbox_id: str | None = Field(default=None, description="An existing sandbox to reconnect to.")
     creation_error_handling: SandboxCreationErrorHandling = Field(

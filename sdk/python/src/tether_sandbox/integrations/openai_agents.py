@@ -49,9 +49,9 @@ from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tar_byt
 from pydantic import Field
 
 from .. import errors
-from .._sandbox import AsyncSandbox
 from .._commands import AsyncCommandHandle
 from .._pty import AsyncPtyHandle
+from .._sandbox import AsyncSandbox
 from .._sync import Sandbox
 from ._bridge import run_async
 
@@ -132,7 +132,9 @@ class TetherSandboxSession(BaseSandboxSession):
 
     # --- commands -----------------------------------------------------------------------------
 
-    async def _exec_internal(self, *command: str | Path, timeout: float | None = None) -> ExecResult:
+    async def _exec_internal(
+        self, *command: str | Path, timeout: float | None = None
+    ) -> ExecResult:
         argv = [str(c) for c in command]
         user: str | None = None
         if len(argv) >= 4 and argv[0] == "sudo" and argv[1] == "-u" and argv[3] == "--":
@@ -176,6 +178,7 @@ class TetherSandboxSession(BaseSandboxSession):
 
         cwd = self.state.manifest.root if self.state.workspace_root_ready else None
         env = await self._envs()
+        inner: AsyncCommandHandle
         try:
             if tty:
                 inner = await run_async(
@@ -288,9 +291,7 @@ class TetherSandboxSession(BaseSandboxSession):
             raise WorkspaceArchiveReadError(path=path, cause=exc) from exc
         return io.BytesIO(data)
 
-    async def write(
-        self, path: Path, data: io.IOBase, *, user: str | User | None = None
-    ) -> None:
+    async def write(self, path: Path, data: io.IOBase, *, user: str | User | None = None) -> None:
         if user is not None:
             await self._check_write_with_exec(path, user=user)
         payload = data.read()
@@ -318,7 +319,9 @@ class TetherSandboxSession(BaseSandboxSession):
         exclude = [p.as_posix() for p in sorted(self._persist_workspace_skip_relpaths())]
         try:
             archive = await run_async(
-                self._sb.files.read_tar(root.as_posix(), exclude=exclude, max_bytes=MAX_WORKSPACE_BYTES)
+                self._sb.files.read_tar(
+                    root.as_posix(), exclude=exclude, max_bytes=MAX_WORKSPACE_BYTES
+                )
             )
         except errors.TetherError as exc:
             raise WorkspaceArchiveReadError(path=root, cause=exc) from exc
