@@ -6,12 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import tarfile
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from agents import Model, ModelResponse, RunConfig, Runner, Usage
+from agents.run_config import SandboxRunConfig
+from agents.sandbox import SandboxAgent
 from agents.sandbox.errors import WorkspaceArchiveWriteError, WorkspaceReadNotFoundError
 from agents.sandbox.manifest import Manifest
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
 from preview import fetch
 
 from tether_sandbox import Sandbox, errors
@@ -115,3 +126,65 @@ async def test_resume_from_serialized_state(relay: object) -> None:
     await client.delete(resumed)
     with pytest.raises(errors.SandboxNotFound):
         Sandbox.connect(str(payload["sandbox_id"]))
+
+
+class ScriptedModel(Model):
+    """An Agents SDK model that answers with scripted tool calls, then a final text; it
+    records the tool outputs it was sent."""
+
+    def __init__(self, calls: list[tuple[str, dict[str, Any]]], final: str) -> None:
+        self.calls, self.final = list(calls), final
+        self.seen: list[str] = []
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        items = args[1] if len(args) > 1 else kwargs["input"]
+        if isinstance(items, list) and items:
+            last = items[-1]
+            if isinstance(last, dict) and last.get("type") == "function_call_output":
+                self.seen.append(str(last.get("output")))
+        if self.calls:
+            name, arguments = self.calls.pop(0)
+            n = len(self.calls)
+            item: Any = ResponseFunctionToolCall(
+                arguments=json.dumps(arguments),
+                call_id=f"call-{n}",
+                name=name,
+                type="function_call",
+                id=f"fc-{n}",
+                status="completed",
+            )
+        else:
+            item = ResponseOutputMessage(
+                id="msg-final",
+                content=[ResponseOutputText(text=self.final, type="output_text", annotations=[])],
+                role="assistant",
+                status="completed",
+                type="message",
+            )
+        return ModelResponse(output=[item], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError("the tests run without streaming")
+
+
+async def test_a_sandbox_agent_runs_commands(relay: object) -> None:
+    client = TetherSandboxClient()
+    session = await client.create(options=TetherSandboxClientOptions(ttl=600))
+    model = ScriptedModel(
+        [
+            ("exec_command", {"cmd": "echo from-the-agent > note.txt && cat note.txt"}),
+            ("exec_command", {"cmd": "ls; exit 4"}),
+        ],
+        final="done",
+    )
+    agent = SandboxAgent(name="coder", instructions="use the sandbox", model=model)
+    async with session:
+        result = await Runner.run(
+            agent,
+            "go",
+            run_config=RunConfig(sandbox=SandboxRunConfig(session=session), tracing_disabled=True),
+        )
+        assert result.final_output == "done"
+        assert "from-the-agent" in model.seen[0], model.seen
+        assert "note.txt" in model.seen[1] and "4" in model.seen[1], model.seen
+        assert (await session.read(Path("note.txt"))).read() == b"from-the-agent\n"
