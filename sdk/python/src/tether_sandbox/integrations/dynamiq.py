@@ -32,6 +32,7 @@ from .. import errors
 from .._sync import Sandbox as TetherSdkSandbox
 
 LIST_DEPTH = 8  # how deep list_files looks under a directory
+MAX_RETRIEVE_BYTES = 256 << 20  # 256 MiB: the largest file retrieve() reads into memory
 MAX_OUTPUT_BYTES = 10 << 20  # 10 MiB of output per shell command
 RETRYABLE = (errors.RateLimited, errors.RelayUnavailable, errors.RelayUnreachable)
 
@@ -234,8 +235,12 @@ class TetherSandbox(Sandbox):
         return self._ensure_sandbox().files.exists(self._resolve_path(file_path))
 
     def retrieve(self, file_path: str) -> bytes:
+        """The file's bytes; whatever the sandbox holds, at most ``MAX_RETRIEVE_BYTES`` are
+        read into memory (larger files raise ``TooLarge``)."""
         try:
-            return self._ensure_sandbox().files.read(self._resolve_path(file_path))
+            return self._ensure_sandbox().files.read(
+                self._resolve_path(file_path), max_bytes=MAX_RETRIEVE_BYTES
+            )
         except errors.NotFound as exc:
             raise FileNotFoundError(str(exc)) from exc
 
