@@ -15,31 +15,27 @@ import pytest
 from tether_sandbox import Sandbox, TetherError
 
 REPO = Path(__file__).resolve().parents[4]
-STATIC_AGENT = REPO / "target" / "x86_64-unknown-linux-musl" / "release" / "tether-agent"
+MUSL = "x86_64-unknown-linux-musl"
 APPLETS = ["sh", "ls", "cat", "echo", "grep", "sed", "head", "mkdir", "rm", "wc", "sleep", "env"]
 
 
 def _static_agent() -> Path:
-    """The static (musl) agent images need: ``TETHER_STATIC_AGENT_BIN``, else the one the
-    Rust image tests build, else built here as they do."""
+    """The static (musl) agent images need: ``TETHER_STATIC_AGENT_BIN``, else the one ./test
+    builds beside ``TETHER_AGENT_BIN`` (``TARGET/debug/..`` → ``TARGET/MUSL/release/..``),
+    else built there as ./test does."""
     if env := os.environ.get("TETHER_STATIC_AGENT_BIN"):
         return Path(env)
-    if not STATIC_AGENT.exists():
+    debug_agent = Path(os.environ.get("TETHER_AGENT_BIN") or REPO / "target/debug/tether-agent")
+    target = debug_agent.absolute().parent.parent
+    static = target / MUSL / "release" / "tether-agent"
+    if not static.exists():
         subprocess.run(
-            [
-                "cargo",
-                "build",
-                "--release",
-                "--target",
-                "x86_64-unknown-linux-musl",
-                "-p",
-                "tether-agent",
-            ],
+            ["cargo", "build", "--release", "--locked", "--target", MUSL, "-p", "tether-agent"],
             cwd=REPO,
             check=True,
-            env=dict(os.environ, CARGO_TARGET_DIR=str(REPO / "target")),
+            env=dict(os.environ, CARGO_TARGET_DIR=str(target)),
         )
-    return STATIC_AGENT
+    return static
 
 
 @pytest.fixture(scope="session")

@@ -79,6 +79,7 @@ def test_a_dynamiq_agent_uses_the_sandbox(backend: TetherSandbox) -> None:
             },
         ),
         act("sandbox-info", {"port": 8000}),
+        act("file-read", {"file_path": "/workspace/output/report.md"}),
         "Thought: done\nAnswer: finished",
     ]
     agent = Agent(
@@ -91,7 +92,8 @@ def test_a_dynamiq_agent_uses_the_sandbox(backend: TetherSandbox) -> None:
     result = agent.run(input_data={"input": "go"})
     assert result.status.value == "success", result.error
     assert result.output["content"] == "finished"
-    shell, wrote, _background, waited, info = prompts[1:6]
+    shell, wrote, _background, waited, info, read = prompts[1:7]
+    assert "all good" in read
     assert "hi" in shell and "/workspace" in shell and "input" in shell and "output" in shell
     assert backend.retrieve("/workspace/output/report.md") == b"# Report\nall good\n", wrote
     assert "waited" in waited
