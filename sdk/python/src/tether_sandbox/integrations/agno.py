@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ MAX_READ_BYTES = 10 << 20  # 10 MiB: the most read_file_content returns to a mod
 MAX_OUTPUT_BYTES = 1 << 20  # 1 MiB of output per command or job kept for the model
 SERVER_POLL_S = 0.1  # run_server's interval between looks at the listening ports
 MAX_WATCH_S = 60  # watch_directory's longest watch
+KILL_WAIT_S = 30  # how long kill_job waits for a killed job to end
 
 
 def _ok(**fields: Any) -> str:
@@ -439,7 +441,10 @@ class TetherTools(Toolkit):
             except errors.TetherError as exc:
                 return _err(f"could not kill job {job_id}: {exc}")
         if job.future is not None and not job.future.cancelled():
-            job.future.result(timeout=30)
+            try:
+                job.future.result(timeout=KILL_WAIT_S)
+            except FutureTimeout:  # concurrent.futures' own class before Python 3.11
+                return _err(f"job {job_id} was killed but has not ended after {KILL_WAIT_S} s")
         return json.dumps(_job_view(job))
 
     def list_jobs(self) -> str:

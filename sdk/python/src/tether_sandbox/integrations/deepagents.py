@@ -15,9 +15,11 @@ Install with ``pip install 'tether-sandbox[deepagents]'``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import codecs
 import datetime
+import os
 import posixpath
 import re
 from collections.abc import Coroutine
@@ -380,8 +382,6 @@ class TetherSandbox(BaseSandbox):
 
     async def _stat_all(self, root: str, rels: list[str]) -> list[tuple[str, TetherFileInfo]]:
         # Glob returns files, directories and links alike; deepagents wants regular files.
-        import asyncio
-
         gate = asyncio.Semaphore(STAT_CONCURRENCY)
 
         async def one(rel: str) -> tuple[str, TetherFileInfo] | None:
@@ -554,8 +554,6 @@ class TetherProvider(_ProviderBase):
         ttl: float | None = 3600,
         **create_kwargs: Any,
     ) -> None:
-        import os
-
         self._relay, self._token = relay, token
         self._defaults: dict[str, Any] = {"ttl": ttl, **create_kwargs}
         if "image" not in self._defaults and os.environ.get("TETHER_IMAGE"):
@@ -599,11 +597,7 @@ class TetherProvider(_ProviderBase):
     async def aget_or_create(
         self, *, sandbox_id: str | None = None, **kwargs: Any
     ) -> TetherSandbox:
-        import asyncio
-
         return await asyncio.to_thread(lambda: self.get_or_create(sandbox_id=sandbox_id, **kwargs))
 
     async def adelete(self, *, sandbox_id: str, **kwargs: Any) -> None:
-        import asyncio
-
         await asyncio.to_thread(lambda: self.delete(sandbox_id=sandbox_id, **kwargs))
