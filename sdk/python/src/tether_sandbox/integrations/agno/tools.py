@@ -1,8 +1,5 @@
-"""Agno on Tether: a ``Toolkit`` with the tools of Agno's E2B toolkit, and a manager of several
-sandboxes at once.
-
-``SandboxManager`` creates, connects, lists and shuts down sandboxes (one is the default).
-``TetherTools`` is the ``Toolkit`` an Agno ``Agent`` takes: stateful ``run_python_code`` (a code
+"""``TetherTools``: the ``Toolkit`` an Agno ``Agent`` takes, with the tools of Agno's E2B
+toolkit over the sandboxes of a ``SandboxManager``: stateful ``run_python_code`` (a code
 session per sandbox: variables survive between calls), shell commands, background jobs with
 statuses ``pending``/``running``/``done``/``cancelled``/``error``, files, directory watches,
 ``get_public_url``/``run_server`` (preview URLs through the relay), sandbox management, and
@@ -11,8 +8,6 @@ statuses ``pending``/``running``/``done``/``cancelled``/``error``, files, direct
 
 Host paths (``upload_file``, ``download_file_from_sandbox``, ``download_png_result``) are
 confined to ``local_dir``: a model cannot make the toolkit read or write elsewhere on the host.
-
-Install with ``pip install 'tether-sandbox[agno]'``.
 """
 
 from __future__ import annotations
