@@ -13,6 +13,8 @@ from tether_sandbox import (
     NotFound,
     OutputChunk,
     Sandbox,
+    SandboxGone,
+    SandboxNotFound,
 )
 
 
@@ -154,3 +156,31 @@ def test_kill_reaches_a_process_from_another_connection(sandbox: Sandbox) -> Non
     finally:
         other.close()
     assert h.wait().status.signal == 15
+
+
+def test_a_gap_in_the_replay_ring_is_reported(sandbox: Sandbox) -> None:
+    # 64 KiB rings, 200 KiB of output while nobody is attached: the oldest bytes are gone.
+    h = sandbox.commands.start(
+        "head -c 204800 /dev/zero | tr '\\0' x; echo; read _",
+        background=True,
+        stdin=True,
+        ring_bytes=65536,
+    )
+    h.detach()
+    # Wait (by the process list) until all the output is produced, then re-attach from 0.
+    for _ in range(1000):
+        proc = next(p for p in sandbox.commands.list() if p.process_id == h.process_id)
+        if proc.out_offset == 204801:
+            break
+    again = sandbox.commands.attach(h.process_id, stdin=True)
+    again.close_stdin()
+    result = again.wait()
+    assert again.dropped == [("stdout", 0, 204801 - 65536)]
+    assert len(result.stdout_bytes) == 65536 and again.offsets[0] == 204801
+
+
+def test_a_command_in_a_deleted_sandbox_fails_clearly(sandbox: Sandbox) -> None:
+    other = Sandbox.connect(sandbox.id)
+    other.delete()
+    with pytest.raises((SandboxNotFound, SandboxGone)):
+        sandbox.commands.run("true")

@@ -18,6 +18,7 @@ from tether_sandbox import (
     RelayUnavailable,
     RelayUnreachable,
     Sandbox,
+    SandboxGone,
     SandboxNotFound,
 )
 
@@ -138,3 +139,20 @@ async def test_async_lifecycle(relay: Relay) -> None:
             assert [s.id for s in await AsyncSandbox.list(labels={"k": "async-life"})] == [sb.id]
         finally:
             await sb.delete()
+
+
+def test_an_expired_sandbox_is_gone(relay: Relay) -> None:
+    sb = Sandbox.create(ttl=1)
+    # The relay's reaper runs every second; ask until it has deleted the sandbox (bounded).
+    for _ in range(300):
+        try:
+            sb.refresh()
+        except SandboxGone as gone:
+            assert gone.status == 410 and gone.message
+            break
+        Sandbox.list()  # paces the loop on a real round trip, not a sleep
+    else:
+        pytest.fail("the sandbox outlived its 1 s TTL")
+    with pytest.raises(SandboxGone):
+        sb.commands.run("true")
+    sb.close()

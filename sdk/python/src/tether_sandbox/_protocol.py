@@ -44,6 +44,18 @@ from .errors import (
 
 log = logging.getLogger("tether_sandbox")
 
+
+class _RedactCredentials(logging.Filter):
+    """websockets logs the upgrade's headers at DEBUG; the API token must never reach a log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg) + " ".join(str(a) for a in (record.args or ()))
+        return "authorization" not in text.lower()
+
+
+_ws_log = logging.getLogger("tether_sandbox.websocket")
+_ws_log.addFilter(_RedactCredentials())
+
 KIND_DATA = 1
 KIND_WINDOW = 2
 KIND_CONTROL = 3
@@ -343,6 +355,7 @@ class Connection:
                 open_timeout=CONNECT_TIMEOUT_S,
                 max_queue=64,
                 user_agent_header=client,
+                logger=_ws_log,
             )
         except InvalidStatus as exc:
             raise _upgrade_error(exc) from None
