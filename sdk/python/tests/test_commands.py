@@ -3,6 +3,7 @@ caps, background processes and re-attaching."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import pytest
@@ -184,3 +185,12 @@ def test_a_command_in_a_deleted_sandbox_fails_clearly(sandbox: Sandbox) -> None:
     other.delete()
     with pytest.raises((SandboxNotFound, SandboxGone)):
         sandbox.commands.run("true")
+
+
+async def test_a_stalled_stream_does_not_stall_the_others(asandbox: AsyncSandbox) -> None:
+    # 50 MB nobody reads: its window fills and the agent holds that process back...
+    stalled = await asandbox.commands.start("head -c 50000000 /dev/zero")
+    # ...while 20 other commands on the same connection run to completion.
+    results = await asyncio.gather(*(asandbox.commands.run(f"echo {i}") for i in range(20)))
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(20)]
+    assert len((await stalled.wait()).stdout_bytes) == 50_000_000

@@ -4,6 +4,7 @@ errors for a missing relay, a bad token and a dead sandbox."""
 from __future__ import annotations
 
 import http.server
+import logging
 import threading
 from collections.abc import Iterator
 
@@ -156,3 +157,17 @@ def test_an_expired_sandbox_is_gone(relay: Relay) -> None:
     with pytest.raises(SandboxGone):
         sb.commands.run("true")
     sb.close()
+
+
+async def test_the_token_never_reaches_a_log(
+    relay: Relay, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    sb = await AsyncSandbox.create(ttl=600)
+    try:
+        assert (await sb.commands.run("echo x")).stdout == "x\n"
+    finally:
+        await sb.delete()
+    assert caplog.records, "debug logging captured nothing: the test would prove nothing"
+    assert relay.token not in caplog.text
+    assert relay.token not in repr(sb._relay.config)
