@@ -23,7 +23,13 @@ from ._portal import _Portal as _Portal
 from ._ports import AsyncPorts
 from ._pty import AsyncPty
 from ._sandbox import AsyncSandbox, Language
-from ._sync_handles import CodeSession, CommandHandle, Forward, PtyHandle, Watch
+
+# Re-exported: the handles were first defined here, and the integrations import them from here.
+from ._sync_handles import CodeSession as CodeSession
+from ._sync_handles import CommandHandle as CommandHandle
+from ._sync_handles import Forward as Forward
+from ._sync_handles import PtyHandle as PtyHandle
+from ._sync_handles import Watch as Watch
 from .types import (
     AgentInfo,
     CommandResult,
