@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from pathlib import Path
 
 import pytest
 
+from conftest import RelayProcess
 from tether_sandbox import (
     AsyncSandbox,
     CommandFailed,
@@ -194,3 +196,28 @@ async def test_a_stalled_stream_does_not_stall_the_others(asandbox: AsyncSandbox
     results = await asyncio.gather(*(asandbox.commands.run(f"echo {i}") for i in range(20)))
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(20)]
     assert len((await stalled.wait()).stdout_bytes) == 50_000_000
+
+
+async def test_background_output_survives_a_relay_restart(tmp_path: Path) -> None:
+    # A relay of its own, restarted on the same address and data directory mid-output.
+    relay = RelayProcess(tmp_path)
+    listen = relay.url.removeprefix("http://")
+    sb = await AsyncSandbox.create(ttl=600, relay=relay.url, token=relay.token)
+    try:
+        h = await sb.commands.start(
+            "i=0; while [ $i -lt 300 ]; do echo line-$i; i=$((i+1)); sleep 0.01; done",
+            background=True,
+        )
+        seen = bytearray()
+        restarted = False
+        async for chunk in h:
+            seen += chunk.data
+            if not restarted and seen.count(b"\n") >= 20:
+                relay.stop()
+                relay = RelayProcess(tmp_path, listen)
+                restarted = True
+        assert restarted and (await h.wait()).exit_code == 0
+        assert bytes(seen) == b"".join(b"line-%d\n" % i for i in range(300))
+    finally:
+        await sb.delete()
+        relay.stop()
