@@ -32,36 +32,53 @@ class Relay:
     data_dir: Path
 
 
-@pytest.fixture(scope="session")
-def relay() -> Iterator[Relay]:
-    """A real relay on an ephemeral port, with its own data directory and admin token."""
-    tether, agent = _bin("TETHER_BIN", "tether"), _bin("TETHER_AGENT_BIN", "tether-agent")
-    with tempfile.TemporaryDirectory(prefix="tether-pysdk-") as tmp:
-        data_dir = Path(tmp)
+class RelayProcess:
+    """``tether serve`` on ``listen`` (``127.0.0.1:0`` for any port) over ``data_dir``; ready
+    once it prints its ``listening`` line."""
+
+    def __init__(self, data_dir: Path, listen: str = "127.0.0.1:0") -> None:
+        tether, agent = _bin("TETHER_BIN", "tether"), _bin("TETHER_AGENT_BIN", "tether-agent")
         env = dict(
             os.environ, TETHER_AGENT_BIN=agent, TETHER_LOG=os.environ.get("TETHER_LOG", "warn")
         )
-        proc = subprocess.Popen(
-            [tether, "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
+        self.proc = subprocess.Popen(
+            [tether, "serve", "--listen", listen, "--data-dir", str(data_dir)],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             env=env,
             text=True,
         )
+        assert self.proc.stdout is not None
+        # Readiness is the line the relay prints once it listens (stdout closes if it dies).
+        self.url = ""
+        for line in self.proc.stdout:
+            if line.startswith("listening "):
+                self.url = line.removeprefix("listening ").strip()
+                break
+        if not self.url:
+            raise RuntimeError(f"the relay exited with {self.proc.wait()} before listening")
+        self.token = (data_dir / "admin.token").read_text().strip()
+
+    def stop(self) -> None:
+        """Stops the relay; its sandboxes keep running."""
+        self.proc.terminate()
         try:
-            assert proc.stdout is not None
-            # Readiness is the line the relay prints once it listens (stdout closes if it dies).
-            url = ""
-            for line in proc.stdout:
-                if line.startswith("listening "):
-                    url = line.removeprefix("listening ").strip()
-                    break
-            if not url:
-                raise RuntimeError(f"the relay exited with {proc.wait()} before listening")
-            token = (data_dir / "admin.token").read_text().strip()
-            os.environ["TETHER_RELAY"] = url
-            os.environ["TETHER_TOKEN"] = token
-            yield Relay(url, token, data_dir)
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def relay() -> Iterator[Relay]:
+    """A real relay on an ephemeral port, with its own data directory and admin token."""
+    with tempfile.TemporaryDirectory(prefix="tether-pysdk-") as tmp:
+        data_dir = Path(tmp)
+        process = RelayProcess(data_dir)
+        try:
+            os.environ["TETHER_RELAY"] = process.url
+            os.environ["TETHER_TOKEN"] = process.token
+            yield Relay(process.url, process.token, data_dir)
             # Delete whatever a failed test left behind.
             for info in Sandbox.list():
                 try:
@@ -69,12 +86,7 @@ def relay() -> Iterator[Relay]:
                 except TetherError:
                     pass
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            process.stop()
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ def test_run_code_python_and_bash(sandbox: Sandbox) -> None:
 
 
 @pytest.mark.skipif(
-    shutil.which("node", path="/usr/bin:/bin") is None, reason="no node in /usr/bin"
+    shutil.which("node", path="/usr/local/bin:/usr/bin:/bin") is None,
+    reason="no node under /usr, where a local sandbox could see it",
 )
 def test_run_code_node(sandbox: Sandbox) -> None:
     assert sandbox.run_code("console.log(6 * 7)", language="node").stdout == "42\n"

@@ -3,16 +3,21 @@ caps, background processes and re-attaching."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+from pathlib import Path
 
 import pytest
 
+from conftest import RelayProcess
 from tether_sandbox import (
     AsyncSandbox,
     CommandFailed,
     NotFound,
     OutputChunk,
     Sandbox,
+    SandboxGone,
+    SandboxNotFound,
 )
 
 
@@ -154,3 +159,65 @@ def test_kill_reaches_a_process_from_another_connection(sandbox: Sandbox) -> Non
     finally:
         other.close()
     assert h.wait().status.signal == 15
+
+
+def test_a_gap_in_the_replay_ring_is_reported(sandbox: Sandbox) -> None:
+    # 64 KiB rings, 200 KiB of output while nobody is attached: the oldest bytes are gone.
+    h = sandbox.commands.start(
+        "head -c 204800 /dev/zero | tr '\\0' x; echo; read _",
+        background=True,
+        stdin=True,
+        ring_bytes=65536,
+    )
+    h.detach()
+    # Wait (by the process list) until all the output is produced, then re-attach from 0.
+    for _ in range(1000):
+        proc = next(p for p in sandbox.commands.list() if p.process_id == h.process_id)
+        if proc.out_offset == 204801:
+            break
+    again = sandbox.commands.attach(h.process_id, stdin=True)
+    again.close_stdin()
+    result = again.wait()
+    assert again.dropped == [("stdout", 0, 204801 - 65536)]
+    assert len(result.stdout_bytes) == 65536 and again.offsets[0] == 204801
+
+
+def test_a_command_in_a_deleted_sandbox_fails_clearly(sandbox: Sandbox) -> None:
+    other = Sandbox.connect(sandbox.id)
+    other.delete()
+    with pytest.raises((SandboxNotFound, SandboxGone)):
+        sandbox.commands.run("true")
+
+
+async def test_a_stalled_stream_does_not_stall_the_others(asandbox: AsyncSandbox) -> None:
+    # 50 MB nobody reads: its window fills and the agent holds that process back...
+    stalled = await asandbox.commands.start("head -c 50000000 /dev/zero")
+    # ...while 20 other commands on the same connection run to completion.
+    results = await asyncio.gather(*(asandbox.commands.run(f"echo {i}") for i in range(20)))
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(20)]
+    assert len((await stalled.wait()).stdout_bytes) == 50_000_000
+
+
+async def test_background_output_survives_a_relay_restart(tmp_path: Path) -> None:
+    # A relay of its own, restarted on the same address and data directory mid-output.
+    relay = RelayProcess(tmp_path)
+    listen = relay.url.removeprefix("http://")
+    sb = await AsyncSandbox.create(ttl=600, relay=relay.url, token=relay.token)
+    try:
+        h = await sb.commands.start(
+            "i=0; while [ $i -lt 300 ]; do echo line-$i; i=$((i+1)); sleep 0.01; done",
+            background=True,
+        )
+        seen = bytearray()
+        restarted = False
+        async for chunk in h:
+            seen += chunk.data
+            if not restarted and seen.count(b"\n") >= 20:
+                relay.stop()
+                relay = RelayProcess(tmp_path, listen)
+                restarted = True
+        assert restarted and (await h.wait()).exit_code == 0
+        assert bytes(seen) == b"".join(b"line-%d\n" % i for i in range(300))
+    finally:
+        await sb.delete()
+        relay.stop()

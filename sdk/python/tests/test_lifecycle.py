@@ -4,6 +4,7 @@ errors for a missing relay, a bad token and a dead sandbox."""
 from __future__ import annotations
 
 import http.server
+import logging
 import threading
 from collections.abc import Iterator
 
@@ -18,6 +19,7 @@ from tether_sandbox import (
     RelayUnavailable,
     RelayUnreachable,
     Sandbox,
+    SandboxGone,
     SandboxNotFound,
 )
 
@@ -138,3 +140,34 @@ async def test_async_lifecycle(relay: Relay) -> None:
             assert [s.id for s in await AsyncSandbox.list(labels={"k": "async-life"})] == [sb.id]
         finally:
             await sb.delete()
+
+
+def test_an_expired_sandbox_is_gone(relay: Relay) -> None:
+    sb = Sandbox.create(ttl=1)
+    # The relay's reaper runs every second; ask until it has deleted the sandbox (bounded).
+    for _ in range(300):
+        try:
+            sb.refresh()
+        except SandboxGone as gone:
+            assert gone.status == 410 and gone.message
+            break
+        Sandbox.list()  # paces the loop on a real round trip, not a sleep
+    else:
+        pytest.fail("the sandbox outlived its 1 s TTL")
+    with pytest.raises(SandboxGone):
+        sb.commands.run("true")
+    sb.close()
+
+
+async def test_the_token_never_reaches_a_log(
+    relay: Relay, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    sb = await AsyncSandbox.create(ttl=600)
+    try:
+        assert (await sb.commands.run("echo x")).stdout == "x\n"
+    finally:
+        await sb.delete()
+    assert caplog.records, "debug logging captured nothing: the test would prove nothing"
+    assert relay.token not in caplog.text
+    assert relay.token not in repr(sb._relay.config)

@@ -7,8 +7,9 @@
   touches frames). It hands out ``commands`` (``_commands``), ``files`` (``_files``, with
   ``_tar`` for host-side archives), ``pty`` (``_pty``), ``ports`` (``_ports``) and code
   (``_code``, whose stateful session runs ``_code_driver`` inside the sandbox).
-- ``_sync.Sandbox`` is the blocking twin: each call runs the async one on a private event
-  loop thread, so both share every line of logic and every result type (``types``).
+- ``_sync.Sandbox`` (with ``_sync_handles``) is the blocking twin: each call runs the async
+  one on a private event loop thread (``_portal``), so both share every line of logic and
+  every result type (``types``).
 - ``errors`` holds the exception hierarchy and the one mapping from relay statuses and agent
   error codes to it.
 
@@ -30,18 +31,8 @@ from ._ports import AsyncForward, AsyncPorts
 from ._pty import AsyncPty, AsyncPtyHandle
 from ._relay import RelayConfig
 from ._sandbox import AsyncSandbox
-from ._sync import (
-    CodeSession,
-    CommandHandle,
-    Commands,
-    Files,
-    Forward,
-    Ports,
-    Pty,
-    PtyHandle,
-    Sandbox,
-    Watch,
-)
+from ._sync import Commands, Files, Ports, Pty, Sandbox
+from ._sync_handles import CodeSession, CommandHandle, Forward, PtyHandle, Watch
 from .errors import (
     AgentError,
     AgentInternalError,

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 INTERRUPT_GRACE_S = 5.0  # seconds a cell gets to stop after SIGINT before the session dies
 _STDERR_TAIL = 64 << 10  # 64 KiB of the driver's own stderr kept for error messages
+_MAX_UNREAD_REPLIES = 64  # replies queued before the oldest is dropped
 
 _INTERPRETERS = {"python": ["python3", "-"], "node": ["node", "-"], "bash": ["bash", "-s"]}
 
@@ -94,6 +95,10 @@ class AsyncCodeSession:
                 line += chunk.data
                 while (nl := line.find(b"\n")) >= 0:
                     raw, line = bytes(line[:nl]), line[nl + 1 :]
+                    if self._replies.qsize() >= _MAX_UNREAD_REPLIES:
+                        # Replies nobody asked for (a hostile or broken driver): keep memory
+                        # bounded by dropping the oldest.
+                        self._replies.get_nowait()
                     self._replies.put_nowait(self._parse(raw))
                 if len(line) > CODE_REPLY_MAX:
                     raise CodeSessionError("the code session's reply is over its size limit")

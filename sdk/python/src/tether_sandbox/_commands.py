@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from ._constants import BULK_WINDOW, RETRY_ATTEMPTS, RETRY_BASE_S, RETRY_MAX_S
 from ._protocol import Data, Message, Stream, expect_reply, raise_if_error
-from .errors import CommandFailed, ConnectionLost, ProtocolError, TetherError
+from .errors import (
+    CommandFailed,
+    ConnectionLost,
+    ProtocolError,
+    RelayUnavailable,
+    RelayUnreachable,
+    TetherError,
+)
 from .types import CommandResult, ExitStatus, OutputChunk, ProcessInfo
 
 if TYPE_CHECKING:
@@ -210,7 +217,8 @@ class AsyncCommandHandle:
                 if self.on_reattach is not None:
                     await self.on_reattach()
                 return
-            except ConnectionLost as exc:
+            except (ConnectionLost, RelayUnreachable, RelayUnavailable) as exc:
+                # The relay may be restarting: its sandboxes and their processes live on.
                 last = exc
                 await asyncio.sleep(min(RETRY_BASE_S * 2**attempt, RETRY_MAX_S))
         raise ConnectionLost(f"could not re-attach to process {self.process_id}: {last}")

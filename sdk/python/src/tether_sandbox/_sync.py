@@ -7,156 +7,42 @@ waited for, so the sync and async APIs share all their logic and result types. C
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import os
-import threading
-from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from ._code import AsyncCodeSession
-from ._commands import AsyncCommandHandle, AsyncCommands, Command, OutputCallback
+from ._commands import AsyncCommands, Command, OutputCallback
 from ._constants import DEFAULT_MAX_DOWNLOAD, DEFAULT_MAX_READ
-from ._files import AsyncFiles, AsyncWatch, IfExists
-from ._ports import AsyncForward, AsyncPorts
-from ._pty import AsyncPty, AsyncPtyHandle
+from ._files import AsyncFiles, IfExists
+
+# _call and _Portal are re-exported: the framework integrations run coroutines through them.
+from ._portal import _call as _call
+from ._portal import _Portal as _Portal
+from ._ports import AsyncPorts
+from ._pty import AsyncPty
 from ._sandbox import AsyncSandbox, Language
+
+# Re-exported: the handles were first defined here, and the integrations import them from here.
+from ._sync_handles import CodeSession as CodeSession
+from ._sync_handles import CommandHandle as CommandHandle
+from ._sync_handles import Forward as Forward
+from ._sync_handles import PtyHandle as PtyHandle
+from ._sync_handles import Watch as Watch
 from .types import (
     AgentInfo,
-    CodeResult,
     CommandResult,
     ExitStatus,
-    FileEvent,
     FileInfo,
     GlobResult,
     GrepResult,
     ListeningPort,
-    OutputChunk,
     ProcessInfo,
     ReadResult,
     SandboxInfo,
     WriteResult,
 )
-
-T = TypeVar("T")
-
-
-class _Portal:
-    """An event loop on a daemon thread, shared by every sync object of the process."""
-
-    _lock = threading.Lock()
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def loop(cls) -> asyncio.AbstractEventLoop:
-        with cls._lock:
-            if cls._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(
-                    target=loop.run_forever, name="tether-sandbox-loop", daemon=True
-                )
-                thread.start()
-                cls._loop = loop
-            return cls._loop
-
-
-def _call(coro: Coroutine[Any, Any, T]) -> T:
-    loop = _Portal.loop()
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
-        coro.close()
-        raise RuntimeError(
-            "a blocking Sandbox call from inside its own callback would deadlock; "
-            "use AsyncSandbox in async code"
-        )
-    future: Future[T] = asyncio.run_coroutine_threadsafe(coro, loop)
-    try:
-        return future.result()
-    except BaseException:
-        future.cancel()
-        raise
-
-
-def _iterate(aiter: AsyncIterator[T]) -> Iterator[T]:
-    async def step() -> tuple[bool, T | None]:
-        try:
-            return True, await aiter.__anext__()
-        except StopAsyncIteration:
-            return False, None
-
-    while True:
-        more, item = _call(step())
-        if not more:
-            return
-        yield item  # type: ignore[misc]
-
-
-class CommandHandle:
-    """A running process (see :class:`AsyncCommandHandle`)."""
-
-    def __init__(self, inner: AsyncCommandHandle) -> None:
-        self._inner = inner
-
-    @property
-    def process_id(self) -> int:
-        return self._inner.process_id
-
-    @property
-    def pid(self) -> int:
-        return self._inner.pid
-
-    @property
-    def offsets(self) -> tuple[int, int]:
-        return self._inner.offsets
-
-    @property
-    def dropped(self) -> list[tuple[str, int, int]]:
-        return self._inner.dropped
-
-    @property
-    def exit_status(self) -> ExitStatus | None:
-        return self._inner.exit_status
-
-    def __iter__(self) -> Iterator[OutputChunk]:
-        return _iterate(self._inner.__aiter__())
-
-    def wait(self, *, check: bool = False) -> CommandResult:
-        return _call(self._inner.wait(check=check))
-
-    def send_stdin(self, data: bytes | str) -> None:
-        _call(self._inner.send_stdin(data))
-
-    def close_stdin(self) -> None:
-        _call(self._inner.close_stdin())
-
-    def signal(self, signal: str | int, *, group: bool = False) -> None:
-        _call(self._inner.signal(signal, group=group))
-
-    def kill(self) -> None:
-        _call(self._inner.kill())
-
-    def detach(self) -> None:
-        _call(self._inner.detach())
-
-
-class PtyHandle(CommandHandle):
-    """A process on a terminal (see :class:`AsyncPtyHandle`)."""
-
-    _inner: AsyncPtyHandle
-
-    def __init__(self, inner: AsyncPtyHandle) -> None:
-        super().__init__(inner)
-
-    def write(self, data: bytes | str) -> None:
-        _call(self._inner.write(data))
-
-    def resize(self, cols: int, rows: int) -> None:
-        _call(self._inner.resize(cols, rows))
 
 
 class Commands:
@@ -268,23 +154,6 @@ class Commands:
 
     def kill(self, process_id: int, *, signal: str | int = "KILL", group: bool = True) -> None:
         _call(self._inner.kill(process_id, signal=signal, group=group))
-
-
-class Watch:
-    """Changes under a watched directory (see :class:`AsyncWatch`)."""
-
-    def __init__(self, inner: AsyncWatch) -> None:
-        self._inner = inner
-
-    def __iter__(self) -> Iterator[FileEvent]:
-        return _iterate(self._inner.__aiter__())
-
-    def next(self, timeout: float | None = None) -> FileEvent | None:
-        """The next change; raises ``TimeoutError`` after ``timeout`` seconds."""
-        return _call(asyncio.wait_for(self._inner.next(), timeout))
-
-    def close(self) -> None:
-        _call(self._inner.close())
 
 
 class Files:
@@ -449,34 +318,6 @@ class Pty:
         )
 
 
-class Forward:
-    """A host port forwarded into the sandbox (see :class:`AsyncForward`)."""
-
-    def __init__(self, inner: AsyncForward) -> None:
-        self._inner = inner
-
-    @property
-    def local_port(self) -> int:
-        return self._inner.local_port
-
-    @property
-    def remote_port(self) -> int:
-        return self._inner.remote_port
-
-    @property
-    def url(self) -> str:
-        return self._inner.url
-
-    def close(self) -> None:
-        _call(self._inner.close())
-
-    def __enter__(self) -> Forward:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 class Ports:
     """``sandbox.ports`` (see :class:`AsyncPorts`)."""
 
@@ -494,29 +335,6 @@ class Ports:
 
     def forward(self, port: int, *, local_port: int = 0, host: str = "127.0.0.1") -> Forward:
         return Forward(_call(self._inner.forward(port, local_port=local_port, host=host)))
-
-
-class CodeSession:
-    """A stateful Python session (see :class:`AsyncCodeSession`)."""
-
-    def __init__(self, inner: AsyncCodeSession) -> None:
-        self._inner = inner
-
-    @property
-    def process_id(self) -> int:
-        return self._inner.process_id
-
-    def run(self, code: str, *, timeout: float | None = None) -> CodeResult:
-        return _call(self._inner.run(code, timeout=timeout))
-
-    def close(self) -> None:
-        _call(self._inner.close())
-
-    def __enter__(self) -> CodeSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Sandbox:
