@@ -1,0 +1,249 @@
+"""``AsyncSandbox``: one sandbox on a relay. Its lifecycle (create, get-or-create, connect,
+list, renew, delete) goes over REST; everything inside it goes over one WebSocket, opened
+lazily and re-opened after a drop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Literal
+
+from ._code import AsyncCodeSession, run_code_fields
+from ._commands import AsyncCommands
+from ._constants import INITIAL_WINDOW
+from ._files import AsyncFiles
+from ._ports import AsyncPorts
+from ._protocol import Connection, Message, Stream, expect_reply
+from ._pty import AsyncPty
+from ._relay import AsyncRelayClient, RelayConfig
+from .errors import ProtocolError
+from .types import AgentInfo, CommandResult, SandboxInfo
+
+Language = Literal["python", "node", "bash"]
+
+
+class AsyncSandbox:
+    """A sandbox, driven with ``async`` calls. Make one with :meth:`create`,
+    :meth:`get_or_create` or :meth:`connect`; use it as an ``async with`` block to close the
+    connection at the end (:meth:`delete` removes the sandbox itself).
+
+    - ``sandbox.commands``: processes (:class:`AsyncCommands`)
+    - ``sandbox.files``: the file system (:class:`AsyncFiles`)
+    - ``sandbox.pty``: terminals (:class:`AsyncPty`)
+    - ``sandbox.ports``: preview URLs and local forwards (:class:`AsyncPorts`)
+    - :meth:`run_code` and :meth:`code_session`: code in python, node or bash
+    """
+
+    def __init__(self, info: SandboxInfo, relay: AsyncRelayClient) -> None:
+        self.info = info
+        self._relay = relay
+        self._conn: Connection | None = None
+        self._conn_lock = asyncio.Lock()
+        self.commands = AsyncCommands(self)
+        self.files = AsyncFiles(self)
+        self.pty = AsyncPty(self)
+        self.ports = AsyncPorts(self)
+
+    @property
+    def id(self) -> str:
+        """The relay's id of the sandbox, e.g. ``sb-3f9a2c``."""
+        return self.info.id
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(id={self.id!r}, relay={self._relay.config.url!r})"
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    async def create(
+        cls,
+        *,
+        image: str | None = None,
+        provider: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        ttl: float | None = None,
+        idle_timeout: float | None = None,
+        cpus: float | None = None,
+        memory_bytes: int | None = None,
+        pids: int | None = None,
+        disk_bytes: int | None = None,
+        network: Literal["none", "host"] | None = None,
+        seccomp_unconfined: bool = False,
+        get_or_create: bool = False,
+        relay: str | None = None,
+        token: str | None = None,
+    ) -> AsyncSandbox:
+        """Creates a sandbox. ``ttl`` and ``idle_timeout`` are seconds; the relay's policy
+        fills in limits left out. With ``get_or_create``, returns the tenant's sandbox with
+        exactly these ``labels`` if there is one (``info.created`` says which)."""
+        body: dict[str, Any] = {}
+        for name, value in (
+            ("image", image),
+            ("provider", provider),
+            ("ttl", ttl),
+            ("idle_timeout", idle_timeout),
+            ("cpus", cpus),
+            ("memory_bytes", memory_bytes),
+            ("pids", pids),
+            ("disk_bytes", disk_bytes),
+            ("network", network),
+        ):
+            if value is not None:
+                body[name] = value
+        if labels:
+            body["labels"] = dict(labels)
+        if env:
+            body["env"] = dict(env)
+        if seccomp_unconfined:
+            body["seccomp_unconfined"] = True
+        if get_or_create:
+            if not labels:
+                raise ValueError("get_or_create needs labels to find the sandbox by")
+            body["get_or_create"] = True
+        client = AsyncRelayClient(RelayConfig.resolve(relay, token))
+        try:
+            info = await client.create(body)
+        except BaseException:
+            await client.aclose()
+            raise
+        return cls(info, client)
+
+    @classmethod
+    async def get_or_create(cls, labels: Mapping[str, str], **kwargs: Any) -> AsyncSandbox:
+        """The tenant's sandbox with exactly ``labels`` (e.g. ``{"thread": thread_id}``),
+        created with ``kwargs`` if there is none."""
+        return await cls.create(labels=labels, get_or_create=True, **kwargs)
+
+    @classmethod
+    async def connect(
+        cls, sandbox_id: str, *, relay: str | None = None, token: str | None = None
+    ) -> AsyncSandbox:
+        """An existing sandbox by id. Raises :class:`SandboxNotFound` or
+        :class:`SandboxGone`."""
+        client = AsyncRelayClient(RelayConfig.resolve(relay, token))
+        try:
+            info = await client.get(sandbox_id)
+        except BaseException:
+            await client.aclose()
+            raise
+        return cls(info, client)
+
+    @staticmethod
+    async def list(
+        *,
+        labels: Mapping[str, str] | None = None,
+        relay: str | None = None,
+        token: str | None = None,
+    ) -> list[SandboxInfo]:
+        """The tenant's sandboxes, those with all of ``labels`` if given."""
+        client = AsyncRelayClient(RelayConfig.resolve(relay, token))
+        try:
+            return await client.list(dict(labels) if labels else None)
+        finally:
+            await client.aclose()
+
+    async def refresh(self) -> SandboxInfo:
+        """Re-reads the sandbox's state from the relay."""
+        self.info = await self._relay.get(self.id)
+        return self.info
+
+    async def renew(self, ttl: float) -> SandboxInfo:
+        """Sets the TTL to ``ttl`` seconds from now."""
+        self.info = await self._relay.renew(self.id, max(1, round(ttl)))
+        return self.info
+
+    async def delete(self) -> None:
+        """Deletes the sandbox and everything in it, and closes this client."""
+        await self.close()
+        try:
+            await self._relay.delete(self.id)
+        finally:
+            await self._relay.aclose()
+
+    kill = delete
+    """E2B's name for :meth:`delete`."""
+
+    async def close(self) -> None:
+        """Closes the connection to the sandbox (background processes keep running)."""
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.close()
+
+    async def aclose(self) -> None:
+        """Closes the connection and the relay client; the sandbox keeps running."""
+        await self.close()
+        await self._relay.aclose()
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # --- the connection ----------------------------------------------------------------------
+
+    async def _connection(self) -> Connection:
+        async with self._conn_lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = await self._relay.connect(self.id)
+            return self._conn
+
+    async def _open(self, op: str, fields: Message, *, window: int = INITIAL_WINDOW) -> Stream:
+        """Opens a stream for ``op`` on the live connection (reconnecting if it dropped)."""
+        conn = await self._connection()
+        return await conn.open_stream(op, fields, window=window)
+
+    async def capabilities(self) -> frozenset[str]:
+        """What the sandbox's agent announced it supports."""
+        return (await self._connection()).capabilities
+
+    async def agent_info(self) -> AgentInfo:
+        """Facts about the agent and the machine it runs on."""
+        reply = await expect_reply(await self._open("info", {}), "info")
+        try:
+            return AgentInfo(
+                agent_version=str(reply["agent_version"]),
+                os=str(reply["os"]),
+                arch=str(reply["arch"]),
+                user=str(reply["user"]),
+                home=str(reply["home"]),
+                cwd=str(reply["cwd"]),
+                hostname=str(reply["hostname"]),
+                cpus=int(reply["cpus"]),
+                memory_bytes=int(reply["memory_bytes"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"the info reply is malformed: {exc}") from None
+
+    # --- code --------------------------------------------------------------------------------
+
+    async def run_code(
+        self,
+        code: str,
+        language: Language = "python",
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        """Runs ``code`` once in a fresh ``python3``, ``node`` or ``bash`` (no state kept
+        between calls; see :meth:`code_session` for that)."""
+        argv = run_code_fields(language)
+        return await self.commands.run(argv, stdin=code, env=env, cwd=cwd, timeout=timeout)
+
+    async def code_session(
+        self,
+        *,
+        python: str = "python3",
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> AsyncCodeSession:
+        """Starts a stateful Python session (variables persist between runs, like a notebook)."""
+        return await AsyncCodeSession.start(self, python=python, env=env, cwd=cwd)
