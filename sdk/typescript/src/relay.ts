@@ -33,11 +33,12 @@ export class RelayConfig {
     this.token = token;
   }
 
-  /** Resolves options against `TETHER_RELAY` and `TETHER_TOKEN`; throws a
-   * `ConfigurationError` saying what to set when the token is missing or the URL is bad. */
-  static resolve(options: RelayOptions = {}, defaultRelay: string | undefined = DEFAULT_RELAY): RelayConfig {
+  /** Resolves options against `TETHER_RELAY` and `TETHER_TOKEN` (and `defaultRelay`; `null`
+   * for none); throws a `ConfigurationError` saying what to set when one is missing or the URL
+   * is bad. */
+  static resolve(options: RelayOptions = {}, defaultRelay: string | null = DEFAULT_RELAY): RelayConfig {
     const url = options.relay ?? env("TETHER_RELAY") ?? defaultRelay;
-    if (url === undefined) {
+    if (url === null) {
       throw new ConfigurationError("missing relay URL: pass `relay` or set TETHER_RELAY (e.g. http://127.0.0.1:7420)");
     }
     let parsed: URL;

@@ -49,8 +49,9 @@ function defineTool<I>(t: TetherTool<I>): TetherTool {
 }
 
 /** Languages `run` knows, and how each runs a file. */
-const LANGUAGES: Record<string, { ext: string; argv: (file: string) => string[] }> = {
-  python: { ext: "py", argv: (f) => ["python3", f] },
+const LANGUAGES: Record<string, { ext: string; argv: (file: string) => string[]; env?: Record<string, string> }> = {
+  // Unbuffered, so stdout and stderr interleave in the order the program wrote them.
+  python: { ext: "py", argv: (f) => ["python3", f], env: { PYTHONUNBUFFERED: "1" } },
   javascript: { ext: "mjs", argv: (f) => ["node", f] },
   bash: { ext: "sh", argv: (f) => ["bash", f] },
   sh: { ext: "sh", argv: (f) => ["sh", f] },
@@ -98,7 +99,7 @@ export class TetherSandboxToolkit {
 
   /** Throws a `ConfigurationError` at once if the relay URL or the token is missing. */
   constructor(options: TetherSandboxToolkitOptions = {}) {
-    this.config = RelayConfig.resolve(options, undefined);
+    this.config = RelayConfig.resolve(options, null);
     this.options = options;
   }
 
@@ -128,9 +129,10 @@ export class TetherSandboxToolkit {
     return Math.max(1, Math.round(s * 1000));
   }
 
-  private async exec(argv: string[] | string, timeoutSeconds: number | undefined): Promise<string> {
+  private async exec(argv: string[] | string, timeoutSeconds: number | undefined, env?: Record<string, string>): Promise<string> {
     const sandbox = await this.getSandbox();
     const result = await sandbox.commands.run(argv, {
+      ...(env === undefined ? {} : { env }),
       mergeStderr: true,
       timeoutMs: this.timeoutMs(timeoutSeconds),
       outputLimit: this.options.outputLimit ?? 100_000,
@@ -153,7 +155,7 @@ export class TetherSandboxToolkit {
     const file = `${this.options.scratchDir ?? "/tmp"}/tether-run-${crypto.randomUUID()}.${language.ext}`;
     await sandbox.files.write(file, input.code);
     try {
-      return await this.exec(language.argv(file), input.timeoutSeconds);
+      return await this.exec(language.argv(file), input.timeoutSeconds, language.env);
     } finally {
       await sandbox.files.remove(file).catch(() => undefined);
     }
