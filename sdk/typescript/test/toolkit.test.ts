@@ -143,8 +143,9 @@ describe("frameworks", () => {
         { content: [{ type: "text", text: "done" }], finishReason: { unified: "stop", raw: undefined }, usage, warnings: [] },
       ],
     });
-    // The ai package's own `tool()` accepts the definitions as they are.
-    const tools = Object.fromEntries(Object.entries(toolkit.getAiSdkTools()).map(([name, t]) => [name, tool(t)]));
+    // generateText takes them as they are, and the ai package's own `tool()` accepts each.
+    const tools = toolkit.getAiSdkTools();
+    assert.equal(typeof tool(tools["sandbox_tether_shell"]!).execute, "function");
     const result = await generateText({ model, tools, prompt: "run it", stopWhen: stepCountIs(3) });
     assert.equal(result.text, "done");
     const toolResults = result.steps.flatMap((s) => s.toolResults);
