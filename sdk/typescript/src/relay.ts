@@ -110,8 +110,10 @@ export class RelayClient {
    * without get-or-create) are not retried after the relay may have acted on them. */
   async request(method: string, path: string, body?: unknown, idempotent = true): Promise<unknown> {
     let lastError: TetherError | undefined;
+    let wait = 0;
     for (let attempt = 0; attempt < HTTP_ATTEMPTS; attempt++) {
-      if (attempt > 0) await new Promise((r) => setTimeout(r, delay(attempt - 1, null)));
+      if (attempt > 0) await new Promise((r) => setTimeout(r, wait));
+      wait = delay(attempt, null);
       let response: Response;
       try {
         response = await fetch(`${this.config.url}${path}`, {
@@ -140,8 +142,7 @@ export class RelayClient {
       lastError = this.error(response.status, text, method, path);
       // 429 and 503 mean the relay did nothing; other 5xx may have, so only idempotent ones retry.
       if (retryable(response.status) && (idempotent || response.status === 429 || response.status === 503)) {
-        const wait = delay(attempt, response.headers.get("retry-after"));
-        if (attempt + 1 < HTTP_ATTEMPTS) await new Promise((r) => setTimeout(r, wait));
+        wait = delay(attempt, response.headers.get("retry-after"));
         continue;
       }
       throw lastError;
