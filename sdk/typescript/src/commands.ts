@@ -290,10 +290,22 @@ export class CommandHandle implements AsyncIterable<OutputChunk> {
   }
 
   /** Stops reading: a background process keeps running (re-attach with `attach`); a
-   * foreground one is killed. */
-  detach(): void {
+   * foreground one is killed. Resolves once the agent closed the stream; if the process had
+   * already ended, its `exit` crossed the cancel and collected it: `exitStatus` then has it
+   * (PROTOCOL.md, `exec`, detaching). */
+  async detach(): Promise<void> {
+    if (this.done) return;
     this.done = true;
     this.stream.cancel();
+    try {
+      for (;;) {
+        const item = await this.stream.next();
+        if (item === null) return;
+        if (item.kind === "message" && item.message.type === "exit") this.status = exitStatus(item.message["status"]);
+      }
+    } catch {
+      // The connection went: nothing more can arrive on this stream.
+    }
   }
 }
 

@@ -177,7 +177,7 @@ describe("commands", () => {
     // The process waits for a line on stdin, so it is still running when we detach (an exit
     // delivered on the exec stream would collect it).
     const h = await sandbox.commands.start("printf 'hello world'; read line; echo \"$line\"", { background: true, stdin: true });
-    h.detach();
+    await h.detach();
     const again = await sandbox.commands.attach(h.processId, { outOffset: 6, stdin: true });
     const first = await again.next();
     assert.equal(text(first!.bytes), "world");
@@ -193,7 +193,7 @@ describe("commands", () => {
       background: true,
       ringBytes: 4096,
     });
-    small.detach();
+    await small.detach();
     await sandbox.files.write("/tmp/go", "");
     await until("the process ends", 10_000, async () => (await sandbox.commands.list()).find((p) => p.process === small.processId && p.exit !== undefined));
     const replay = await sandbox.commands.attach(small.processId);
@@ -203,9 +203,23 @@ describe("commands", () => {
     await assert.rejects(sandbox.commands.attach(small.processId), NotFoundError); // collected
   });
 
+  test("detaching races the exit, and the status is never lost", async () => {
+    for (let i = 0; i < 5; i++) {
+      const h = await sandbox.commands.start("exit 7", { background: true });
+      await h.detach();
+      if (h.exitStatus !== undefined) {
+        // The exit crossed the cancel and collected the process: the handle kept it.
+        assert.equal(h.exitStatus.code, 7);
+        await assert.rejects(sandbox.commands.attach(h.processId), NotFoundError);
+      } else {
+        assert.equal((await sandbox.commands.wait(h.processId)).code, 7);
+      }
+    }
+  });
+
   test("kill, wait and list manage background processes", async () => {
     const h = await sandbox.commands.start("sleep 60", { background: true, tag: "sleeper" });
-    h.detach();
+    await h.detach();
     const listed = await sandbox.commands.list();
     const mine = listed.find((p) => p.process === h.processId);
     assert.equal(mine?.tag, "sleeper");
