@@ -16,7 +16,7 @@ export { RelayClient, RelayConfig, type RelayOptions } from "./relay.js";
 export { Commands, CommandHandle, shellExitCode, type Command, type ExecOptions, type RunOptions, type StartOptions, type DroppedRange } from "./commands.js";
 export { Pty, PtyHandle, type PtyOptions } from "./pty.js";
 export { Files, Watch } from "./files.js";
-export { Ports } from "./ports.js";
+export { Ports, Forward } from "./ports.js";
 export { Connection, Stream, type StreamItem, type ConnectOptions } from "./protocol/connection.js";
 export * from "./errors.js";
 export type * from "./types.js";

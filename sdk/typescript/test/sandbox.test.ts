@@ -362,6 +362,18 @@ describe("ports", () => {
       assert.equal(await res.text(), "hello from the sandbox\n");
       const refused = await fetch(`${pathUrl}index.html`, { headers: { "X-Tether-Preview-Token": "wrong" } });
       assert.notEqual(refused.status, 200);
+      // The same server through a local forward, several requests at once.
+      const forward = await sandbox.ports.forward(8123);
+      try {
+        const pages = await Promise.all([1, 2, 3].map(() => fetch(`${forward.url}/index.html`).then((r) => r.text())));
+        assert.deepEqual(pages, Array(3).fill("hello from the sandbox\n"));
+        const big = new Uint8Array(2 << 20).map((_, i) => i & 0xff);
+        await sandbox.files.write("/workspace/site/big.bin", big);
+        const got = new Uint8Array(await (await fetch(`${forward.url}/big.bin`)).arrayBuffer());
+        assert.equal(sha256(got), sha256(big));
+      } finally {
+        await forward.close();
+      }
     } finally {
       await server.kill();
     }
