@@ -5,7 +5,8 @@
 //! ## Layout
 //! - `sandbox.ts`: `Sandbox`, the entry point: create, get-or-create, connect, list, delete.
 //! - `relay.ts`: the relay's REST API with retries.
-//! - `commands.ts`, `pty.ts`, `files.ts`, `ports.ts`: what runs inside a sandbox.
+//! - `commands.ts` (and `process.ts`, a running process), `pty.ts`, `files.ts`, `ports.ts`:
+//!   what runs inside a sandbox.
 //! - `protocol/`: the wire protocol (frames, flow control, streams); nothing else sees frames.
 //! - `toolkit.ts`: `TetherSandboxToolkit`, four tools for agents (AI SDK, LangChain.js).
 //! - `deepagents.ts`: `TetherBackend`, a deepagentsjs sandbox backend.
@@ -13,7 +14,8 @@
 
 export { Sandbox, type CreateOptions } from "./sandbox.js";
 export { RelayClient, RelayConfig, type RelayOptions } from "./relay.js";
-export { Commands, CommandHandle, shellExitCode, type Command, type ExecOptions, type RunOptions, type StartOptions, type DroppedRange } from "./commands.js";
+export { Commands, type Command, type ExecOptions, type RunOptions, type StartOptions } from "./commands.js";
+export { CommandHandle, shellExitCode, type DroppedRange } from "./process.js";
 export { Pty, PtyHandle, type PtyOptions } from "./pty.js";
 export { Files, Watch } from "./files.js";
 export { Ports, Forward } from "./ports.js";

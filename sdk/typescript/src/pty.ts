@@ -1,7 +1,8 @@
 //! Terminals: a process under a pseudo-terminal, its output on one channel, keystrokes in,
 //! resizes. Background terminals re-attach like any background process.
 
-import { CommandHandle, execFields, type Command, type ExecOptions } from "./commands.js";
+import { execFields, type Command, type ExecOptions } from "./commands.js";
+import { CommandHandle } from "./process.js";
 import type { Sandbox } from "./sandbox.js";
 
 /** A process under a terminal. */
