@@ -43,7 +43,7 @@ export class TestRelay {
     child.stderr!.on("data", (chunk: Buffer) => {
       log = (log + chunk.toString("utf8")).slice(-16_384);
     });
-    const url = await new Promise<string>((resolveUrl, reject) => {
+    const ready = new Promise<string>((resolveUrl, reject) => {
       const timer = setTimeout(() => reject(new Error(`the relay did not print \`listening \` within ${READY_TIMEOUT_MS} ms`)), READY_TIMEOUT_MS);
       child.once("exit", (code) => {
         clearTimeout(timer);
@@ -63,8 +63,15 @@ export class TestRelay {
         }
       });
     });
-    const token = readFileSync(join(dataDir, "admin.token"), "utf8").trim();
-    return new TestRelay(child, url, token, dataDir);
+    try {
+      const url = await ready;
+      const token = readFileSync(join(dataDir, "admin.token"), "utf8").trim();
+      return new TestRelay(child, url, token, dataDir);
+    } catch (e) {
+      child.kill("SIGKILL");
+      rmSync(dataDir, { recursive: true, force: true });
+      throw e;
+    }
   }
 
   /** Options for SDK calls against this relay. */
