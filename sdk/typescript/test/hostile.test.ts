@@ -130,3 +130,36 @@ test("credit is returned as the consumer reads, half a window at a time", async 
   assert.ok(grants.every((g) => g === 512));
   conn.close();
 });
+
+test("an agent flooding unread messages (not flow-controlled) fails that stream, not our memory", async () => {
+  handshake = welcome;
+  behaviour = (ws, open) => {
+    const stream = open["stream"] as number;
+    if (open["op"] === "watch") {
+      ws.send(encodeControl({ type: "reply", stream, reply: "ok" }));
+      const path = "x".repeat(1_000_000);
+      for (let i = 0; i < 40; i++) ws.send(encodeControl({ type: "event", stream, kind: "modify", path }));
+    } else {
+      ws.send(encodeControl({ type: "reply", stream, reply: "ok" }));
+      ws.send(encodeControl({ type: "closed", stream }));
+    }
+  };
+  const conn = await Connection.open({ url });
+  const watch = await conn.openStream("watch", { path: "." });
+  // One WebSocket keeps order: once this later stream is answered, the flood has arrived.
+  const probe = await conn.openStream("ports");
+  while ((await probe.next()) !== null);
+  let events = 0;
+  await assert.rejects(
+    (async () => {
+      for (;;) {
+        const item = await watch.next();
+        if (item === null) break;
+        if (item.kind === "message" && item.message.type === "event") events += 1;
+      }
+    })(),
+    (e: unknown) => e instanceof ProtocolError && /unread messages/.test(e.message),
+  );
+  assert.ok(events > 0 && events < 20, `${events} events queued before the stream failed`);
+  conn.close();
+});

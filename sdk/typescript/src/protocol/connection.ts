@@ -14,10 +14,11 @@ export type { Channel, Message } from "./frames.js";
 /** One thing a stream delivers, in the agent's order. */
 export type StreamItem =
   | { kind: "data"; channel: Channel; bytes: Uint8Array }
-  | { kind: "message"; message: Message };
+  | { kind: "message"; message: Message; size: number };
 
-/** The most control messages a stream queues unread (watch events are not flow-controlled). */
-const MAX_QUEUED_MESSAGES = 100_000;
+/** The most bytes of control messages a stream queues unread: watch events are not
+ * flow-controlled, so an agent that floods them fails its stream instead of our memory. */
+const MAX_QUEUED_MESSAGE_BYTES = 16 << 20; // 16 MiB
 
 /** One operation on a connection. Read it with `next()` until it returns `null` (`closed`). */
 export class Stream {
@@ -26,7 +27,7 @@ export class Stream {
   private readonly window: number;
   private readonly items: StreamItem[] = [];
   private head = 0;
-  private queuedMessages = 0;
+  private queuedMessageBytes = 0;
   private waiter: (() => void) | undefined;
   /** Credit we granted and the agent has not used yet. */
   private outstanding: number;
@@ -64,7 +65,7 @@ export class Stream {
           this.head = 0;
         }
         if (item.kind === "data") this.took(item.bytes.length);
-        else this.queuedMessages -= 1;
+        else this.queuedMessageBytes -= item.size;
         return item;
       }
       if (this.failure !== undefined) throw this.failure;
@@ -138,13 +139,13 @@ export class Stream {
   }
 
   /** @internal */
-  pushMessage(message: Message): void {
+  pushMessage(message: Message, size: number): void {
     if (this.ended) return;
-    if (this.queuedMessages >= MAX_QUEUED_MESSAGES) {
-      return this.violate(`stream ${this.id} has ${MAX_QUEUED_MESSAGES} unread messages; the reader fell too far behind`);
+    if (this.queuedMessageBytes + size > MAX_QUEUED_MESSAGE_BYTES) {
+      return this.violate(`stream ${this.id} has over ${MAX_QUEUED_MESSAGE_BYTES} bytes of unread messages; the reader fell too far behind`);
     }
-    this.queuedMessages += 1;
-    this.push({ kind: "message", message });
+    this.queuedMessageBytes += size;
+    this.push({ kind: "message", message, size });
   }
 
   /** @internal */
@@ -321,7 +322,7 @@ export class Connection {
       target.end();
       return;
     }
-    target.pushMessage(message);
+    target.pushMessage(message, raw.length);
   }
 
   private onHandshake(message: Message): void {
