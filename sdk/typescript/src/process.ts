@@ -63,6 +63,9 @@ export class CommandHandle implements AsyncIterable<OutputChunk> {
   protected stream: Stream;
   private readonly sandbox: Sandbox;
   private readonly background: boolean;
+  /** This handle forwards stdin; a re-attach takes it over again. */
+  private stdin = false;
+  private reattaching: Promise<void> | undefined;
   private readonly window: number;
   private position: [number, number];
   private status: ExitStatus | undefined;
@@ -89,7 +92,9 @@ export class CommandHandle implements AsyncIterable<OutputChunk> {
     window = INITIAL_WINDOW,
   ): Promise<T> {
     const stream = await (await sandbox.connection()).openStream(op, fields, window);
-    return new this(sandbox, stream, await awaitStarted(stream), background, window);
+    const handle = new this(sandbox, stream, await awaitStarted(stream), background, window);
+    handle.stdin = fields["stdin"] === true;
+    return handle;
   }
 
   /** The offsets of the next `out` and `err` bytes this handle will deliver. */
@@ -114,16 +119,29 @@ export class CommandHandle implements AsyncIterable<OutputChunk> {
   async next(): Promise<OutputChunk | null> {
     for (;;) {
       if (this.done) return null;
+      if (this.reattaching !== undefined) {
+        await this.reattaching;
+        continue;
+      }
+      const stream = this.stream;
       let item;
       try {
-        item = await this.stream.next();
+        item = await stream.next();
       } catch (e) {
+        if (e instanceof ConnectionLostError && this.status !== undefined) {
+          // The exit arrived (and collected the process) before the drop: nothing is missing.
+          this.done = true;
+          return null;
+        }
         if (e instanceof ConnectionLostError && this.background) {
-          await this.reattach(e);
+          await this.ensureAttached(stream, e);
           continue;
         }
         throw e;
       }
+      // A writer re-attached meanwhile, from the offsets reached before this item: the new
+      // stream delivers it again, so the old stream's copy is dropped.
+      if (stream !== this.stream || this.reattaching !== undefined) continue;
       if (item === null) {
         this.done = true;
         return null;
@@ -157,6 +175,15 @@ export class CommandHandle implements AsyncIterable<OutputChunk> {
     }
   }
 
+  /** Re-attaches unless someone already replaced the `dead` stream; one re-attach at a time. */
+  private async ensureAttached(dead: Stream, cause: TetherError): Promise<void> {
+    if (this.stream !== dead) return;
+    this.reattaching ??= this.reattach(cause).finally(() => {
+      this.reattaching = undefined;
+    });
+    await this.reattaching;
+  }
+
   /** Re-attaches to the background process from the offsets reached, on a fresh connection. */
   private async reattach(cause: TetherError): Promise<void> {
     let last: unknown = cause;
@@ -165,7 +192,7 @@ export class CommandHandle implements AsyncIterable<OutputChunk> {
         const conn = await this.sandbox.connection();
         const stream = await conn.openStream(
           "attach",
-          { process: this.processId, out_offset: this.position[0], err_offset: this.position[1] },
+          { process: this.processId, out_offset: this.position[0], err_offset: this.position[1], ...(this.stdin ? { stdin: true } : {}) },
           this.window,
         );
         const started = await awaitStarted(stream);
@@ -217,7 +244,20 @@ export class CommandHandle implements AsyncIterable<OutputChunk> {
 
   /** Sends bytes to stdin (the process must have been started with `stdin: true`). */
   async sendStdin(data: string | Uint8Array): Promise<void> {
-    await this.stream.write(typeof data === "string" ? new TextEncoder().encode(data) : data);
+    const bytes = typeof data === "string" ? new TextEncoder().encode(data) : data;
+    if (this.reattaching !== undefined) await this.reattaching;
+    const stream = this.stream;
+    let sent = 0;
+    try {
+      await stream.write(bytes, (n) => (sent = n));
+    } catch (e) {
+      // A background process outlives the connection: re-attach (taking stdin over) and send
+      // what had not gone out yet. Bytes already handed to the dropped socket are not sent
+      // twice; the drop may have lost them.
+      if (!(e instanceof ConnectionLostError) || !this.background || !this.stdin || this.done) throw e;
+      await this.ensureAttached(stream, e);
+      await this.stream.write(bytes.subarray(sent));
+    }
   }
 
   /** Closes stdin: the process reads end-of-file. */

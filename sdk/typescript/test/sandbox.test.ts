@@ -231,6 +231,20 @@ describe("commands", () => {
 });
 
 describe("pty", () => {
+  test("a background terminal survives a dropped connection: output replayed, keystrokes still reach it", async () => {
+    const t = await sandbox.pty.start({ cols: 80, rows: 24, command: ["sh"], background: true });
+    await t.write("echo one-$((1+1))\n");
+    let seen = "";
+    while (!seen.includes("one-2")) seen += text((await t.next())!.bytes);
+    sandbox.disconnect();
+    // The write finds the connection gone, re-attaches (taking stdin over) and sends.
+    await t.write("echo two-$((2+1)); exit 6\n");
+    const rest = await t.wait();
+    assert.match(rest.stdoutText, /two-3/);
+    assert.equal(rest.exitCode, 6);
+    assert.deepEqual(t.dropped, []);
+  });
+
   test("a terminal runs a shell, takes keystrokes and resizes", async () => {
     const t = await sandbox.pty.start({ cols: 80, rows: 24, command: ["sh"] });
     await t.resize(100, 30);

@@ -87,8 +87,10 @@ export class Stream {
     }
   }
 
-  /** Sends bytes on `in`, within the agent's credit, in chunks of `DATA_CHUNK`. */
-  async write(data: Uint8Array): Promise<void> {
+  /** Sends bytes on `in`, within the agent's credit, in chunks of `DATA_CHUNK`; `onSent`
+   * hears how many bytes have gone to the socket so far (a caller resuming after a failure
+   * knows where to start). */
+  async write(data: Uint8Array, onSent?: (bytes: number) => void): Promise<void> {
     let offset = 0;
     while (offset < data.length) {
       if (this.ended) throw this.failure ?? new ConnectionLostError(`stream ${this.id} ended while sending`);
@@ -102,6 +104,7 @@ export class Stream {
       this.sendCredit -= len;
       await this.conn.send(encodeData(this.id, "in", data.subarray(offset, offset + len)));
       offset += len;
+      onSent?.(offset);
     }
   }
 
