@@ -55,8 +55,11 @@ describe("lifecycle", () => {
     assert.deepEqual(listed.map((s) => s.id), [a.id]);
     const c = await Sandbox.connect(a.id, relay.options);
     assert.equal((await c.commands.run("echo same")).stdoutText, "same\n");
+    const d = await Sandbox.connect(a.id, relay.options);
     await a.delete();
     assert.deepEqual(await Sandbox.list(labels, relay.options), []);
+    // A session to a deleted sandbox is refused at the upgrade, with the relay's reason.
+    await assert.rejects(d.commands.run("true"), (e: unknown) => e instanceof NotFoundError || (e as { code?: string }).code === "gone");
     await assert.rejects(Sandbox.connect(a.id, relay.options), (e: unknown) => e instanceof NotFoundError || (e as { code?: string }).code === "gone");
   });
 

@@ -221,6 +221,7 @@ export class Connection {
     const welcome = new Promise<Message>((resolve, reject) => {
       conn.handshake = { resolve, reject };
     });
+    welcome.catch(() => undefined); // a failed upgrade rejects it with nobody waiting yet
     conn.socket = await openSocket(options.url, headers, {
       onMessage: (m) => conn.dispatch(m),
       onClose: (e) => conn.closed(e),
