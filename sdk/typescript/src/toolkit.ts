@@ -21,9 +21,15 @@ export interface TetherSandboxToolkitOptions extends CreateOptions {
   outputLimit?: number;
   /** The most bytes `read_file` returns (default 10 MiB). */
   maxReadBytes?: number;
+  /** Seconds with no client connected after which the relay deletes the sandbox (default
+   * 600, like the cloud sandboxes' idle timeouts); `close()` deletes it at once. */
+  idleTimeout?: number;
   /** Where `run` writes code before running it (default `/tmp`). */
   scratchDir?: string;
 }
+
+/** The toolkit's sandbox is deleted after this long with no client connected, in seconds. */
+const DEFAULT_IDLE_TIMEOUT_SECS = 600;
 
 /** A tool: a name, a description for the model, a zod schema of its input, and `execute`. */
 export interface TetherTool<Input = Record<string, unknown>> {
@@ -106,7 +112,10 @@ export class TetherSandboxToolkit {
   /** The toolkit's sandbox, created on first use. */
   async getSandbox(): Promise<Sandbox> {
     if (this.closed) throw new Error("this toolkit was closed; make a new one for a new session");
-    this.sandbox ??= Sandbox.create({ ...this.options, relay: this.config.url, token: this.config.token }).catch((e: unknown) => {
+    // An idle timeout (the relay never counts a sandbox idle while a connection is open)
+    // frees the sandbox of a session that ended without close().
+    const options = { idleTimeout: DEFAULT_IDLE_TIMEOUT_SECS, ...this.options, relay: this.config.url, token: this.config.token };
+    this.sandbox ??= Sandbox.create(options).catch((e: unknown) => {
       this.sandbox = undefined; // let the next call try again
       throw e;
     });

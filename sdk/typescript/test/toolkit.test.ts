@@ -73,6 +73,7 @@ describe("tools", () => {
     const listed = await Sandbox.list({ suite: "toolkit" }, relay.options);
     assert.equal(listed.length, 1);
     assert.equal((await toolkit.getSandbox()).id, listed[0]!.id);
+    assert.equal(listed[0]!.idleTimeoutSecs, 600); // freed if the session ends without close()
   });
 
   test("run: python (default), javascript and bash, stdout and stderr together, exit codes", async () => {
