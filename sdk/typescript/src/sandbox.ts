@@ -1,0 +1,181 @@
+//! `Sandbox`: one sandbox on a relay. Its lifecycle (create, get-or-create by labels, connect,
+//! list, renew, delete) goes over REST; everything inside it goes over one WebSocket, opened
+//! lazily and re-opened after a drop.
+
+import { Commands } from "./commands.js";
+import { Files } from "./files.js";
+import { Ports } from "./ports.js";
+import { Pty } from "./pty.js";
+import { Connection } from "./protocol/connection.js";
+import { expectReply, str, uint } from "./protocol/fields.js";
+import { type CreateBody, RelayClient, RelayConfig, type RelayOptions } from "./relay.js";
+import type { AgentInfo, SandboxInfo } from "./types.js";
+
+/** What a new sandbox looks like. Durations are seconds, sizes bytes; the relay's policy
+ * fills in what is left out. */
+export interface CreateOptions extends RelayOptions {
+  /** Provider name (`local`, `e2b`, `daytona`, `modal`); the relay's default when absent. */
+  provider?: string;
+  /** The provider's image name (local: `oci:PATH`, or a directory for admin tokens). */
+  image?: string;
+  labels?: Record<string, string>;
+  /** Environment of every process in the sandbox. */
+  env?: Record<string, string>;
+  /** Delete the sandbox this many seconds after creation (renewable). */
+  ttl?: number;
+  /** Delete it after this many seconds without client activity. */
+  idleTimeout?: number;
+  cpus?: number;
+  memoryBytes?: number;
+  pids?: number;
+  diskBytes?: number;
+  network?: "none" | "host";
+  /** Run without the system call filter (admin tokens only). */
+  seccompUnconfined?: boolean;
+}
+
+function createBody(options: CreateOptions, getOrCreate: boolean): CreateBody {
+  const body: CreateBody = {};
+  if (options.provider !== undefined) body.provider = options.provider;
+  if (options.image !== undefined) body.image = options.image;
+  if (options.labels !== undefined) body.labels = options.labels;
+  if (options.env !== undefined) body.env = options.env;
+  if (options.ttl !== undefined) body.ttl = options.ttl;
+  if (options.idleTimeout !== undefined) body.idle_timeout = options.idleTimeout;
+  if (options.cpus !== undefined) body.cpus = options.cpus;
+  if (options.memoryBytes !== undefined) body.memory_bytes = options.memoryBytes;
+  if (options.pids !== undefined) body.pids = options.pids;
+  if (options.diskBytes !== undefined) body.disk_bytes = options.diskBytes;
+  if (options.network !== undefined) body.network = options.network;
+  if (options.seccompUnconfined === true) body.seccomp_unconfined = true;
+  if (getOrCreate) body.get_or_create = true;
+  return body;
+}
+
+/**
+ * A sandbox. Make one with `Sandbox.create`, `Sandbox.getOrCreate` or `Sandbox.connect`;
+ * `close()` ends the connection, `delete()` removes the sandbox itself.
+ *
+ * - `sandbox.commands`: processes, foreground and background
+ * - `sandbox.files`: the file system, batches, tar, watch
+ * - `sandbox.pty`: terminals
+ * - `sandbox.ports`: listening ports and preview URLs
+ */
+export class Sandbox {
+  info: SandboxInfo;
+  /** @internal */
+  readonly relay: RelayClient;
+  readonly commands: Commands;
+  readonly files: Files;
+  readonly pty: Pty;
+  readonly ports: Ports;
+  private conn: Connection | undefined;
+  private connecting: Promise<Connection> | undefined;
+
+  private constructor(info: SandboxInfo, relay: RelayClient) {
+    this.info = info;
+    this.relay = relay;
+    this.commands = new Commands(this);
+    this.files = new Files(this);
+    this.pty = new Pty(this);
+    this.ports = new Ports(this);
+  }
+
+  /** The relay's id of the sandbox, e.g. `sb-3f9a2c`. */
+  get id(): string {
+    return this.info.id;
+  }
+
+  /** Creates a sandbox. */
+  static async create(options: CreateOptions = {}): Promise<Sandbox> {
+    const relay = new RelayClient(RelayConfig.resolve(options));
+    return new Sandbox(await relay.create(createBody(options, false)), relay);
+  }
+
+  /** Returns the tenant's sandbox with exactly these `labels` if there is one, else creates
+   * it (`info.created` says which). */
+  static async getOrCreate(options: CreateOptions & { labels: Record<string, string> }): Promise<Sandbox> {
+    const relay = new RelayClient(RelayConfig.resolve(options));
+    return new Sandbox(await relay.create(createBody(options, true)), relay);
+  }
+
+  /** An existing sandbox by id. */
+  static async connect(id: string, options: RelayOptions = {}): Promise<Sandbox> {
+    const relay = new RelayClient(RelayConfig.resolve(options));
+    return new Sandbox(await relay.get(id), relay);
+  }
+
+  /** The tenant's sandboxes carrying all of `labels`. */
+  static async list(labels: Record<string, string> = {}, options: RelayOptions = {}): Promise<SandboxInfo[]> {
+    return new RelayClient(RelayConfig.resolve(options)).list(labels);
+  }
+
+  /** The connection to the sandbox's agent, opened on first use and after a drop. */
+  async connection(): Promise<Connection> {
+    if (this.conn !== undefined && !this.conn.isClosed) return this.conn;
+    if (this.connecting === undefined) {
+      this.connecting = Connection.open({ url: this.relay.config.wsUrl(this.id), token: this.relay.config.token })
+        .then((conn) => {
+          this.conn = conn;
+          return conn;
+        })
+        .finally(() => {
+          this.connecting = undefined;
+        });
+    }
+    return this.connecting;
+  }
+
+  /** Drops the connection at once, as a network failure would: foreground processes die,
+   * background ones keep running (their handles re-attach on next read). */
+  disconnect(): void {
+    this.conn?.terminate();
+  }
+
+  /** Closes the connection (the sandbox keeps running). */
+  async close(): Promise<void> {
+    const conn = this.conn;
+    this.conn = undefined;
+    conn?.close();
+  }
+
+  /** Deletes the sandbox and everything in it. */
+  async delete(): Promise<void> {
+    await this.close();
+    await this.relay.delete(this.id);
+  }
+
+  /** Re-reads the sandbox's state from the relay. */
+  async refresh(): Promise<SandboxInfo> {
+    this.info = await this.relay.get(this.id);
+    return this.info;
+  }
+
+  /** Extends the TTL to `ttlSeconds` from now. */
+  async renew(ttlSeconds: number): Promise<SandboxInfo> {
+    this.info = await this.relay.renew(this.id, ttlSeconds);
+    return this.info;
+  }
+
+  /** Facts about the agent and its machine. */
+  async agentInfo(): Promise<AgentInfo> {
+    const stream = await (await this.connection()).openStream("info");
+    const m = await expectReply(stream, "info");
+    return {
+      agentVersion: str(m, "agent_version"),
+      os: str(m, "os"),
+      arch: str(m, "arch"),
+      user: str(m, "user"),
+      home: str(m, "home"),
+      cwd: str(m, "cwd"),
+      hostname: str(m, "hostname"),
+      cpus: uint(m, "cpus"),
+      memoryBytes: uint(m, "memory_bytes"),
+      pid: uint(m, "pid"),
+    };
+  }
+
+  toString(): string {
+    return `Sandbox(${this.id} on ${this.relay.config.url})`;
+  }
+}

@@ -1,0 +1,143 @@
+//! The SDK's result types: every value a public method returns.
+
+/** A sandbox as the relay describes it. */
+export interface SandboxInfo {
+  /** The relay's id, e.g. `sb-3f9a2c`. */
+  id: string;
+  provider: string;
+  /** The provider's own id. */
+  providerRef: string;
+  /** `running`, `stopped` or `gone`. */
+  state: string;
+  labels: Record<string, string>;
+  image: string | undefined;
+  /** Milliseconds since the Unix epoch. */
+  createdMs: number;
+  lastActiveMs: number;
+  /** When the TTL deletes it. */
+  expiresMs: number | undefined;
+  idleTimeoutSecs: number | undefined;
+  /** Whether it was just created (false when get-or-create found an existing one). */
+  created: boolean;
+}
+
+/** How a browser reaches ports inside a sandbox. */
+export interface PreviewInfo {
+  /** The sandbox's preview token. */
+  token: string;
+  /** e.g. `http://{port}-sb-1.localhost:7420/`. */
+  hostUrl: string;
+  /** e.g. `http://127.0.0.1:7420/preview/sb-1/{port}/`. */
+  pathUrl: string;
+}
+
+/** Facts about the agent and its machine. */
+export interface AgentInfo {
+  agentVersion: string;
+  os: string;
+  arch: string;
+  user: string;
+  home: string;
+  cwd: string;
+  hostname: string;
+  cpus: number;
+  memoryBytes: number;
+  pid: number;
+}
+
+/** How a process ended, as the agent reports it. */
+export interface ExitStatus {
+  /** The exit code, when the process exited by itself. */
+  code: number | undefined;
+  /** The signal that ended it, when one did. */
+  signal: number | undefined;
+  /** The agent killed it because its timeout elapsed. */
+  timedOut: boolean;
+  /** Output was cut at the output limit. */
+  truncated: boolean;
+}
+
+/** A finished command. */
+export interface CommandResult {
+  /** One shell exit code: 124 on timeout (like timeout(1)), else the code, else 128 + signal. */
+  exitCode: number;
+  stdout: Uint8Array;
+  stderr: Uint8Array;
+  /** `stdout` decoded as UTF-8 (invalid bytes replaced). */
+  stdoutText: string;
+  stderrText: string;
+  timedOut: boolean;
+  truncated: boolean;
+  status: ExitStatus;
+}
+
+/** A piece of a process's output. */
+export interface OutputChunk {
+  channel: "out" | "err";
+  /** The offset of its first byte in the process's output channel. */
+  offset: number;
+  bytes: Uint8Array;
+}
+
+/** A process the agent started. */
+export interface ProcessInfo {
+  process: number;
+  pid: number;
+  tag: string | undefined;
+  command: string;
+  pty: boolean;
+  exit: ExitStatus | undefined;
+  /** Output bytes produced so far on `out` and `err`. */
+  offsets: [number, number];
+  startedMs: number;
+}
+
+/** A path's metadata. */
+export interface FileInfo {
+  path: string;
+  kind: "file" | "dir" | "symlink" | "other";
+  size: number;
+  /** Permission bits, e.g. `0o644`. */
+  mode: number;
+  mtimeMs: number;
+  /** A symlink's target. */
+  target: string | undefined;
+}
+
+/** Paths from `glob`. */
+export interface GlobResult {
+  paths: string[];
+  truncated: boolean;
+}
+
+/** One line from `grep`. */
+export interface GrepMatch {
+  path: string;
+  line: number;
+  text: string;
+}
+
+/** Lines from `grep`. */
+export interface GrepResult {
+  matches: GrepMatch[];
+  truncated: boolean;
+}
+
+/** One file of a batch: its bytes, or why not. */
+export type BatchFileResult =
+  | { path: string; ok: true; size: number; content?: Uint8Array }
+  | { path: string; ok: false; code: string; message: string };
+
+/** A change seen by a watch. */
+export type FileEvent =
+  | { kind: "create"; path: string; dir: boolean }
+  | { kind: "modify"; path: string }
+  | { kind: "remove"; path: string; dir: boolean }
+  | { kind: "rename"; from: string; to: string }
+  | { kind: "overflow" };
+
+/** A listening TCP port inside the sandbox. */
+export interface ListeningPort {
+  port: number;
+  address: string;
+}
