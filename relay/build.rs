@@ -1,12 +1,15 @@
 //! Compiles the Modal provider's hand-written `.proto` (the part of Modal's API we use) with a
-//! pure-Rust protobuf compiler, so building needs no `protoc`.
+//! pure-Rust protobuf compiler, so building needs no `protoc`. Only with the `modal` feature.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed=src/provider/modal/modal.proto");
-    println!("cargo:rerun-if-changed=src/provider/modal/messages.proto");
-    let descriptors = protox::compile(["modal.proto"], ["src/provider/modal"])?;
-    tonic_prost_build::configure()
-        .build_server(false)
-        .compile_fds(descriptors)?;
+    #[cfg(feature = "modal")]
+    {
+        println!("cargo:rerun-if-changed=src/provider/modal/modal.proto");
+        println!("cargo:rerun-if-changed=src/provider/modal/messages.proto");
+        let descriptors = protox::compile(["modal.proto"], ["src/provider/modal"])?;
+        tonic_prost_build::configure()
+            .build_server(false)
+            .compile_fds(descriptors)?;
+    }
     Ok(())
 }

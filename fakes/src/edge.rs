@@ -5,7 +5,7 @@
 use axum::body::Body;
 use axum::http::{header, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tether_relay::client::files::splice;
+use tether_client::files::splice;
 
 use crate::sandboxes::{DialError, Sandboxes};
 

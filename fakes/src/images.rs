@@ -10,11 +10,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use tether_relay::image::config::{Descriptor, History, Manifest, MEDIA_CONFIG, MEDIA_MANIFEST};
-use tether_relay::image::layout::Layout;
-use tether_relay::image::reference::Reference;
-use tether_relay::image::source::ImageSource;
-use tether_relay::image::{layer, pull, PullOptions};
+use tether_oci::config::{Descriptor, History, Manifest, MEDIA_CONFIG, MEDIA_MANIFEST};
+use tether_oci::layout::Layout;
+use tether_oci::reference::Reference;
+use tether_oci::source::ImageSource;
+use tether_oci::{layer, pull, PullOptions};
 
 /// The store's folder under a fake's data directory.
 const STORE_DIR: &str = "images";
@@ -144,7 +144,7 @@ impl Images {
 }
 
 /// Applies `edit` to a config's run settings.
-fn apply(edit: &ConfigEdit, run: &mut tether_relay::image::config::RunConfig) {
+fn apply(edit: &ConfigEdit, run: &mut tether_oci::config::RunConfig) {
     if let Some(entrypoint) = &edit.entrypoint {
         run.entrypoint = (!entrypoint.is_empty()).then(|| entrypoint.clone());
     }
@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn edits_replace_what_they_name_and_keep_the_rest() {
-        let mut run = tether_relay::image::config::RunConfig {
+        let mut run = tether_oci::config::RunConfig {
             env: Some(vec!["PATH=/bin".into(), "A=1".into()]),
             entrypoint: Some(vec!["/bin/sh".into()]),
             cmd: Some(vec!["-c".into(), "true".into()]),

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use anyhow::{anyhow, Context};
+use tether_client::{Process, RawStream, Session};
 use tether_proto::op::ExecSpec;
-use tether_relay::client::{Process, RawStream, Session};
 use tether_relay::provider::local::LocalProvider;
 use tether_relay::provider::{
     NetworkPolicy, Provider, ProviderContext, ProviderError, SandboxHandle, SandboxSpec,

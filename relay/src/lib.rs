@@ -1,31 +1,16 @@
-//! The host side of Tether: providers that run sandboxes, the relay that tunnels clients to
-//! each sandbox's agent, the Rust client library, and the `tether` command line.
+//! The relay of Tether (`tether serve`): it provisions sandboxes through its providers, keeps
+//! track of them and their tokens, and tunnels client sessions to each sandbox's agent.
 //!
 //! # Layout
-//! - [`client`]: the client library: [`client::Session`] speaks the protocol to an agent
-//!   (directly or through a relay), [`client::RelayClient`] manages sandboxes over REST.
-//! - [`api`]: the relay's REST contract, shared by server and client.
-//! - [`provider`]: the provider trait and one module per provider (`local`: namespaces).
-//! - [`registry`]: sandboxes and tokens in SQLite. [`server`]: the relay itself.
-//! - [`cli`]: the `tether` commands.
-//! - [`sync`]: the engine of `tether sync` and `tether dev`: local trees mirrored into sandboxes.
-//! - [`hostfs`]: writing here what a sandbox sends (`cp` down, `sync` pulls), nothing outside
-//!   the destination whatever it sends; [`escape`]: printing text a sandbox chose.
-//! - [`mcp`]: `tether mcp`, an MCP server exposing sandboxes as tools (stdio or HTTP).
-//! - [`bench`]: `tether bench`: latency and throughput against a sandbox, next to this
-//!   machine's floors.
+//! - [`provider`]: the provider trait and one module per provider: `local` (Linux
+//!   namespaces), and behind Cargo features (all on by default) `e2b`, `daytona` and `modal`,
+//!   each with its image build ([`provider::image`]: `tether image build --target`).
+//! - [`store`]: sandboxes and tokens in SQLite.
+//! - [`server`]: the relay itself: REST API, tunnels, previews, policy.
+//!
+//! The REST contract it serves is [`tether_client::api`]; images come from [`tether_oci`].
 #![warn(missing_docs)]
 
-pub mod api;
-pub mod bench;
-pub mod cli;
-pub mod client;
-pub mod escape;
-pub mod hostfs;
-pub mod image;
-pub mod mcp;
 pub mod provider;
-pub mod registry;
 pub mod server;
-pub mod size;
-pub mod sync;
+pub mod store;

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use tether_client::files::splice;
 use tether_proto::op::{ExecSpec, PtySpec};
-use tether_relay::client::files::splice;
 
 use super::{bin, spawn_ready, Relay};
 

@@ -10,10 +10,10 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 
+use tether_client::Session;
 use tether_proto::limits::DATA_CHUNK;
 use tether_proto::op::{Op, Reply};
 use tether_proto::{frame, Channel, Control, ErrorCode, Frame, StreamId, PROTOCOL_VERSION};
-use tether_relay::client::Session;
 
 /// One thing the liar says on a stream, in order; the stream then ends (`eof` on `out` if
 /// data was sent, then `closed`).

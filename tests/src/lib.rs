@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tether_relay::client::{RelayClient, Session};
+use tether_client::{RelayClient, Session};
 
 pub mod cloud;
 pub mod images;
@@ -332,7 +332,7 @@ impl Relay {
     fn tenants_with_sandboxes(&self) -> Vec<String> {
         let db = self.data_dir.join("relay.db");
         std::thread::spawn(move || {
-            let registry = tether_relay::registry::Registry::open(&db).ok()?;
+            let registry = tether_relay::store::Registry::open(&db).ok()?;
             let rt = tokio::runtime::Runtime::new().ok()?;
             let records = rt.block_on(registry.all()).ok()?;
             let mut tenants: Vec<String> = records

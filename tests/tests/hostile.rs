@@ -14,12 +14,12 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Once;
 
+use tether_cli::sync::{self, Format, Reporter, SyncError, SyncSpec};
+use tether_client::hostfs::{self, HostFsError, ModePolicy};
+use tether_client::Session;
 use tether_e2e::liar::{Liar, Say};
 use tether_e2e::Relay;
 use tether_proto::op::{BatchResult, ExecSpec, FileKind, FileStat, Op, Reply};
-use tether_relay::client::Session;
-use tether_relay::hostfs::{self, HostFsError, ModePolicy};
-use tether_relay::sync::{self, Format, Reporter, SyncError, SyncSpec};
 
 /// A file name of 255 bytes, the most a Linux filesystem takes.
 const LONG_NAME: &str = concat!(

@@ -164,7 +164,7 @@ pub(super) async fn pull(fake: std::sync::Weak<Daytona>, id: String, image_name:
 /// The ENTRYPOINT in the config of the image at `layout`.
 fn image_entrypoint(layout: &Path) -> anyhow::Result<Option<Vec<String>>> {
     let scratch = layout.parent().unwrap_or(layout);
-    let source = tether_relay::image::source::ImageSource::open(layout, None, scratch)?;
+    let source = tether_oci::source::ImageSource::open(layout, None, scratch)?;
     Ok(source
         .config
         .config

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::Deserialize;
-use tether_relay::image::apply::{layer_reader, Applier};
+use tether_oci::apply::{layer_reader, Applier};
 
 use super::templates::{LogEntry, Lookup, Status};
 use super::E2b;

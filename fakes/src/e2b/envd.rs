@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
-use tether_relay::client::{Process, ProcessEvent};
+use tether_client::{Process, ProcessEvent};
 
 use super::{error, E2b};
 

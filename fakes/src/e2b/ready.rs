@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use tether_relay::client::ProcessEvent;
+use tether_client::ProcessEvent;
 
 use super::E2b;
 use crate::sandboxes::random_id;

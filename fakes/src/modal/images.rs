@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use futures_util::Stream;
 use prost::Message;
-use tether_relay::image::digest::Digest;
+use tether_oci::digest::Digest;
 use tonic::Status;
 
 use super::build::{self, Inputs};

@@ -114,7 +114,7 @@ impl Service {
                 tokio::spawn(async move {
                     let mut code = -1;
                     while let Some(event) = process.next().await {
-                        if let Ok(tether_relay::client::ProcessEvent::Exit(status)) = event {
+                        if let Ok(tether_client::ProcessEvent::Exit(status)) = event {
                             code = status.shell_code();
                         }
                     }

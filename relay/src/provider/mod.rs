@@ -2,10 +2,15 @@
 //! runs them. Each provider lives in its own module and registers in [`build`], the one place
 //! that names them all.
 
+#[cfg(feature = "cloud")]
 pub(crate) mod cloud;
+#[cfg(feature = "daytona")]
 pub(crate) mod daytona;
+#[cfg(feature = "e2b")]
 pub(crate) mod e2b;
+pub mod image;
 pub mod local;
+#[cfg(feature = "modal")]
 pub(crate) mod modal;
 
 use std::collections::BTreeMap;
@@ -16,6 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+pub use tether_client::api::{NetworkPolicy, SandboxSpec};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// A byte stream to a sandbox's agent, before the WebSocket handshake.
@@ -24,56 +30,6 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> AgentIo for T {}
 
 /// An upgraded WebSocket to a sandbox's agent, authenticated with the sandbox's token.
 pub type AgentSocket = tokio_tungstenite::WebSocketStream<Pin<Box<dyn AgentIo>>>;
-
-/// Whether a sandbox may reach the network.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NetworkPolicy {
-    /// Its own loopback only.
-    #[default]
-    None,
-    /// The host's network, shared (an explicit opt-in).
-    Host,
-}
-
-/// What a caller asks for when creating a sandbox.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct SandboxSpec {
-    /// The provider's image name (local: a root filesystem directory or `oci:PATH`).
-    #[serde(default)]
-    pub image: Option<String>,
-    /// Labels for lookup (`tether ls --label`, get-or-create).
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    /// Environment of every process in the sandbox.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Delete the sandbox this long after creation (renewable).
-    #[serde(default, with = "opt_secs")]
-    pub ttl: Option<Duration>,
-    /// Delete the sandbox after this long without client activity.
-    #[serde(default, with = "opt_secs")]
-    pub idle_timeout: Option<Duration>,
-    /// CPU limit in cores (may be fractional).
-    #[serde(default)]
-    pub cpus: Option<f64>,
-    /// Memory limit in bytes.
-    #[serde(default)]
-    pub memory_bytes: Option<u64>,
-    /// Limit on the number of processes.
-    #[serde(default)]
-    pub pids: Option<u64>,
-    /// Disk quota in bytes: everything the sandbox can write, together (local: its
-    /// `/workspace`, `/tmp` and an image's writable layer).
-    #[serde(default)]
-    pub disk_bytes: Option<u64>,
-    /// Network access.
-    #[serde(default)]
-    pub network: NetworkPolicy,
-    /// Run user code without the seccomp filter (admin tokens only).
-    #[serde(default)]
-    pub seccomp_unconfined: bool,
-}
 
 /// What a provider reports back from a create; the relay persists it in the registry.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -175,39 +131,24 @@ pub struct ProviderContext {
 /// Builds every provider that can be configured on this host, keyed by name.
 /// This is the one place providers are registered.
 pub fn build(ctx: &ProviderContext) -> BTreeMap<&'static str, Arc<dyn Provider>> {
-    let mut all: BTreeMap<&'static str, Arc<dyn Provider>> = BTreeMap::new();
-    let settings = cloud::settings::Settings::load(&ctx.data_dir);
-    let providers: [Arc<dyn Provider>; 4] = [
-        Arc::new(local::LocalProvider::new(ctx.clone())),
-        Arc::new(e2b::E2bProvider::new(&settings)),
-        Arc::new(daytona::DaytonaProvider::new(&settings)),
-        Arc::new(modal::ModalProvider::new(&settings)),
-    ];
-    for provider in providers {
-        all.insert(provider.name(), provider);
+    #[cfg_attr(
+        not(feature = "cloud"),
+        expect(unused_mut, reason = "only the cloud providers are added")
+    )]
+    let mut providers: Vec<Arc<dyn Provider>> =
+        vec![Arc::new(local::LocalProvider::new(ctx.clone()))];
+    #[cfg(feature = "cloud")]
+    {
+        let settings = cloud::settings::Settings::load(&ctx.data_dir);
+        #[cfg(feature = "e2b")]
+        providers.push(Arc::new(e2b::E2bProvider::new(&settings)));
+        #[cfg(feature = "daytona")]
+        providers.push(Arc::new(daytona::DaytonaProvider::new(&settings)));
+        #[cfg(feature = "modal")]
+        providers.push(Arc::new(modal::ModalProvider::new(&settings)));
     }
-    all
-}
-
-mod opt_secs {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-
-    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => s.serialize_some(&d.as_secs_f64()),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        match Option::<f64>::deserialize(d)? {
-            None => Ok(None),
-            Some(secs) => Duration::try_from_secs_f64(secs).map(Some).map_err(|_| {
-                serde::de::Error::custom(format!(
-                    "{secs} is not a valid duration in seconds (must be 0 or more)"
-                ))
-            }),
-        }
-    }
+    providers
+        .into_iter()
+        .map(|provider| (provider.name(), provider))
+        .collect()
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::registry::SandboxId;
+use crate::store::SandboxId;
 
 /// Open tunnels per sandbox.
 #[derive(Default)]

@@ -15,7 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::warn;
 
 use super::fds::FdBudget;
-use crate::api::{ErrorBody, ErrorDetail};
+use tether_client::api::{ErrorBody, ErrorDetail};
 
 /// How long the accept loop waits before trying again when no descriptor is free at all,
 /// not even the spare: the connection waits in the kernel's backlog meanwhile.

@@ -25,7 +25,7 @@ use tracing::info;
 use super::constants::{API_TOKEN_PREFIX, TOKEN_BYTES};
 use super::error::ApiError;
 use super::state::{now_ms, Relay};
-use crate::registry::{Registry, Role, Tenant, TokenRecord};
+use crate::store::{Registry, Role, Tenant, TokenRecord};
 
 /// Who is calling: the tenant of the request's token.
 #[derive(Clone, Debug)]

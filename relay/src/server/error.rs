@@ -8,9 +8,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tracing::{error, warn};
 
-use crate::api::{ErrorBody, ErrorDetail};
 use crate::provider::ProviderError;
-use crate::registry::{DestroyReason, Destroyed, RegistryError, SandboxId};
+use crate::store::{DestroyReason, Destroyed, RegistryError, SandboxId};
+use tether_client::api::{ErrorBody, ErrorDetail};
 
 /// A failed request. Each message is a sentence the user can act on.
 #[derive(Debug, thiserror::Error)]

@@ -53,7 +53,7 @@ use constants::{ADMIN_TOKEN_FILE, DB_FILE, LOCK_FILE, SHUTDOWN_GRACE};
 use state::Relay;
 
 use crate::provider::{self, Provider, ProviderContext};
-use crate::registry::Registry;
+use crate::store::Registry;
 
 /// How to run a relay.
 #[derive(Clone, Debug)]

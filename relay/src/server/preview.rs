@@ -40,9 +40,9 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::sandboxes::find;
 use super::state::{now_ms, Relay};
-use crate::api::PreviewInfo;
-use crate::client::{files, Session};
-use crate::registry::SandboxRecord;
+use crate::store::SandboxRecord;
+use tether_client::api::PreviewInfo;
+use tether_client::{files, Session};
 
 /// The header that may carry the preview token.
 const TOKEN_HEADER: &str = "x-tether-preview-token";

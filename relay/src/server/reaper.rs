@@ -6,7 +6,7 @@
 //! A sandbox is deleted for being gone only when its provider, asked again right before,
 //! still positively says so; an `unknown` state (the provider could not be asked, the relay
 //! could not read the evidence) is never acted on. Every delete the user did not ask for is
-//! journaled with its evidence ([`crate::registry::Destroyed`]) and logged.
+//! journaled with its evidence ([`crate::store::Destroyed`]) and logged.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use super::constants::{ACTIVITY_INTERVAL, UNKNOWN_RECHECK_INTERVAL};
 use super::error::ApiError;
 use super::state::{now_ms, Relay};
 use crate::provider::{Provider, ProviderError, SandboxState};
-use crate::registry::{DestroyReason, Destroyed, SandboxId, SandboxRecord};
+use crate::store::{DestroyReason, Destroyed, SandboxId, SandboxRecord};
 
 /// Runs until the relay shuts down.
 pub(super) async fn run(relay: Arc<Relay>, interval: Duration) {
@@ -237,5 +237,5 @@ async fn reconcile(relay: &Relay) {
 }
 
 fn state_word(state: SandboxState) -> &'static str {
-    crate::registry::state_name(state)
+    crate::store::state_name(state)
 }

@@ -1,7 +1,7 @@
 //! The HTTP surface: the router (the one list of routes), health, token minting, fallbacks,
 //! and [`JsonBody`], which turns every malformed body into an [`ErrorBody`] 400.
 //!
-//! [`ErrorBody`]: crate::api::ErrorBody
+//! [`ErrorBody`]: tether_client::api::ErrorBody
 
 use super::preview;
 use std::sync::Arc;
@@ -18,10 +18,10 @@ use super::error::ApiError;
 use super::sandboxes;
 use super::state::Relay;
 use super::tunnel;
-use crate::api::{TokenRequest, TokenResponse};
-use crate::registry::{Role, Tenant};
+use crate::store::{Role, Tenant};
+use tether_client::api::{TokenRequest, TokenResponse};
 
-/// Every route of the relay; see [`crate::api`] for the contract.
+/// Every route of the relay; see [`tether_client::api`] for the contract.
 pub(super) fn router(relay: Arc<Relay>) -> Router {
     Router::new()
         .route("/v1/health", get(health))

@@ -14,9 +14,9 @@ use super::error::ApiError;
 use super::policy::check_lifetime;
 use super::routes::JsonBody;
 use super::state::{now_ms, Relay};
-use crate::api::{CreateRequest, RenewRequest, SandboxInfo};
 use crate::provider::{Provider, ProviderError, SandboxSpec, SandboxState};
-use crate::registry::{millis, state_name, SandboxId, SandboxRecord, Tenant};
+use crate::store::{millis, state_name, SandboxId, SandboxRecord, Tenant};
+use tether_client::api::{CreateRequest, RenewRequest, SandboxInfo};
 
 /// `POST /v1/sandboxes`.
 pub(super) async fn create(

@@ -18,7 +18,7 @@ use super::error::ApiError;
 use super::locks::KeyedLocks;
 use super::policy::Policy;
 use crate::provider::{Provider, ProviderError, SandboxState};
-use crate::registry::{Registry, SandboxRecord};
+use crate::store::{Registry, SandboxRecord};
 
 /// One running relay's shared state.
 pub(super) struct Relay {

@@ -1,5 +1,5 @@
 //! Errors as classes with a `code`: the agent's error codes (PROTOCOL.md section 11), the
-//! relay's (`ErrorBody` of relay/src/api.rs), and the SDK's own. Wire codes map to classes in
+//! relay's (`ErrorBody` of client/src/api.rs), and the SDK's own. Wire codes map to classes in
 //! exactly one place, `errorFromCode`.
 
 /** Every error code an SDK error can carry. */

@@ -1,4 +1,4 @@
-//! The relay's REST API (relay/src/api.rs): create (and get-or-create by labels), get, list,
+//! The relay's REST API (client/src/api.rs): create (and get-or-create by labels), get, list,
 //! delete, renew, preview and tokens, with retries on 429, 5xx and network errors. Nothing
 //! here touches the WebSocket protocol.
 

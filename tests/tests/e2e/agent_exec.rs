@@ -5,10 +5,10 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use tether_client::{ClientError, Event, Output, Process, ProcessEvent, Session};
 use tether_e2e::{eventually, sha256_hex, signals, Agent};
 use tether_proto::op::{ExecSpec, Op, PtySpec};
 use tether_proto::{Channel, ErrorCode, ProcessId};
-use tether_relay::client::{ClientError, Event, Output, Process, ProcessEvent, Session};
 
 /// Generous bound for any single step, so a slow CI machine fails loudly rather than hangs.
 const STEP: Duration = Duration::from_secs(120);

@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tether_client::{ClientError, Event, RawStream, Session};
 use tether_e2e::{eventually, Agent};
 use tether_proto::op::{BatchFile, FileKind, GrepSpec, IfExists, Op, Reply, WatchEvent, WriteSpec};
 use tether_proto::{Channel, ErrorCode};
-use tether_relay::client::{ClientError, Event, RawStream, Session};
 
 const WAIT: Duration = Duration::from_secs(10);
 

@@ -9,10 +9,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
+use tether_client::{files, ClientError, Event, Session};
 use tether_e2e::Agent;
 use tether_proto::op::Op;
 use tether_proto::{frame, Control, ErrorCode, Frame, StreamId, PROTOCOL_VERSION};
-use tether_relay::client::{files, ClientError, Event, Session};
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -249,7 +249,7 @@ async fn http_server() -> u16 {
     port
 }
 
-async fn collect(mut stream: tether_relay::client::RawStream) -> String {
+async fn collect(mut stream: tether_client::RawStream) -> String {
     let mut body = Vec::new();
     while let Some(ev) = stream.next().await {
         match ev {

@@ -1001,8 +1001,7 @@ fn relay_db_holds_no_token_in_plain_text() {
     assert!(!contains(&bytes, &member), "relay.db holds an API token");
 
     // The relay, with its key, still knows the token; the file does not show it.
-    let registry =
-        tether_relay::registry::Registry::open(&relay.data_dir.join("relay.db")).unwrap();
+    let registry = tether_relay::store::Registry::open(&relay.data_dir.join("relay.db")).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let records = rt.block_on(registry.all()).unwrap();
     let record = records
@@ -1063,7 +1062,7 @@ fn listed_state(relay: &Relay, id: &str) -> Option<String> {
 
 #[test]
 fn a_relay_out_of_descriptors_refuses_tunnels_and_never_deletes_the_sandbox() {
-    use tether_relay::client::ClientError;
+    use tether_client::ClientError;
 
     let relay = Relay::start_with_nofile(TIGHT_NOFILE);
     let id = create(&relay);

@@ -13,12 +13,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tether_client::Session;
 use tether_e2e::images::{
     build, busybox_image, image_cmd, run_ok, static_agent, tool, RegistryServer, READY_TIMEOUT,
 };
 use tether_e2e::{bin, token, Relay};
 use tether_proto::op::ExecSpec;
-use tether_relay::client::Session;
 
 #[test]
 fn building_twice_gives_the_same_digest() {

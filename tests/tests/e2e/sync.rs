@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tether_client::Session;
 use tether_e2e::Relay;
 use tether_proto::op::ExecSpec;
-use tether_relay::client::Session;
 
 /// Generous: the latency itself is measured by `bench/sync.sh`, not here.
 const LIMIT: Duration = Duration::from_secs(30);

@@ -10,6 +10,13 @@
 //!
 //! Credentials stay on the relay: they authenticate the relay to the provider's control plane
 //! and are never put in a sandbox's environment, files or command line.
+#![cfg_attr(
+    not(all(feature = "e2b", feature = "daytona", feature = "modal")),
+    allow(
+        dead_code,
+        reason = "each provider uses its part; with one of them built out, some goes unused"
+    )
+)]
 
 pub(crate) mod constants;
 pub(crate) mod http;

@@ -11,6 +11,7 @@
 //! - Settings: `DAYTONA_API_KEY`; `DAYTONA_API_URL` (default `https://app.daytona.io/api`).
 
 mod api;
+pub(crate) mod snapshot;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;

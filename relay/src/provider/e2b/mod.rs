@@ -13,6 +13,7 @@
 
 mod api;
 mod envd;
+pub(crate) mod template;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

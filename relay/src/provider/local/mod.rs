@@ -5,7 +5,7 @@
 //! # Layout
 //!
 //! - Relay side: [`LocalProvider`] (this file) unpacks an `oci:` image into a root file
-//!   system cached by digest ([`crate::image::unpack`]; the image's environment and static
+//!   system cached by digest ([`tether_oci::unpack`]; the image's environment and static
 //!   agent are used), checks a request (`plan`), makes the sandbox's directory (`layout`),
 //!   its disk (`disk`: a size-limited ext4 file system on a loop device) and cgroup
 //!   (`hierarchy` finds v1 or v2, `cgroup` creates, kills and removes), and starts the
@@ -75,7 +75,7 @@ use super::{
     AgentSocket, Created, Provider, ProviderContext, ProviderError, SandboxHandle, SandboxSpec,
     SandboxState,
 };
-use crate::image::{self, PreparedImage};
+use tether_oci::{self as image, PreparedImage};
 
 /// Runs sandboxes as namespaces and cgroups on this machine.
 #[derive(Clone, Debug)]

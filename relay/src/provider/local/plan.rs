@@ -13,8 +13,8 @@ use super::constants::{
     PID_MAX_FILE, SANDBOX_PATH,
 };
 use super::error::LocalError;
-use crate::image::PreparedImage;
 use crate::provider::SandboxSpec;
+use tether_oci::PreparedImage;
 
 /// What a sandbox's `/` is made of.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -236,7 +236,7 @@ mod tests {
     #[test]
     fn image_work_dirs_and_users_become_agent_arguments() {
         let mut image = PreparedImage {
-            digest: crate::image::digest::Digest::of(b""),
+            digest: tether_oci::digest::Digest::of(b""),
             rootfs: PathBuf::from("/cache/rootfs"),
             config: Default::default(),
             unpacked: false,

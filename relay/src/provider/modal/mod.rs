@@ -23,6 +23,7 @@
 //!   `https://api.modal.com`; a plain `http://` server, such as the fake, also means plain
 //!   tunnels); `MODAL_ENVIRONMENT`; `MODAL_APP`.
 
+pub(crate) mod build;
 mod client;
 mod image;
 mod names;

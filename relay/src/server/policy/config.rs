@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::registry::Tenant;
+use crate::store::Tenant;
 
 /// Built-in defaults: what a tenant gets when neither the file's `[defaults]` nor its own
 /// table says otherwise. Every size is bounded, so a request that names none still has limits.
@@ -287,7 +287,7 @@ impl<'de> Deserialize<'de> for ByteSize {
             serde::de::Error::custom("expected a size: a byte count or a string such as \"2G\"")
         })? {
             Raw::Bytes(n) => Ok(ByteSize(n)),
-            Raw::Text(s) => crate::size::parse_size(&s)
+            Raw::Text(s) => tether_client::size::parse_size(&s)
                 .map(ByteSize)
                 .map_err(serde::de::Error::custom),
         }

@@ -26,10 +26,10 @@ pub use config::{ConfigError, Limits, PolicyFile};
 
 use super::auth::Caller;
 use super::error::ApiError;
-use crate::image::unpack::is_oci_ref;
 use crate::provider::{NetworkPolicy, Provider, SandboxSpec};
-use crate::registry::{Registry, Tenant};
+use crate::store::{Registry, Tenant};
 use images::{ImageRoots, Refusal};
+use tether_oci::unpack::is_oci_ref;
 
 pub(super) use ranges::lifetime as check_lifetime;
 

@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use super::{assert_error, TestRelay};
-use crate::api::SandboxInfo;
+use tether_client::api::SandboxInfo;
 
 #[tokio::test]
 async fn health_is_open_and_everything_else_needs_a_known_token() {

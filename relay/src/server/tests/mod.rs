@@ -27,11 +27,11 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::{start_with, PolicyConfig, RelayConfig, RunningRelay};
-use crate::api::{ErrorBody, SandboxInfo};
 use crate::provider::{
     AgentIo, AgentSocket, Created, Provider, ProviderError, SandboxHandle, SandboxSpec,
     SandboxState,
 };
+use tether_client::api::{ErrorBody, SandboxInfo};
 
 /// What the fake agent does when it receives this message: close the connection itself.
 const AGENT_CLOSE_COMMAND: &[u8] = b"please close";

@@ -1,4 +1,4 @@
-"""The relay's REST API (relay/src/api.rs): where the relay is and which token to use, and
+"""The relay's REST API (client/src/api.rs): where the relay is and which token to use, and
 every call with retries and backoff on 429 and 5xx. Also opens a sandbox's WebSocket with the
 same retries."""
 

@@ -213,7 +213,7 @@ class CodeSessionError(TetherError):
 
 
 def relay_error(status: int, code: str, message: str) -> RelayError:
-    """The exception for a relay error response (``ErrorBody`` in relay/src/api.rs)."""
+    """The exception for a relay error response (``ErrorBody`` in client/src/api.rs)."""
     cls: type[RelayError]
     if status == 400:
         cls = InvalidRequest

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+use tether_client::Session;
 use tether_proto::op::{Command, ExecSpec};
-use tether_relay::client::Session;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How long a server may take to listen.

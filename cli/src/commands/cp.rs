@@ -1,0 +1,254 @@
+//! `tether cp`: files and directories between this machine and a sandbox, one side written
+//! `ID:/path`. Files move as `read`/`write` streams (the agent writes atomically); directories
+//! as tar streams (`tar_read` / `tar_write`), packed and unpacked as they flow, never whole in
+//! memory; modes and symlinks are kept, setuid/setgid/sticky bits only with
+//! `--preserve-mode`. Downloads go through [`tether_client::hostfs`], which writes nothing outside
+//! the destination whatever the sandbox sends. Destinations follow `cp -r`: an existing
+//! directory receives the source inside it under its own name.
+
+use std::io::IsTerminal;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio_util::io::SyncIoBridge;
+
+use tether_proto::op::{FileKind, IfExists, Op, WriteSpec};
+use tether_proto::ErrorCode;
+
+use super::remote::Remote;
+use tether_client::escape::escape_str;
+use tether_client::hostfs::{self, HostFsError, ModePolicy};
+use tether_client::{ClientError, Session};
+
+/// Bytes buffered between the network and the tar packer or unpacker.
+const PIPE_BYTES: usize = 1 << 20; // 1 MiB
+/// Read buffer of a file being uploaded: each read of a tokio file is a trip through the
+/// blocking pool, so few large reads beat many frame-sized ones.
+const FILE_READ_BYTES: usize = 1 << 20; // 1 MiB
+/// Transfers smaller than this never show a progress bar.
+const PROGRESS_MIN_BYTES: u64 = 8 << 20; // 8 MiB
+/// The progress bar's redraws per second.
+const PROGRESS_HZ: u8 = 10;
+/// How a transfer of known size is drawn.
+const SIZED_TEMPLATE: &str = "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} {eta}";
+
+/// `tether cp`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  tether cp ./src sb-1a2b:/workspace\n  \
+                        tether cp sb-1a2b:/workspace/out.log .")]
+pub(super) struct CpArgs {
+    /// What to copy: a local path, or ID:/path in a sandbox.
+    #[arg(value_name = "SRC")]
+    src: String,
+    /// Where to: a local path, or ID:/path in a sandbox.
+    #[arg(value_name = "DST")]
+    dst: String,
+    /// Keep the setuid, setgid and sticky bits of files from the sandbox (dropped by default).
+    #[arg(long)]
+    preserve_mode: bool,
+}
+
+/// One side of a copy.
+#[derive(Debug, PartialEq, Eq)]
+enum Location {
+    Local(PathBuf),
+    Remote { id: String, path: String },
+}
+
+impl Location {
+    /// `ID:PATH` is remote when `ID` is non-empty and has no slash (as in scp); write a local
+    /// path containing a colon as `./a:b`.
+    fn parse(s: &str) -> Location {
+        match s.split_once(':') {
+            Some((id, path)) if !id.is_empty() && !id.contains('/') => Location::Remote {
+                id: id.to_string(),
+                path: if path.is_empty() {
+                    ".".into()
+                } else {
+                    path.to_string()
+                },
+            },
+            _ => Location::Local(PathBuf::from(s)),
+        }
+    }
+}
+
+pub(super) async fn run(remote: Remote, args: CpArgs) -> anyhow::Result<()> {
+    match (Location::parse(&args.src), Location::parse(&args.dst)) {
+        (Location::Remote { id, path }, Location::Local(dst)) => {
+            let session = remote.connect(&id).await?;
+            let bar = progress(None);
+            let modes = ModePolicy::from_flag(args.preserve_mode);
+            let copied = hostfs::download(&session, &path, &dst, modes, &|total, n| {
+                bar.advance(total, n)
+            })
+            .await;
+            bar.finish();
+            copied.map(drop).map_err(|e| match e {
+                HostFsError::Remote(e) => remote_context(e.into(), &id),
+                other => other.into(),
+            })
+        }
+        (Location::Local(src), Location::Remote { id, path }) => {
+            let session = remote.connect(&id).await?;
+            upload(&session, &src, &path)
+                .await
+                .map_err(|e| remote_context(e, &id))
+        }
+        (Location::Remote { .. }, Location::Remote { .. }) => {
+            anyhow::bail!("both sides are in sandboxes: copy to this machine first, then from it")
+        }
+        (Location::Local(_), Location::Local(_)) => anyhow::bail!(
+            "neither side is in a sandbox: write one side as ID:/path (see `tether ls`)"
+        ),
+    }
+}
+
+/// Says where an error the agent reported happened (its message names the path).
+fn remote_context(err: anyhow::Error, id: &str) -> anyhow::Error {
+    match err.downcast_ref::<ClientError>() {
+        Some(ClientError::Remote { .. }) => err.context(format!("in sandbox {}", escape_str(id))),
+        _ => err,
+    }
+}
+
+async fn upload(session: &Session, src: &Path, dst: &str) -> anyhow::Result<()> {
+    let meta = std::fs::metadata(src).with_context(|| format!("cannot read {}", src.display()))?;
+    let into_dir = match session.stat(dst).await {
+        Ok(stat) => stat.kind == FileKind::Dir,
+        Err(e) if e.code() == Some(ErrorCode::NotFound) => false,
+        Err(e) => return Err(e.into()),
+    };
+    let target = match (into_dir, src.file_name()) {
+        (true, Some(name)) => format!("{}/{}", dst.trim_end_matches('/'), name.to_string_lossy()),
+        _ => dst.to_string(),
+    };
+    if meta.is_dir() {
+        upload_dir(session, src, &target).await
+    } else if meta.is_file() {
+        upload_file(session, src, &meta, &target).await
+    } else {
+        anyhow::bail!("{} is not a regular file or a directory", src.display())
+    }
+}
+
+async fn upload_file(
+    session: &Session,
+    src: &Path,
+    meta: &std::fs::Metadata,
+    target: &str,
+) -> anyhow::Result<()> {
+    let file = tokio::fs::File::open(src)
+        .await
+        .with_context(|| format!("cannot read {}", src.display()))?;
+    let file = tokio::io::BufReader::with_capacity(FILE_READ_BYTES, file);
+    let spec = WriteSpec {
+        path: target.into(),
+        mode: Some(meta.permissions().mode() & 0o7777),
+        create_parents: false,
+        if_exists: IfExists::Overwrite,
+    };
+    let bar = progress(Some(meta.len()));
+    let written = session
+        .upload(Op::Write(spec), file, |n| bar.advance_to(n))
+        .await;
+    bar.finish();
+    written?;
+    Ok(())
+}
+
+async fn upload_dir(session: &Session, src: &Path, target: &str) -> anyhow::Result<()> {
+    let (writer, reader) = tokio::io::duplex(PIPE_BYTES);
+    let bridge = SyncIoBridge::new(writer);
+    let root = src.to_path_buf();
+    let pack = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        let mut builder = tar::Builder::new(bridge);
+        builder.follow_symlinks(false);
+        builder.append_dir_all(".", &root)?;
+        let mut bridge = builder.into_inner()?;
+        // Shutting the pipe down is the archive's end-of-file for the upload.
+        bridge.shutdown()
+    });
+    let bar = progress(None);
+    let op = Op::TarWrite {
+        path: target.into(),
+        gzip: false,
+    };
+    let (sent, packed) = tokio::join!(session.upload(op, reader, |n| bar.advance_to(n)), pack);
+    bar.finish();
+    packed?.with_context(|| format!("cannot pack {}", src.display()))?;
+    sent?;
+    Ok(())
+}
+
+/// A progress bar on stderr, drawn only on a terminal and only once a transfer is large.
+struct Progress {
+    bar: ProgressBar,
+    terminal: bool,
+}
+
+fn progress(len: Option<u64>) -> Progress {
+    let bar = ProgressBar::with_draw_target(len, ProgressDrawTarget::hidden());
+    let template = match len {
+        Some(_) => SIZED_TEMPLATE,
+        None => "{spinner} {bytes} {bytes_per_sec} {elapsed}",
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    Progress {
+        bar,
+        terminal: std::io::stderr().is_terminal(),
+    }
+}
+
+impl Progress {
+    /// Records that `n` bytes of `total` (when known) have moved.
+    fn advance(&self, total: Option<u64>, n: u64) {
+        if let (Some(total), None) = (total, self.bar.length()) {
+            self.bar.set_length(total);
+            if let Ok(style) = ProgressStyle::with_template(SIZED_TEMPLATE) {
+                self.bar.set_style(style);
+            }
+        }
+        self.advance_to(n);
+    }
+
+    /// Records that `n` bytes have moved.
+    fn advance_to(&self, n: u64) {
+        let large = self.bar.length().unwrap_or(n).max(n) >= PROGRESS_MIN_BYTES;
+        if self.terminal && large && self.bar.is_hidden() {
+            self.bar
+                .set_draw_target(ProgressDrawTarget::stderr_with_hz(PROGRESS_HZ));
+        }
+        self.bar.set_position(n);
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_sides_look_like_scp() {
+        let remote = |id: &str, path: &str| Location::Remote {
+            id: id.into(),
+            path: path.into(),
+        };
+        assert_eq!(
+            Location::parse("sb-1:/etc/hosts"),
+            remote("sb-1", "/etc/hosts")
+        );
+        assert_eq!(Location::parse("sb-1:"), remote("sb-1", "."));
+        assert_eq!(Location::parse("./a:b"), Location::Local("./a:b".into()));
+        assert_eq!(Location::parse("/x/y"), Location::Local("/x/y".into()));
+        assert_eq!(Location::parse(":x"), Location::Local(":x".into()));
+    }
+}

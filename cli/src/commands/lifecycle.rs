@@ -1,0 +1,498 @@
+//! `tether create`, `ls`, `rm` and `info`: sandboxes over the relay's REST API. The create
+//! flags are shared with `tether run`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use futures_util::future::join_all;
+use serde::Serialize;
+use tether_proto::op::{AgentInfo, ListeningPort};
+
+use super::output::{self, Table};
+use super::remote::Remote;
+use tether_client::api::{CreateRequest, PreviewInfo, SandboxInfo};
+use tether_client::escape::escape_str;
+use tether_client::size::parse_size;
+use tether_client::ClientError;
+use tether_relay::provider::{NetworkPolicy, SandboxSpec};
+
+/// What a new sandbox should be (`tether create` and `tether run`).
+#[derive(Debug, Clone, Args)]
+pub(super) struct CreateArgs {
+    /// A label for lookups (`tether ls --label`, `--get-or-create`); repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = super::key_value)]
+    labels: Vec<(String, String)>,
+    /// Delete the sandbox this long after creation, e.g. 30m or 2h.
+    #[arg(long, value_name = "DURATION", value_parser = super::duration)]
+    ttl: Option<Duration>,
+    /// Delete the sandbox after this long without a client, e.g. 10m.
+    #[arg(long, value_name = "DURATION", value_parser = super::duration)]
+    idle_timeout: Option<Duration>,
+    /// The image: for the local provider a root filesystem directory (or `oci:PATH`);
+    /// the host's own filesystem, read-only, when absent.
+    #[arg(long, value_name = "IMAGE")]
+    image: Option<String>,
+    /// Memory limit, e.g. 512M or 2G (binary units).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    memory: Option<u64>,
+    /// CPU limit in cores; may be fractional, e.g. 0.5.
+    #[arg(long, value_name = "CORES")]
+    cpus: Option<f64>,
+    /// Limit on the number of processes.
+    #[arg(long, value_name = "N")]
+    pids: Option<u64>,
+    /// Disk quota for everything the sandbox writes (workspace, /tmp, an image's changes),
+    /// e.g. 2G (binary units); its file count grows with it. The relay's default when absent.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    disk: Option<u64>,
+    /// Network access: `none` (loopback only) or `host` (the host's network, shared).
+    #[arg(long, value_enum, default_value_t = Network::None)]
+    network: Network,
+    /// Run the sandbox without its system call filter, for code that needs a call the filter
+    /// refuses (nested containers, io_uring). Admin tokens only.
+    #[arg(long)]
+    no_seccomp: bool,
+    /// An environment variable for every process in the sandbox; repeatable.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = super::key_value)]
+    env: Vec<(String, String)>,
+    /// The provider to create it with; the relay's default (`local`) when absent.
+    #[arg(long, value_name = "NAME")]
+    provider: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Network {
+    None,
+    Host,
+}
+
+impl CreateArgs {
+    /// The REST request these flags describe.
+    pub(super) fn request(&self) -> anyhow::Result<CreateRequest> {
+        let spec = SandboxSpec {
+            image: self.image.as_deref().map(image).transpose()?,
+            labels: self.labels.iter().cloned().collect(),
+            env: self.env.iter().cloned().collect(),
+            ttl: self.ttl,
+            idle_timeout: self.idle_timeout,
+            cpus: self.cpus,
+            memory_bytes: self.memory,
+            pids: self.pids,
+            network: match self.network {
+                Network::None => NetworkPolicy::None,
+                Network::Host => NetworkPolicy::Host,
+            },
+            disk_bytes: self.disk,
+            seccomp_unconfined: self.no_seccomp,
+        };
+        Ok(CreateRequest {
+            provider: self.provider.clone(),
+            spec,
+            get_or_create: false,
+        })
+    }
+}
+
+/// An image that names a directory on this machine is sent as an absolute path: the relay
+/// does not share the CLI's working directory.
+fn image(name: &str) -> anyhow::Result<String> {
+    let (prefix, path) = match name.strip_prefix("oci:") {
+        Some(path) => ("oci:", path),
+        None => ("", name),
+    };
+    if Path::new(path).exists() {
+        let abs = std::fs::canonicalize(path)
+            .with_context(|| format!("cannot resolve the image path {path}"))?;
+        return Ok(format!("{prefix}{}", abs.display()));
+    }
+    Ok(name.to_string())
+}
+
+/// `tether create`.
+#[derive(Debug, Args)]
+pub(super) struct CreateCommand {
+    #[command(flatten)]
+    spec: CreateArgs,
+    /// Return the existing sandbox with exactly these labels, if there is one.
+    #[arg(long)]
+    get_or_create: bool,
+    /// Print the sandbox as JSON instead of its id.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) async fn create(remote: Remote, args: CreateCommand) -> anyhow::Result<()> {
+    let mut req = args.spec.request()?;
+    req.get_or_create = args.get_or_create;
+    let rest = remote.rest()?;
+    let sandbox = rest
+        .create(&req)
+        .await
+        .map_err(|e| remote.explain(e, None))?;
+    if args.json {
+        output::json(&sandbox)
+    } else {
+        println!("{}", sandbox.id);
+        Ok(())
+    }
+}
+
+/// `tether ls`.
+#[derive(Debug, Args)]
+pub(super) struct LsArgs {
+    /// Only sandboxes with this label; repeatable (all must match).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = super::key_value)]
+    labels: Vec<(String, String)>,
+    /// Print only the ids.
+    #[arg(long, short, conflicts_with = "json")]
+    quiet: bool,
+    /// Print the sandboxes as a JSON array.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) async fn ls(remote: Remote, args: LsArgs) -> anyhow::Result<()> {
+    let labels: BTreeMap<String, String> = args.labels.into_iter().collect();
+    let rest = remote.rest()?;
+    let sandboxes = rest
+        .list(&labels)
+        .await
+        .map_err(|e| remote.explain(e, None))?;
+    if args.json {
+        return output::json(&sandboxes);
+    }
+    if args.quiet {
+        sandboxes.iter().for_each(|s| println!("{}", s.id));
+        return Ok(());
+    }
+    let now = output::now_ms();
+    let mut table = Table::new(&["ID", "PROVIDER", "STATE", "AGE", "LABELS"]);
+    for s in &sandboxes {
+        table.row(vec![
+            s.id.clone(),
+            s.provider.clone(),
+            s.state.clone(),
+            output::age(s.created_ms, now),
+            output::labels(&s.labels),
+        ]);
+    }
+    table.print()
+}
+
+/// `tether rm`.
+#[derive(Debug, Args)]
+pub(super) struct RmArgs {
+    /// The sandboxes to delete.
+    #[arg(value_name = "ID", required_unless_present = "all")]
+    ids: Vec<String>,
+    /// Delete every sandbox of the token's tenant.
+    #[arg(long, conflicts_with = "ids")]
+    all: bool,
+    /// Print what was deleted as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Removed {
+    deleted: Vec<String>,
+    /// Sandboxes the relay had already deleted on its own (TTL, idle, gone).
+    already_deleted: Vec<AlreadyDeleted>,
+    failed: Vec<RemoveFailure>,
+}
+
+#[derive(Serialize)]
+struct AlreadyDeleted {
+    id: String,
+    reason: String,
+}
+
+#[derive(Serialize)]
+struct RemoveFailure {
+    id: String,
+    error: String,
+}
+
+pub(super) async fn rm(remote: Remote, args: RmArgs) -> anyhow::Result<()> {
+    let rest = remote.rest()?;
+    let ids = if args.all {
+        let all = rest.list(&BTreeMap::new()).await;
+        all.map_err(|e| remote.explain(e, None))?
+            .into_iter()
+            .map(|s| s.id)
+            .collect()
+    } else {
+        args.ids
+    };
+    // The relay's delete is idempotent; a named sandbox that does not exist (a typo) is
+    // still an error here, so it is looked up first. One the relay deleted itself (410) is
+    // what the user wanted anyway: it is reported, not an error.
+    let check = !args.all;
+    let delete = |id: &str| {
+        let rest = &rest;
+        let id = id.to_string();
+        async move {
+            if check {
+                match rest.get(&id).await {
+                    Err(ClientError::Http {
+                        status: 410,
+                        message,
+                        ..
+                    }) => return Ok(Some(message)),
+                    Err(e) => return Err(e),
+                    Ok(_) => {}
+                }
+            }
+            rest.delete(&id).await.map(|()| None)
+        }
+    };
+    // Deleting tears a sandbox down; doing them at once makes `rm --all` as slow as one.
+    let results = join_all(ids.iter().map(|id| delete(id))).await;
+    let mut report = Removed {
+        deleted: Vec::new(),
+        already_deleted: Vec::new(),
+        failed: Vec::new(),
+    };
+    for (id, result) in ids.into_iter().zip(results) {
+        match result {
+            Ok(None) => report.deleted.push(id),
+            Ok(Some(reason)) => report.already_deleted.push(AlreadyDeleted { id, reason }),
+            Err(e) => {
+                let error = format!("{:#}", remote.explain(e, Some(&id)));
+                report.failed.push(RemoveFailure { id, error });
+            }
+        }
+    }
+    if args.json {
+        output::json(&report)?;
+    } else {
+        report.deleted.iter().for_each(|id| println!("{id}"));
+        for gone in &report.already_deleted {
+            eprintln!("{}", gone.reason);
+        }
+    }
+    match report.failed.as_slice() {
+        [] => Ok(()),
+        [one] => Err(anyhow::anyhow!("{}", one.error)),
+        many => {
+            let lines: Vec<String> = many.iter().map(|f| format!("\n  {}", f.error)).collect();
+            anyhow::bail!(
+                "{} sandboxes were not deleted:{}",
+                many.len(),
+                lines.concat()
+            )
+        }
+    }
+}
+
+/// `tether info`.
+#[derive(Debug, Args)]
+pub(super) struct InfoArgs {
+    /// The sandbox.
+    #[arg(value_name = "ID")]
+    id: String,
+    /// Print as JSON: the sandbox's fields, plus `agent` (null when it did not answer).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Info<'a> {
+    #[serde(flatten)]
+    sandbox: &'a SandboxInfo,
+    agent: Option<&'a AgentInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent_error: Option<String>,
+    /// The preview URLs of the ports listening in the sandbox (absent when the agent did
+    /// not answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    previews: Option<Previews>,
+}
+
+/// How a browser reaches the sandbox's listening ports through the relay.
+#[derive(Serialize)]
+struct Previews {
+    /// The preview token: the `X-Tether-Preview-Token` header, the `tether_preview_token`
+    /// query parameter, or the cookie a first visit with the parameter sets.
+    token: String,
+    /// The URL templates, `{port}` to fill in.
+    host_url: String,
+    path_url: String,
+    /// One per listening port: the host-form and path-form URLs, carrying the token.
+    ports: Vec<PortPreview>,
+}
+
+#[derive(Serialize)]
+struct PortPreview {
+    port: u16,
+    address: String,
+    url: String,
+    path_url: String,
+}
+
+impl Previews {
+    fn new(preview: PreviewInfo, mut listening: Vec<ListeningPort>) -> Previews {
+        // A server bound to both IPv4 and IPv6 is listed twice.
+        listening.sort_by_key(|p| p.port);
+        listening.dedup_by_key(|p| p.port);
+        Previews {
+            ports: listening
+                .into_iter()
+                .map(|p| PortPreview {
+                    url: preview.url(p.port),
+                    path_url: preview.path(p.port),
+                    port: p.port,
+                    address: p.address,
+                })
+                .collect(),
+            token: preview.token,
+            host_url: preview.host_url,
+            path_url: preview.path_url,
+        }
+    }
+}
+
+pub(super) async fn info(remote: Remote, args: InfoArgs) -> anyhow::Result<()> {
+    let rest = remote.rest()?;
+    let agent = async {
+        let session = remote.connect(&args.id).await?;
+        let (info, ports) = tokio::join!(session.info(), session.ports());
+        let explain = |e| remote.explain(e, Some(&args.id));
+        anyhow::Ok((info.map_err(explain)?, ports.map_err(explain)?))
+    };
+    let (sandbox, agent, preview) = tokio::join!(rest.get(&args.id), agent, rest.preview(&args.id));
+    let sandbox = sandbox.map_err(|e| remote.explain(e, Some(&args.id)))?;
+    let (agent, ports, agent_error) = match agent {
+        Ok((a, ports)) => (Some(a), Some(ports), None),
+        Err(e) => (None, None, Some(format!("{e:#}"))),
+    };
+    let preview = preview.map_err(|e| remote.explain(e, Some(&args.id)))?;
+    let info = Info {
+        sandbox: &sandbox,
+        agent: agent.as_ref(),
+        agent_error: agent_error.clone(),
+        previews: ports.map(|ports| Previews::new(preview, ports)),
+    };
+    if args.json {
+        output::json(&info)?;
+    } else {
+        print!("{}", describe(&info, output::now_ms()));
+    }
+    match agent_error {
+        None => Ok(()),
+        Some(e) => Err(anyhow::anyhow!("the sandbox's agent did not answer: {e}")),
+    }
+}
+
+fn describe(info: &Info<'_>, now: i64) -> String {
+    let s = info.sandbox;
+    let mut rows: Vec<(&str, String)> = vec![
+        ("id", s.id.clone()),
+        ("provider", format!("{} ({})", s.provider, s.provider_ref)),
+        ("state", s.state.clone()),
+        ("labels", output::labels(&s.labels)),
+        ("image", s.image.clone().unwrap_or_else(|| "-".into())),
+        ("created", format!("{} ago", output::age(s.created_ms, now))),
+        (
+            "last active",
+            format!("{} ago", output::age(s.last_active_ms, now)),
+        ),
+        (
+            "expires",
+            match s.expires_ms {
+                Some(ms) => format!("in {}", output::age(now, ms)),
+                None => "never".into(),
+            },
+        ),
+        (
+            "idle timeout",
+            match s.idle_timeout_secs {
+                Some(secs) => humantime::format_duration(Duration::from_secs(secs)).to_string(),
+                None => "none".into(),
+            },
+        ),
+    ];
+    if let Some(a) = info.agent {
+        rows.extend([
+            ("agent", a.agent_version.clone()),
+            ("os", format!("{} ({})", a.os, a.arch)),
+            (
+                "user",
+                format!("{} (home {}, cwd {})", a.user, a.home, a.cwd),
+            ),
+            ("hostname", a.hostname.clone()),
+            ("cpus", a.cpus.to_string()),
+            ("memory", output::bytes(a.memory_bytes)),
+        ]);
+    }
+    let longest = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let width = longest.max("preview token".len()) + 2;
+    let mut out: String = rows
+        .iter()
+        .map(|(k, v)| format!("{:<width$}{}\n", format!("{k}:"), escape_str(v)))
+        .collect();
+    if let Some(p) = &info.previews {
+        out.push_str(&format!("{:<width$}", "previews:"));
+        if p.ports.is_empty() {
+            let example = p.host_url.replace("{port}", "PORT");
+            out.push_str(&format!(
+                "no port is listening yet; a server on PORT will be at {example}\n"
+            ));
+        }
+        for (i, port) in p.ports.iter().enumerate() {
+            let pad = if i == 0 { 0 } else { width };
+            out.push_str(&format!(
+                "{:pad$}port {} ({})\n",
+                "",
+                port.port,
+                escape_str(&port.address)
+            ));
+            out.push_str(&format!("{:width$}  {}\n", "", port.url));
+            out.push_str(&format!("{:width$}  {}\n", "", port.path_url));
+        }
+        out.push_str(&format!(
+            "{:<width$}{} (the URLs carry it; or send header X-Tether-Preview-Token)\n",
+            "preview token:", p.token
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Create {
+        #[command(flatten)]
+        spec: CreateArgs,
+    }
+
+    #[test]
+    fn disk_quotas_reach_the_request() {
+        use clap::Parser;
+        let req = |args: &[&str]| {
+            let all = std::iter::once("create").chain(args.iter().copied());
+            Create::try_parse_from(all).map(|c| c.spec.request().unwrap().spec.disk_bytes)
+        };
+        assert_eq!(req(&["--disk", "2G"]).unwrap(), Some(2 << 30));
+        assert_eq!(req(&[]).unwrap(), None);
+        assert!(req(&["--disk", "lots"]).is_err());
+    }
+
+    #[test]
+    fn local_images_become_absolute() {
+        let dir = tempfile::tempdir().unwrap();
+        let abs = dir.path().canonicalize().unwrap();
+        assert_eq!(
+            image(dir.path().to_str().unwrap()).unwrap(),
+            abs.display().to_string()
+        );
+        let oci = format!("oci:{}", dir.path().display());
+        assert_eq!(image(&oci).unwrap(), format!("oci:{}", abs.display()));
+        assert_eq!(image("ubuntu:24.04").unwrap(), "ubuntu:24.04");
+    }
+}

@@ -1,0 +1,136 @@
+//! Which relay the CLI talks to and as whom: the address from `--relay` or `TETHER_RELAY`,
+//! the token from `TETHER_TOKEN` or the local relay's admin token file; and every client
+//! error turned into a sentence that says what to do next.
+
+use anyhow::anyhow;
+
+use tether_client::{local, ClientError, RelayClient, Session};
+
+/// A relay and the token to present to it.
+#[derive(Clone, Debug)]
+pub(super) struct Remote {
+    base: String,
+    token: Option<String>,
+}
+
+impl Remote {
+    /// The relay named by `flag`, else `TETHER_RELAY`, else the default local one.
+    pub(super) fn resolve(flag: Option<&str>) -> anyhow::Result<Remote> {
+        Remote::new(&local::relay_address(flag), local::token())
+    }
+
+    /// A relay at `base` (`http://host:port`).
+    pub(super) fn new(base: &str, token: Option<String>) -> anyhow::Result<Remote> {
+        let base = local::check_relay_address(base).map_err(|e| anyhow!(e))?;
+        Ok(Remote { base, token })
+    }
+
+    /// A REST client. Built only by commands that use REST: it loads TLS roots, which
+    /// `exec` cannot afford on its fast path.
+    pub(super) fn rest(&self) -> anyhow::Result<RelayClient> {
+        RelayClient::new(&self.base, self.token.clone()).map_err(|e| self.explain(e, None))
+    }
+
+    /// Opens a protocol session to sandbox `id` straight through the relay's tunnel, with no
+    /// REST call first: a missing sandbox is the tunnel's 404.
+    pub(super) async fn connect(&self, id: &str) -> anyhow::Result<Session> {
+        let ws = format!(
+            "{}/v1/sandboxes/{id}/ws",
+            self.base.replacen("http", "ws", 1)
+        );
+        Session::connect(&ws, self.token.as_deref())
+            .await
+            .map_err(|e| self.explain(e, Some(id)))
+    }
+
+    /// Turns a client error into one that says what to do; `id` is the sandbox concerned.
+    pub(super) fn explain(&self, err: ClientError, id: Option<&str>) -> anyhow::Error {
+        match err {
+            ClientError::Connect { reason, .. } => {
+                let mut msg = format!(
+                    "no relay at {}: start one with `tether serve` (or use `tether run`, which \
+                     needs none)",
+                    self.base
+                );
+                // Beyond the usual "nobody listens", a cause helps (TLS, DNS, a proxy). The
+                // REST client's own sentence names no cause, so it is left out.
+                let cause = reason.split("; start a relay").next().unwrap_or(&reason);
+                let uninformative = ["refused", "error sending request"];
+                if !uninformative
+                    .iter()
+                    .any(|u| cause.to_lowercase().contains(u))
+                {
+                    msg.push_str(&format!(" [{cause}]"));
+                }
+                anyhow!(msg)
+            }
+            ClientError::Http { status: 404, .. } if id.is_some() => anyhow!(
+                "no sandbox {} at {}: list yours with `tether ls`",
+                id.unwrap_or_default(),
+                self.base
+            ),
+            ClientError::Http {
+                status: 401,
+                message,
+                ..
+            } => match &self.token {
+                None => anyhow!(
+                    "the relay at {} wants a token and none is set: set TETHER_TOKEN, or run \
+                     this on the relay's machine as the user who started it (the admin token \
+                     is read from {})",
+                    self.base,
+                    local::admin_token_path().display()
+                ),
+                Some(_) => anyhow!(
+                    "the relay at {} refused the token ({message}): set TETHER_TOKEN to a \
+                     token from `tether token create`",
+                    self.base
+                ),
+            },
+            other => anyhow!(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote() -> Remote {
+        Remote::new("http://127.0.0.1:9/", None).unwrap()
+    }
+
+    #[test]
+    fn addresses_need_a_scheme_and_lose_the_trailing_slash() {
+        assert_eq!(remote().base, "http://127.0.0.1:9");
+        assert!(Remote::new("127.0.0.1:7420", None).is_err());
+    }
+
+    #[test]
+    fn an_unreachable_relay_says_how_to_get_one() {
+        let err = remote().explain(
+            ClientError::Connect {
+                url: "x".into(),
+                reason: "Connection refused (os error 111)".into(),
+            },
+            None,
+        );
+        assert_eq!(
+            err.to_string(),
+            "no relay at http://127.0.0.1:9: start one with `tether serve` (or use `tether \
+             run`, which needs none)"
+        );
+    }
+
+    #[test]
+    fn a_missing_sandbox_points_at_ls() {
+        let err = ClientError::Http {
+            status: 404,
+            code: "not_found".into(),
+            message: "x".into(),
+        };
+        let msg = remote().explain(err, Some("sb-1")).to_string();
+        assert!(msg.starts_with("no sandbox sb-1 at"), "{msg}");
+        assert!(msg.contains("tether ls"), "{msg}");
+    }
+}

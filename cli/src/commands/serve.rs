@@ -1,0 +1,89 @@
+//! `tether serve`: the relay, in the foreground until SIGINT or SIGTERM; and where the
+//! `tether-agent` binary it runs in sandboxes is found.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use tether_client::local::data_dir as default_data_dir;
+use tether_relay::server::{
+    self, PolicyConfig, RelayConfig, DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL,
+};
+
+/// The variable naming the agent binary.
+const AGENT_BIN_VAR: &str = "TETHER_AGENT_BIN";
+/// The agent binary's file name, looked for beside `tether`.
+const AGENT_BIN_NAME: &str = "tether-agent";
+
+/// `tether serve`.
+#[derive(Debug, Args)]
+pub(super) struct ServeArgs {
+    /// The address to listen on; port 0 picks a free one.
+    #[arg(long, value_name = "ADDR", default_value_t = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// Where the database, the admin token and the sandboxes' files live
+    /// [default: $TETHER_HOME, else ~/.local/share/tether].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// The policy file: what each tenant may use (providers, the host's network, sizes,
+    /// lifetimes, sandbox counts); see the README's "Policy" section. Built-in defaults
+    /// when absent.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// A directory under which admin tokens may use host directories as images
+    /// (`tether create --image DIR`); repeatable. None by default: only `oci:` images.
+    #[arg(long = "image-root", value_name = "DIR")]
+    image_roots: Vec<PathBuf>,
+}
+
+pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
+    super::init_tracing(Some("info"));
+    let policy = PolicyConfig::load(args.config.as_deref(), args.image_roots)?;
+    let config = RelayConfig {
+        listen: args.listen,
+        data_dir: args.data_dir.unwrap_or_else(default_data_dir),
+        agent_binary: agent_binary()?,
+        reap_interval: DEFAULT_REAP_INTERVAL,
+        policy,
+    };
+    let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    rt.block_on(async {
+        let relay = server::start(config).await?;
+        // The one machine-readable line: scripts and tests wait for it.
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "listening {}", relay.url())?;
+        stdout.flush()?;
+        drop(stdout);
+        eprintln!(
+            "tether: relay ready; clients on this machine use the admin token in {}",
+            relay.admin_token_file.display()
+        );
+        relay.wait().await
+    })
+}
+
+/// The agent binary: `TETHER_AGENT_BIN`, else `tether-agent` beside this executable.
+pub(super) fn agent_binary() -> anyhow::Result<PathBuf> {
+    const HOW: &str =
+        "build it with `cargo build --release -p tether-agent` or set TETHER_AGENT_BIN";
+    if let Some(path) = std::env::var_os(AGENT_BIN_VAR) {
+        let path = PathBuf::from(path);
+        anyhow::ensure!(
+            path.is_file(),
+            "{AGENT_BIN_VAR} is {}, which is not a file: {HOW}",
+            path.display()
+        );
+        return Ok(path);
+    }
+    let exe = std::env::current_exe().context("cannot find the tether executable's path")?;
+    let beside = exe.with_file_name(AGENT_BIN_NAME);
+    anyhow::ensure!(
+        beside.is_file(),
+        "the sandbox agent binary {} does not exist: {HOW}",
+        beside.display()
+    );
+    Ok(beside)
+}

@@ -1,0 +1,229 @@
+//! The relay's REST/JSON contract: request and response bodies shared by the server and the
+//! client library, so the two cannot drift apart.
+//!
+//! Routes (all under `/v1`, all authenticated with `Authorization: Bearer <api token>`):
+//! - `POST   /v1/sandboxes`            create ([`CreateRequest`] → 201 [`SandboxInfo`]);
+//!   with `get_or_create: true`, returns 200 and the tenant's existing sandbox with exactly
+//!   these labels if there is one.
+//! - `GET    /v1/sandboxes?label=k=v`  list the tenant's sandboxes (labels must all match).
+//! - `GET    /v1/sandboxes/{id}`       one sandbox.
+//! - `DELETE /v1/sandboxes/{id}`       delete (204).
+//! - `POST   /v1/sandboxes/{id}/renew` extend the TTL ([`RenewRequest`] → [`SandboxInfo`]).
+//! - `GET    /v1/sandboxes/{id}/ws`    WebSocket: the Tether protocol, tunneled to the agent.
+//! - `GET    /v1/sandboxes/{id}/preview` the sandbox's preview URLs and token ([`PreviewInfo`]).
+//! - `POST   /v1/tokens`               admin only: mint a token for a tenant ([`TokenRequest`]).
+//! - `GET    /v1/health`               unauthenticated liveness.
+//!
+//! Errors are [`ErrorBody`] with a status code: 400 invalid (an unknown field, a number out of
+//! range: the message names it), 401 bad token, 403 not allowed by the token's role or the
+//! relay's policy (`forbidden`, naming the limit), 404 not found (also for another tenant's
+//! sandbox), 409 conflict, 502 provider failure, 503 unavailable.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use std::time::Duration;
+
+/// `POST /v1/sandboxes`. The server refuses unknown fields (naming them), as every body
+/// here; this one checks them by hand because `deny_unknown_fields` does not work through
+/// `flatten`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CreateRequest {
+    /// Provider name; the relay's default (`local`) when absent.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// What to create.
+    #[serde(flatten)]
+    pub spec: SandboxSpec,
+    /// Return the tenant's existing sandbox with exactly these labels, if any.
+    #[serde(default)]
+    pub get_or_create: bool,
+}
+
+/// A sandbox as clients see it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SandboxInfo {
+    /// The relay's id.
+    pub id: String,
+    /// Provider name.
+    pub provider: String,
+    /// The provider's own id.
+    pub provider_ref: String,
+    /// `running`, `stopped` or `gone`.
+    pub state: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// The image it was created from.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_ms: i64,
+    /// Last client activity, milliseconds since the Unix epoch.
+    pub last_active_ms: i64,
+    /// When the TTL deletes it, milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub expires_ms: Option<i64>,
+    /// Idle timeout in seconds.
+    #[serde(default)]
+    pub idle_timeout_secs: Option<u64>,
+    /// Whether it was just created (false when get-or-create found an existing one).
+    #[serde(default)]
+    pub created: bool,
+}
+
+/// `POST /v1/sandboxes/{id}/renew`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenewRequest {
+    /// New TTL from now, in seconds.
+    pub ttl_secs: u64,
+}
+
+/// `POST /v1/tokens`. The relay's admin token mints for any tenant, admin tokens included;
+/// a tenant's admin token mints member tokens for its own tenant only.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRequest {
+    /// The tenant the token acts for.
+    pub tenant: String,
+    /// Whether the token is an admin of its tenant: it may mint member tokens for it and use
+    /// what the relay's policy keeps for admins.
+    #[serde(default)]
+    pub admin: bool,
+}
+
+/// Answer to `POST /v1/tokens`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TokenResponse {
+    /// The token; shown once, stored hashed.
+    pub token: String,
+    /// Its tenant.
+    pub tenant: String,
+}
+
+/// Every error response.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// Machine-readable: `unauthorized`, `forbidden`, `not_found`, `invalid_argument`,
+    /// `conflict`, `provider_error`, `unavailable`, `internal`.
+    pub code: String,
+    /// A sentence saying what to do.
+    pub message: String,
+}
+
+/// Answer to `GET /v1/sandboxes/{id}/preview`: how a browser reaches ports inside the sandbox.
+///
+/// Preview requests are not authenticated with an API token but with the sandbox's preview
+/// token: the `X-Tether-Preview-Token` header, the `tether_preview_token` query parameter
+/// (answered with a cookie and a redirect that drops it), or that cookie.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviewInfo {
+    /// The sandbox's preview token.
+    pub token: String,
+    /// The URL of port `{port}` by host name, e.g. `http://{port}-sb-1.localhost:7420/`.
+    pub host_url: String,
+    /// The same by path, for clients that cannot resolve `*.localhost`:
+    /// `http://127.0.0.1:7420/preview/sb-1/{port}/`.
+    pub path_url: String,
+}
+
+impl PreviewInfo {
+    /// The host-form URL of `port`, carrying the token so a browser can open it as is.
+    pub fn url(&self, port: u16) -> String {
+        format!(
+            "{}?tether_preview_token={}",
+            self.host_url.replace("{port}", &port.to_string()),
+            self.token
+        )
+    }
+
+    /// The path-form URL of `port`, carrying the token.
+    pub fn path(&self, port: u16) -> String {
+        format!(
+            "{}?tether_preview_token={}",
+            self.path_url.replace("{port}", &port.to_string()),
+            self.token
+        )
+    }
+}
+
+/// Whether a sandbox may reach the network.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkPolicy {
+    /// Its own loopback only.
+    #[default]
+    None,
+    /// The host's network, shared (an explicit opt-in).
+    Host,
+}
+
+/// What a caller asks for when creating a sandbox.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// The provider's image name (local: a root filesystem directory or `oci:PATH`).
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Labels for lookup (`tether ls --label`, get-or-create).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Environment of every process in the sandbox.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Delete the sandbox this long after creation (renewable).
+    #[serde(default, with = "opt_secs")]
+    pub ttl: Option<Duration>,
+    /// Delete the sandbox after this long without client activity.
+    #[serde(default, with = "opt_secs")]
+    pub idle_timeout: Option<Duration>,
+    /// CPU limit in cores (may be fractional).
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    /// Memory limit in bytes.
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    /// Limit on the number of processes.
+    #[serde(default)]
+    pub pids: Option<u64>,
+    /// Disk quota in bytes: everything the sandbox can write, together (local: its
+    /// `/workspace`, `/tmp` and an image's writable layer).
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
+    /// Network access.
+    #[serde(default)]
+    pub network: NetworkPolicy,
+    /// Run user code without the seccomp filter (admin tokens only).
+    #[serde(default)]
+    pub seccomp_unconfined: bool,
+}
+
+mod opt_secs {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        match Option::<f64>::deserialize(d)? {
+            None => Ok(None),
+            Some(secs) => Duration::try_from_secs_f64(secs).map(Some).map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "{secs} is not a valid duration in seconds (must be 0 or more)"
+                ))
+            }),
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The relay's REST API from the client side, and opening sessions through it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::api::{
+    CreateRequest, PreviewInfo, RenewRequest, SandboxInfo, TokenRequest, TokenResponse,
+};
+
+use super::session::Session;
+use super::ClientError;
+
+/// Where clients look for a relay when neither `--relay` nor `TETHER_RELAY` says.
+pub const DEFAULT_RELAY: &str = "http://127.0.0.1:7420";
+
+/// How long a REST call may take before it is reported as failed.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A client of one relay.
+#[derive(Clone, Debug)]
+pub struct RelayClient {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl RelayClient {
+    /// A client of the relay at `base` (`http://host:port`), authenticating with `token`.
+    pub fn new(base: &str, token: Option<String>) -> Result<RelayClient, ClientError> {
+        let base = crate::local::check_relay_address(base).map_err(ClientError::Local)?;
+        let http = reqwest::Client::builder()
+            .timeout(HTTP_TIMEOUT)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+        Ok(RelayClient { base, token, http })
+    }
+
+    /// A client configured from `TETHER_RELAY` and `TETHER_TOKEN`, falling back to the local
+    /// relay and the admin token it wrote in its data directory.
+    pub fn from_env() -> Result<RelayClient, ClientError> {
+        RelayClient::new(&crate::local::relay_address(None), crate::local::token())
+    }
+
+    /// The relay's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Creates a sandbox (or, with `get_or_create`, finds the one with these labels).
+    pub async fn create(&self, req: &CreateRequest) -> Result<SandboxInfo, ClientError> {
+        self.send(self.http.post(self.url("/v1/sandboxes")).json(req))
+            .await
+    }
+
+    /// One sandbox.
+    pub async fn get(&self, id: &str) -> Result<SandboxInfo, ClientError> {
+        self.send(self.http.get(self.url(&format!("/v1/sandboxes/{id}"))))
+            .await
+    }
+
+    /// The tenant's sandboxes carrying all of `labels`.
+    pub async fn list(
+        &self,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<SandboxInfo>, ClientError> {
+        let query: Vec<(&str, String)> = labels
+            .iter()
+            .map(|(k, v)| ("label", format!("{k}={v}")))
+            .collect();
+        self.send(self.http.get(self.url("/v1/sandboxes")).query(&query))
+            .await
+    }
+
+    /// Deletes a sandbox and everything in it.
+    pub async fn delete(&self, id: &str) -> Result<(), ClientError> {
+        let resp = self
+            .authed(self.http.delete(self.url(&format!("/v1/sandboxes/{id}"))))
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        if resp.status().is_success() {
+            Ok(())
+        } else {
+            let status = resp.status().as_u16();
+            Err(ClientError::from_http(
+                status,
+                &resp.text().await.unwrap_or_default(),
+            ))
+        }
+    }
+
+    /// Extends a sandbox's TTL to `ttl` from now.
+    pub async fn renew(&self, id: &str, ttl: Duration) -> Result<SandboxInfo, ClientError> {
+        let body = RenewRequest {
+            ttl_secs: ttl.as_secs().max(1),
+        };
+        self.send(
+            self.http
+                .post(self.url(&format!("/v1/sandboxes/{id}/renew")))
+                .json(&body),
+        )
+        .await
+    }
+
+    /// How a browser reaches the sandbox's ports: its preview URLs and token.
+    pub async fn preview(&self, id: &str) -> Result<PreviewInfo, ClientError> {
+        self.send(
+            self.http
+                .get(self.url(&format!("/v1/sandboxes/{id}/preview"))),
+        )
+        .await
+    }
+
+    /// Mints a token for `tenant` (admin tokens only).
+    pub async fn create_token(
+        &self,
+        tenant: &str,
+        admin: bool,
+    ) -> Result<TokenResponse, ClientError> {
+        let body = TokenRequest {
+            tenant: tenant.into(),
+            admin,
+        };
+        self.send(self.http.post(self.url("/v1/tokens")).json(&body))
+            .await
+    }
+
+    /// Opens a protocol session to a sandbox's agent through the relay.
+    pub async fn connect(&self, id: &str) -> Result<Session, ClientError> {
+        let ws = format!(
+            "{}/v1/sandboxes/{id}/ws",
+            self.base.replacen("http", "ws", 1)
+        );
+        Session::connect(&ws, self.token.as_deref()).await
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn authed(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    fn unreachable(&self, e: reqwest::Error) -> ClientError {
+        ClientError::Connect {
+            url: self.base.clone(),
+            reason: format!(
+                "{e}; start a relay with `tether serve`, or point TETHER_RELAY (or --relay) at a running one"
+            ),
+        }
+    }
+
+    async fn send<T: serde::de::DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
+        let resp = self
+            .authed(req)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let status = resp.status().as_u16();
+        let body = resp.text().await.map_err(|e| self.unreachable(e))?;
+        if !(200..300).contains(&status) {
+            return Err(ClientError::from_http(status, &body));
+        }
+        serde_json::from_str(&body)
+            .map_err(|e| ClientError::Protocol(format!("unexpected answer from the relay: {e}")))
+    }
+}
