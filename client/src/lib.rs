@@ -7,6 +7,8 @@
 //!   [`Session::exec`] (a [`Process`] handle streams output and takes stdin, signals,
 //!   resizes), and files with the helpers in [`files`]. [`Session::open`] is the low-level
 //!   entry point for any operation.
+//! - [`tls`]: whom `https://` and `wss://` connections trust (the webpki roots, plus the
+//!   PEM file in `TETHER_CA_CERT` for a relay with a private CA or a self-signed certificate).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), tether_client::ClientError> {
@@ -33,6 +35,7 @@ mod process;
 mod relay;
 mod session;
 pub mod size;
+pub mod tls;
 
 pub use process::{Output, Process, ProcessEvent};
 pub use relay::{RelayClient, DEFAULT_RELAY};
@@ -70,6 +73,18 @@ pub enum ClientError {
         /// Why.
         reason: String,
     },
+    /// The TLS handshake with the relay failed: an untrusted or mismatched certificate, or a
+    /// server that does not speak TLS. The reason says which, and what to do.
+    #[error("cannot connect to {url} over TLS: {reason}")]
+    Tls {
+        /// Where.
+        url: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// `TETHER_CA_CERT` names a file that cannot be used.
+    #[error(transparent)]
+    CaCert(#[from] tls::CaCertError),
     /// The connection was lost while the operation ran.
     #[error("the connection to the sandbox was lost; retry, or check that the relay and sandbox are up (`tether ls`)")]
     Disconnected,

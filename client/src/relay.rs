@@ -28,9 +28,20 @@ impl RelayClient {
     /// A client of the relay at `base` (`http://host:port`), authenticating with `token`.
     pub fn new(base: &str, token: Option<String>) -> Result<RelayClient, ClientError> {
         let base = crate::local::check_relay_address(base).map_err(ClientError::Local)?;
-        let http = reqwest::Client::builder()
+        #[allow(unused_mut, reason = "only a build with TLS adds roots")]
+        let mut builder = reqwest::Client::builder()
             .timeout(HTTP_TIMEOUT)
-            .tcp_nodelay(true)
+            .tcp_nodelay(true);
+        #[cfg(feature = "rustls")]
+        if base.starts_with("https://") {
+            // The same roots as the WebSocket's: reqwest's webpki roots, plus TETHER_CA_CERT.
+            for cert in &crate::tls::trust()?.extra {
+                let cert = reqwest::Certificate::from_der(cert)
+                    .map_err(|e| ClientError::Local(format!("cannot use a CA certificate: {e}")))?;
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder
             .build()
             .map_err(|e| ClientError::Local(e.to_string()))?;
         Ok(RelayClient { base, token, http })
@@ -147,6 +158,10 @@ impl RelayClient {
     }
 
     fn unreachable(&self, e: reqwest::Error) -> ClientError {
+        #[cfg(feature = "rustls")]
+        if let Some(tls) = crate::tls::explain(&self.base, &e) {
+            return tls;
+        }
         ClientError::Connect {
             url: self.base.clone(),
             reason: format!(

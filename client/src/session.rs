@@ -124,19 +124,21 @@ impl Session {
         let config = WebSocketConfig::default()
             .max_message_size(Some(2 * (MAX_PAYLOAD + HEADER_LEN)))
             .max_frame_size(Some(2 * (MAX_PAYLOAD + HEADER_LEN)));
-        let (ws, _) = tokio_tungstenite::connect_async_with_config(req, Some(config), true)
-            .await
-            .map_err(|e| match e {
-                tokio_tungstenite::tungstenite::Error::Http(resp) => {
-                    let body = resp
-                        .body()
-                        .as_ref()
-                        .map(|b| String::from_utf8_lossy(b).trim().to_string())
-                        .unwrap_or_default();
-                    ClientError::from_http(resp.status().as_u16(), &body)
-                }
-                other => connect_err(other.to_string()),
-            })?;
+        // A `wss://` session trusts what the REST client trusts (see `crate::tls`).
+        #[cfg(feature = "rustls")]
+        let connected = {
+            let connector = match req.uri().scheme_str() {
+                Some("wss") => Some(tokio_tungstenite::Connector::Rustls(
+                    crate::tls::trust()?.config.clone(),
+                )),
+                _ => None,
+            };
+            tokio_tungstenite::connect_async_tls_with_config(req, Some(config), true, connector)
+                .await
+        };
+        #[cfg(not(feature = "rustls"))]
+        let connected = tokio_tungstenite::connect_async_with_config(req, Some(config), true).await;
+        let (ws, _) = connected.map_err(|e| connect_error(url, e))?;
         Session::handshake(ws).await
     }
 
@@ -285,6 +287,31 @@ impl Session {
             }
         }
         reply.ok_or(ClientError::Disconnected)
+    }
+}
+
+/// Why a WebSocket could not be opened: the server's HTTP answer, a TLS failure with what to
+/// do about it, or the connection's error.
+fn connect_error(url: &str, e: tokio_tungstenite::tungstenite::Error) -> ClientError {
+    match e {
+        tokio_tungstenite::tungstenite::Error::Http(resp) => {
+            let body = resp
+                .body()
+                .as_ref()
+                .map(|b| String::from_utf8_lossy(b).trim().to_string())
+                .unwrap_or_default();
+            ClientError::from_http(resp.status().as_u16(), &body)
+        }
+        other => {
+            #[cfg(feature = "rustls")]
+            if let Some(tls) = crate::tls::explain(url, &other) {
+                return tls;
+            }
+            ClientError::Connect {
+                url: url.to_string(),
+                reason: other.to_string(),
+            }
+        }
     }
 }
 

@@ -123,6 +123,18 @@ mod tests {
     }
 
     #[test]
+    fn a_tls_failure_is_not_called_a_missing_relay() {
+        let err = ClientError::Tls {
+            url: "https://relay:7420".into(),
+            reason: "the relay's certificate is not trusted (UnknownIssuer); set TETHER_CA_CERT"
+                .into(),
+        };
+        let msg = remote().explain(err, Some("sb-1")).to_string();
+        assert!(!msg.contains("tether serve"), "{msg}");
+        assert!(msg.contains("TETHER_CA_CERT"), "{msg}");
+    }
+
+    #[test]
     fn a_missing_sandbox_points_at_ls() {
         let err = ClientError::Http {
             status: 404,

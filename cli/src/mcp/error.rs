@@ -85,6 +85,8 @@ fn client_code(e: &ClientError) -> String {
         ClientError::Remote { code, .. } => code.as_str().into(),
         ClientError::Http { code, .. } => code.clone(),
         ClientError::Connect { .. } => "relay_unreachable".into(),
+        ClientError::Tls { .. } => "tls_failed".into(),
+        ClientError::CaCert(_) => "invalid_ca_cert".into(),
         ClientError::Disconnected => "disconnected".into(),
         ClientError::Protocol(_) => "protocol_error".into(),
         ClientError::Local(_) => "host_io".into(),
