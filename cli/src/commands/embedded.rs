@@ -82,6 +82,7 @@ impl Embedded {
                 image_roots: vec!["/".into()],
                 ..Default::default()
             },
+            tls: None,
         };
         let relay = server::start(config)
             .await

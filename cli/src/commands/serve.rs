@@ -10,7 +10,7 @@ use clap::Args;
 
 use tether_client::local::data_dir as default_data_dir;
 use tether_relay::server::{
-    self, PolicyConfig, RelayConfig, DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL,
+    self, PolicyConfig, RelayConfig, TlsFiles, DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL,
 };
 
 /// The variable naming the agent binary.
@@ -37,6 +37,13 @@ pub(super) struct ServeArgs {
     /// (`tether create --image DIR`); repeatable. None by default: only `oci:` images.
     #[arg(long = "image-root", value_name = "DIR")]
     image_roots: Vec<PathBuf>,
+    /// Serve HTTPS and WSS only, with this certificate chain (PEM, leaf first); needs
+    /// --tls-key. Clients of a private CA or a self-signed certificate set TETHER_CA_CERT.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1, unencrypted).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -48,6 +55,11 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
         agent_binary: agent_binary()?,
         reap_interval: DEFAULT_REAP_INTERVAL,
         policy,
+        tls: match (args.tls_cert, args.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            // clap has refused one without the other.
+            _ => None,
+        },
     };
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     rt.block_on(async {

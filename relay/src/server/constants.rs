@@ -42,3 +42,11 @@ pub(super) const MAX_MESSAGE: usize = 2 * (limits::MAX_PAYLOAD + limits::HEADER_
 
 /// The longest TTL or idle timeout accepted (about 100 years): keeps every deadline in range.
 pub(super) const MAX_LIFETIME: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// How long a client may take over its TLS handshake (or, speaking plain HTTP to the TLS
+/// port, over sending its request) before its connection is dropped.
+pub(super) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// TLS handshakes in progress at once; beyond it, connections wait in the kernel's backlog.
+pub(super) const MAX_TLS_HANDSHAKES: usize = 1024;
+/// Bytes read of a plain HTTP request to the TLS port before it is answered with a 400.
+pub(super) const PLAINTEXT_HEAD_BYTES: usize = 16 << 10; // 16 KiB

@@ -9,7 +9,7 @@
 //! - `policy`: what each tenant may use (the policy file, image roots, value ranges);
 //! - `reaper`: TTL, idle timeout and reconciliation; `activity`: open tunnels;
 //! - `fds`: the descriptor limit and budget; `admission`: the accept loop and the 503 it
-//!   answers when descriptors run short;
+//!   answers when descriptors run short; `tls`: serving HTTPS and WSS;
 //! - `locks`: get-or-create's per-label locks; `error`: the one map from errors to responses;
 //! - `constants`: every tunable.
 
@@ -28,6 +28,7 @@ mod sandboxes;
 mod state;
 #[cfg(test)]
 mod tests;
+mod tls;
 mod tunnel;
 
 use std::collections::BTreeMap;
@@ -48,6 +49,7 @@ use tracing::{info, warn};
 
 pub use constants::{DEFAULT_LISTEN, DEFAULT_PROVIDER, DEFAULT_REAP_INTERVAL};
 pub use policy::{ConfigError, PolicyConfig};
+pub use tls::{TlsError, TlsFiles};
 
 use constants::{ADMIN_TOKEN_FILE, DB_FILE, LOCK_FILE, SHUTDOWN_GRACE};
 use state::Relay;
@@ -68,6 +70,9 @@ pub struct RelayConfig {
     pub reap_interval: Duration,
     /// What tenants may use.
     pub policy: PolicyConfig,
+    /// Serve HTTPS and WSS with this certificate and key (nothing in clear text); `None`
+    /// serves plain HTTP.
+    pub tls: Option<TlsFiles>,
 }
 
 impl RelayConfig {
@@ -79,6 +84,7 @@ impl RelayConfig {
             agent_binary,
             reap_interval: DEFAULT_REAP_INTERVAL,
             policy: PolicyConfig::default(),
+            tls: None,
         }
     }
 }
@@ -119,6 +125,7 @@ pub async fn start_with(
     let admin_token_file = config.data_dir.join(ADMIN_TOKEN_FILE);
     let admin_token = auth::ensure_admin_token(&registry, &admin_token_file).await?;
     let policy = policy::Policy::new(&config.policy, &config.data_dir, providers.keys().copied())?;
+    let tls = config.tls.as_ref().map(tls::load).transpose()?;
 
     let listener = TcpListener::bind(config.listen).await.with_context(|| {
         format!(
@@ -127,10 +134,11 @@ pub async fn start_with(
         )
     })?;
     let addr = listener.local_addr()?;
-    if !addr.ip().is_loopback() {
+    if tls.is_none() && !addr.ip().is_loopback() {
         warn!(
             "listening on {addr} without TLS: API tokens and sandbox traffic cross the network \
-             in clear text; put a TLS-terminating proxy in front, or listen on 127.0.0.1"
+             in clear text; serve TLS (--tls-cert and --tls-key), put a TLS-terminating proxy \
+             in front, or listen on 127.0.0.1"
         );
     }
 
@@ -144,6 +152,7 @@ pub async fn start_with(
         tasks: TaskTracker::new(),
         admin_token_file: admin_token_file.clone(),
         fds: fds.clone(),
+        tls: tls.is_some(),
         _dir_lock: dir_lock,
     });
     let listener = admission::Admitting::new(listener, fds.clone());
@@ -151,11 +160,19 @@ pub async fn start_with(
         fds,
         admission::refuse_when_short,
     ));
-    let serve =
-        axum::serve(listener, app).with_graceful_shutdown(relay.shutdown.clone().cancelled_owned());
-    let server = tokio::spawn(async move { serve.await });
+    let stop = relay.shutdown.clone().cancelled_owned();
+    let server = match tls.clone() {
+        Some(tls) => {
+            let serve = axum::serve(tls::TlsListener::new(listener, tls), app);
+            tokio::spawn(async move { serve.with_graceful_shutdown(stop).await })
+        }
+        None => {
+            let serve = axum::serve(listener, app);
+            tokio::spawn(async move { serve.with_graceful_shutdown(stop).await })
+        }
+    };
     let reaper = tokio::spawn(reaper::run(relay.clone(), config.reap_interval));
-    info!("relay listening on http://{addr}");
+    info!("relay listening on {}://{addr}", relay.scheme());
     Ok(RunningRelay {
         addr,
         admin_token,
@@ -172,9 +189,9 @@ pub async fn run(config: RelayConfig) -> anyhow::Result<()> {
 }
 
 impl RunningRelay {
-    /// The relay's base URL, e.g. `http://127.0.0.1:7420`.
+    /// The relay's base URL, e.g. `http://127.0.0.1:7420`, or `https://...` under TLS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.relay.scheme(), self.addr)
     }
 
     /// Serves until SIGINT or SIGTERM (or until the server fails), then shuts down.

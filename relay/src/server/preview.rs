@@ -2,6 +2,8 @@
 //! name, `http://{port}-{id}.localhost:{relay port}/...` (every path of the app works as it
 //! would at the root), or by path, `http://{relay}/preview/{id}/{port}/...` (for clients
 //! that cannot resolve `*.localhost`; an app that writes absolute links escapes the prefix).
+//! Both are `https://` when the relay serves TLS (its certificate must then also name
+//! `*.localhost` for the host form).
 //!
 //! Requests carry the sandbox's preview token, not an API token: in the
 //! `X-Tether-Preview-Token` header, in the `tether_preview_token` query parameter (a `GET`
@@ -111,8 +113,16 @@ pub(super) async fn info(
         .unwrap_or_default();
     Ok(Json(PreviewInfo {
         token: token(&sandbox),
-        host_url: format!("http://{{port}}-{}.localhost{port}/", sandbox.id),
-        path_url: format!("http://{host}/preview/{}/{{port}}/", sandbox.id),
+        host_url: format!(
+            "{scheme}://{{port}}-{}.localhost{port}/",
+            sandbox.id,
+            scheme = relay.scheme()
+        ),
+        path_url: format!(
+            "{scheme}://{host}/preview/{}/{{port}}/",
+            sandbox.id,
+            scheme = relay.scheme()
+        ),
     }))
 }
 
@@ -240,8 +250,10 @@ async fn authorize_and_forward(
         // Remember the token in a cookie and drop it from the URL. (A WebSocket cannot
         // follow a redirect: it is proxied at once, the parameter stripped.)
         let location = strip_token(req.uri(), None);
+        // Under TLS the token must never be sent in clear text, to this host or any other.
+        let secure = if relay.tls { "; Secure" } else { "" };
         let cookie = format!(
-            "{TOKEN_COOKIE}={}; Path={cookie_path}; HttpOnly; SameSite=Lax",
+            "{TOKEN_COOKIE}={}; Path={cookie_path}; HttpOnly; SameSite=Lax{secure}",
             token(&sandbox)
         );
         return Ok((

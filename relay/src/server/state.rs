@@ -40,11 +40,22 @@ pub(super) struct Relay {
     pub admin_token_file: PathBuf,
     /// The file descriptor budget: tunnels check it before opening their agent's socket.
     pub fds: Arc<super::fds::FdBudget>,
+    /// Whether the relay serves HTTPS: its own URLs (previews) say `https` then.
+    pub tls: bool,
     /// Held while anything of this relay runs, so no second relay opens the data directory.
     pub _dir_lock: Flock<File>,
 }
 
 impl Relay {
+    /// The scheme of the relay's own URLs: `https` when it serves TLS.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     /// The provider called `name`; an unknown name is the caller's mistake.
     pub fn provider(&self, name: &str) -> Result<Arc<dyn Provider>, ApiError> {
         self.providers.get(name).cloned().ok_or_else(|| {

@@ -255,6 +255,7 @@ impl TestRelay {
             agent_binary: "/nonexistent/tether-agent".into(),
             reap_interval: TEST_REAP_INTERVAL,
             policy: self.policy.clone(),
+            tls: None,
         };
         let provider: Arc<dyn Provider> = self.provider.clone();
         start_with(config, [("fake", provider)].into_iter().collect()).await
