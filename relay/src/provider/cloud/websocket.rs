@@ -2,6 +2,14 @@
 //! proxy, a Modal tunnel): an HTTP/1.1 upgrade sent with the provider's routing and access
 //! headers plus the agent token as a bearer token. An edge that refuses answers with a plain
 //! HTTP status, which [`EdgeError::Refused`] keeps for the provider to interpret.
+//!
+//! Why by hand over reqwest rather than tokio-tungstenite's own connect, now that it has TLS:
+//! the upgrade goes out through the provider's `reqwest::Client`, the one its control-plane
+//! calls use, so it takes the same way out of the relay's network: `HTTPS_PROXY`,
+//! `HTTP_PROXY` and `NO_PROXY` (which reqwest honours and tokio-tungstenite does not: it
+//! only dials directly), the same connect timeout and DNS resolution. A relay whose egress
+//! goes through a proxy reaches E2B's, Daytona's and Modal's edges only this way. What is
+//! left by hand is small: the key, the accept check, and the status and body of a refusal.
 
 use std::pin::Pin;
 
