@@ -177,6 +177,7 @@ fn relay_on(data_dir: &Path, env: &[(&str, &str)]) -> Relay {
         admin_token,
         data_dir: data_dir.to_path_buf(),
         extra: Vec::new(),
+        ca_cert: None,
         _owned_dir: None,
     }
 }

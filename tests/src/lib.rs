@@ -167,7 +167,7 @@ pub fn rss_of(pid: u32) -> u64 {
 /// A real relay (`tether serve`) on an ephemeral port with its own data directory.
 pub struct Relay {
     child: Option<Child>,
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` when it serves TLS).
     pub url: String,
     /// The admin token it wrote.
     pub admin_token: String,
@@ -175,6 +175,8 @@ pub struct Relay {
     pub data_dir: PathBuf,
     /// The `tether serve` arguments it was started with beyond address and data directory.
     extra: Vec<String>,
+    /// The CA certificate its clients trust (`TETHER_CA_CERT`), for a relay serving TLS.
+    ca_cert: Option<PathBuf>,
     _owned_dir: Option<tempfile::TempDir>,
 }
 
@@ -203,6 +205,15 @@ impl Relay {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut relay = Relay::start_from(&bin("tether"), dir.path(), extra, |_| {});
         relay._owned_dir = Some(dir);
+        relay
+    }
+
+    /// Starts a relay on a fresh data directory serving HTTPS and WSS with `cert` and `key`
+    /// (PEM files); its [`Relay::tether`] commands trust `ca` (`TETHER_CA_CERT`).
+    pub fn start_tls(cert: &Path, key: &Path, ca: &Path) -> Relay {
+        let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+        let mut relay = Relay::start_with(&["--tls-cert", cert, "--tls-key", key]);
+        relay.ca_cert = Some(ca.to_path_buf());
         relay
     }
 
@@ -243,6 +254,7 @@ impl Relay {
             admin_token,
             data_dir: data_dir.to_path_buf(),
             extra: extra.iter().map(|a| a.to_string()).collect(),
+            ca_cert: None,
             _owned_dir: None,
         }
     }
@@ -259,7 +271,11 @@ impl Relay {
     /// as an operator's restart does: clients find it again at the same URL.
     pub fn restart(&mut self) {
         self.stop();
-        let listen = self.url.trim_start_matches("http://").to_string();
+        let listen = self
+            .url
+            .split_once("://")
+            .map_or(self.url.as_str(), |(_, addr)| addr)
+            .to_string();
         let mut cmd = Command::new(bin("tether"));
         cmd.args(["serve", "--listen", &listen, "--data-dir"])
             .arg(&self.data_dir)
@@ -311,7 +327,8 @@ impl Relay {
             .unwrap()
     }
 
-    /// A client with the admin token.
+    /// A client with the admin token (of a plain HTTP relay: an in-process client cannot be
+    /// given [`Relay::start_tls`]'s CA, which is read from the environment).
     pub fn client(&self) -> RelayClient {
         RelayClient::new(&self.url, Some(self.admin_token.clone())).expect("relay client")
     }
@@ -322,6 +339,9 @@ impl Relay {
         cmd.env("TETHER_RELAY", &self.url)
             .env("TETHER_TOKEN", &self.admin_token)
             .env("TETHER_AGENT_BIN", bin("tether-agent"));
+        if let Some(ca) = &self.ca_cert {
+            cmd.env("TETHER_CA_CERT", ca);
+        }
         cmd
     }
 }

@@ -25,6 +25,7 @@ mod providers_e2b;
 mod providers_fidelity;
 mod providers_modal;
 mod sync;
+mod tls;
 
 /// Servers the forward and preview tests run inside sandboxes.
 #[path = "support/servers.rs"]
