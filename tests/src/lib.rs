@@ -3,6 +3,10 @@
 //!
 //! The binaries are found next to the test executable's `deps/` directory (cargo builds them
 //! for `cargo test --workspace`), or at `TETHER_AGENT_BIN` / `TETHER_BIN`.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test support code; a panic fails the calling test"
+)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
