@@ -95,8 +95,10 @@ pub async fn stdio(agent: Arc<Agent>) -> anyhow::Result<()> {
     Ok(())
 }
 
-// The callback's signature is tungstenite's, large error type included.
-#[allow(clippy::result_large_err)]
+#[expect(
+    clippy::result_large_err,
+    reason = "the callback's signature is tungstenite's, large error type included"
+)]
 async fn upgrade_and_serve<S>(io: S, agent: Arc<Agent>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,

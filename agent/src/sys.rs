@@ -1,7 +1,10 @@
 //! The agent's only unsafe code: adopting inherited file descriptors, reading into
 //! uninitialised buffers, terminal ioctls, signal dispositions, what a child does between fork
 //! and exec, and guarding the agent's own process (not dumpable, its token scrubbed from memory).
-#![allow(unsafe_code)]
+#![expect(
+    unsafe_code,
+    reason = "the one module of this crate that needs unsafe; each block says why it is sound"
+)]
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io;

@@ -1,7 +1,7 @@
 //! Starting a binary the way operators do when it inherits odd process state: `nohup` ignores
 //! SIGHUP, a shell adds SIGINT and SIGQUIT, a service manager may block signals or set a low
 //! descriptor limit. The only unsafe code of the test support: `pre_exec` hooks.
-#![allow(unsafe_code)]
+#![expect(unsafe_code, reason = "pre_exec hooks run between fork and exec")]
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;

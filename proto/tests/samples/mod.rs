@@ -3,7 +3,7 @@
 //! Each enum has an exhaustive `*_name` function (no `_` arm), so adding a variant stops the
 //! build here until it gets a name and a sample; `codec.rs` then checks that the samples cover
 //! exactly the variants serde knows, so a name without a sample fails a test.
-#![allow(dead_code)] // each test file uses a different part
+#![allow(dead_code, reason = "each test file uses a different part")]
 
 use std::collections::BTreeMap;
 

@@ -175,8 +175,10 @@ async fn serve_echo_agent(listener: TcpListener, provider: Arc<FakeProvider>) {
     while let Ok((tcp, _)) = listener.accept().await {
         let provider = provider.clone();
         tokio::spawn(async move {
-            // The callback's signature is tungstenite's.
-            #[allow(clippy::result_large_err)]
+            #[expect(
+                clippy::result_large_err,
+                reason = "the callback's signature is tungstenite's"
+            )]
             let check = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
                 let token = req
                     .headers()

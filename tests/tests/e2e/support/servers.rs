@@ -1,7 +1,5 @@
 //! Servers run inside a sandbox for the forward and preview tests (python3 from the host's
 //! `/usr`, standard library only), and a raw HTTP/1.1 client to talk to them.
-// Each test crate that includes this module uses a different part of it.
-#![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 
