@@ -46,7 +46,7 @@ pub(super) struct Relay {
 
 impl Relay {
     /// The provider called `name`; an unknown name is the caller's mistake.
-    pub fn provider(&self, name: &str) -> Result<Arc<dyn Provider>, ApiError> {
+    pub(super) fn provider(&self, name: &str) -> Result<Arc<dyn Provider>, ApiError> {
         self.providers.get(name).cloned().ok_or_else(|| {
             ApiError::Invalid(format!(
                 "unknown provider `{name}`; this relay has: {}",
@@ -56,7 +56,10 @@ impl Relay {
     }
 
     /// The provider running `sandbox`; missing means the relay's configuration changed.
-    pub fn provider_of(&self, sandbox: &SandboxRecord) -> Result<Arc<dyn Provider>, ApiError> {
+    pub(super) fn provider_of(
+        &self,
+        sandbox: &SandboxRecord,
+    ) -> Result<Arc<dyn Provider>, ApiError> {
         self.providers
             .get(sandbox.provider.as_str())
             .cloned()
@@ -83,7 +86,7 @@ impl Relay {
     /// Asks the provider for `sandbox`'s state and records a change. A provider that cannot
     /// answer makes it `unknown` (and is logged): a read should not fail for it, and only the
     /// provider's positive answer makes a sandbox `gone`.
-    pub async fn refresh_state(&self, provider: &dyn Provider, sandbox: &mut SandboxRecord) {
+    pub(super) async fn refresh_state(&self, provider: &dyn Provider, sandbox: &mut SandboxRecord) {
         let state = match provider.state(&sandbox.handle()).await {
             Ok(state) => state,
             Err(ProviderError::Gone(_)) => SandboxState::Gone,
@@ -102,7 +105,7 @@ impl Relay {
 
     /// Deletes `sandbox` at its provider, then forgets it. A provider failure keeps the
     /// record, so the delete can be retried.
-    pub async fn destroy(
+    pub(super) async fn destroy(
         &self,
         provider: &dyn Provider,
         sandbox: &SandboxRecord,
@@ -117,7 +120,7 @@ impl Relay {
 
     /// Runs `work` to completion even if the client disconnects: a create or delete cut off
     /// between the provider and the registry would leak a sandbox or keep a dead one.
-    pub async fn detached<T, F>(&self, work: F) -> Result<T, ApiError>
+    pub(super) async fn detached<T, F>(&self, work: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: Future<Output = Result<T, ApiError>> + Send + 'static,
@@ -129,7 +132,7 @@ impl Relay {
     }
 
     /// A 401 that says what to do.
-    pub fn unauthorized(&self, reason: &'static str) -> ApiError {
+    pub(super) fn unauthorized(&self, reason: &'static str) -> ApiError {
         ApiError::Unauthorized {
             reason,
             admin_token_file: self.admin_token_file.clone(),

@@ -77,7 +77,7 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 const ID_TAG: &str = "tether.sandbox";
 
 /// Runs sandboxes on Modal.
-pub struct ModalProvider {
+pub(crate) struct ModalProvider {
     /// `Err` when no token is configured: every call reports it.
     modal: Result<Modal, String>,
     /// Whether tunnels are TLS (`wss://`): yes, unless the server itself is plain HTTP.
