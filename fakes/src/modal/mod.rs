@@ -5,8 +5,8 @@
 //! A sandbox runs its `entrypoint_args` with its `environment_variables` in a local sandbox
 //! (on its image's file system, or the fake's default one for an image that only names a
 //! registry tag), and finishes when that process exits (SUCCESS or FAILURE with its code),
-//! when terminated (TERMINATED) or when `timeout_secs` passes (TIMEOUT). Images: [`images`]
-//! (ids, builds and their logs, published names) and [`build`] (running a definition's
+//! when terminated (TERMINATED) or when `timeout_secs` passes (TIMEOUT). Images: `images`
+//! (ids, builds and their logs, published names) and `build` (running a definition's
 //! Dockerfile commands). Calls need the token id and secret headers; an auth token, when
 //! sent, must be one `AuthTokenGet` issued.
 
