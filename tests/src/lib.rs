@@ -155,7 +155,7 @@ impl Drop for Agent {
 }
 
 /// VmRSS of a process, in bytes.
-pub fn rss_of(pid: u32) -> u64 {
+fn rss_of(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -216,7 +216,7 @@ impl Relay {
     }
 
     /// Starts a relay on an existing data directory (for restart tests).
-    pub fn start_on(data_dir: &Path) -> Relay {
+    fn start_on(data_dir: &Path) -> Relay {
         Relay::start_from(&bin("tether"), data_dir, &[], |_| {})
     }
 

@@ -35,7 +35,7 @@ pub fn ignore_and_block(cmd: &mut Command, signals: &[Signal]) {
 
 /// Makes `cmd`'s process start with at most `nofile` descriptors, soft and hard limit alike,
 /// so it cannot raise them.
-pub fn limit_descriptors(cmd: &mut Command, nofile: u64) {
+pub(crate) fn limit_descriptors(cmd: &mut Command, nofile: u64) {
     // SAFETY: the hook runs between fork and exec, where only async-signal-safe calls are
     // allowed: setrlimit on integers, no allocation.
     unsafe {
