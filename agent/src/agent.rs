@@ -6,7 +6,7 @@ use crate::process::Processes;
 
 /// One agent process's shared state.
 #[derive(Debug)]
-pub struct Agent {
+pub(crate) struct Agent {
     /// The sandbox token clients must present; `None` only for loopback development.
     pub token: Option<String>,
     /// The default working directory of processes and base of relative paths.
@@ -21,7 +21,7 @@ pub struct Agent {
 
 impl Agent {
     /// Resolves a client path: absolute as is, relative against the working directory.
-    pub fn resolve(&self, path: &str) -> PathBuf {
+    pub(crate) fn resolve(&self, path: &str) -> PathBuf {
         let p = std::path::Path::new(path);
         if p.is_absolute() {
             p.to_path_buf()

@@ -32,7 +32,7 @@ const OUTBOX_FRAMES: usize = 256;
 const DEAD_AFTER: Duration = Duration::from_secs(3 * PING_INTERVAL_SECS);
 
 /// The capabilities this agent announces in `welcome`.
-pub const CAPABILITIES: &[&str] = &[
+pub(crate) const CAPABILITIES: &[&str] = &[
     "exec",
     "pty",
     "background",
@@ -59,7 +59,7 @@ type Streams = Arc<Mutex<HashMap<StreamId, Entry>>>;
 
 /// Serves one WebSocket connection until it closes. `authed` is true when the token was
 /// already checked at the HTTP upgrade.
-pub async fn serve<Si, So>(mut sink: Si, mut source: So, agent: Arc<Agent>, authed: bool)
+pub(crate) async fn serve<Si, So>(mut sink: Si, mut source: So, agent: Arc<Agent>, authed: bool)
 where
     Si: futures_util::Sink<Message, Error = WsError> + Unpin + Send + 'static,
     So: futures_util::Stream<Item = Result<Message, WsError>> + Unpin,

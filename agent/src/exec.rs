@@ -31,7 +31,7 @@ use crate::stream::{Inbound, OpError, OpResult, StreamCtx, StreamIn, StreamOut};
 const SEND_BYTES: usize = DATA_CHUNK;
 
 /// Runs a process operation.
-pub async fn run(ctx: StreamCtx, op: Op, agent: Arc<Agent>) -> OpResult {
+pub(crate) async fn run(ctx: StreamCtx, op: Op, agent: Arc<Agent>) -> OpResult {
     match op {
         Op::Exec(mut spec) => {
             // An image's USER: commands that name no user run as it (the agent stays root).

@@ -12,7 +12,7 @@ use tether_proto::{Channel, ErrorCode};
 use crate::stream::{Inbound, OpError, OpResult, StreamCtx};
 
 /// `connect`: dials `host:port` and pumps bytes both ways until both directions are done.
-pub async fn connect(ctx: StreamCtx, host: Option<String>, port: u16) -> OpResult {
+pub(crate) async fn connect(ctx: StreamCtx, host: Option<String>, port: u16) -> OpResult {
     let host = host.unwrap_or_else(|| "127.0.0.1".to_string());
     let tcp = TcpStream::connect((host.as_str(), port))
         .await
@@ -97,7 +97,7 @@ pub async fn connect(ctx: StreamCtx, host: Option<String>, port: u16) -> OpResul
 }
 
 /// `ports`: the TCP ports in LISTEN state, from /proc/net/tcp and tcp6.
-pub async fn ports(ctx: StreamCtx) -> OpResult {
+pub(crate) async fn ports(ctx: StreamCtx) -> OpResult {
     let mut ports = Vec::new();
     for (file, v6) in [("/proc/net/tcp", false), ("/proc/net/tcp6", true)] {
         let Ok(text) = tokio::fs::read_to_string(file).await else {

@@ -7,12 +7,12 @@ use crate::stream::{OpResult, StreamCtx};
 use crate::users;
 
 /// Replies with [`AgentInfo`].
-pub async fn run(ctx: StreamCtx, agent: &Agent) -> OpResult {
+pub(crate) async fn run(ctx: StreamCtx, agent: &Agent) -> OpResult {
     ctx.out.reply(Reply::Info(collect(agent))).await
 }
 
 /// Gathers the facts; cheap enough to call per request.
-pub fn collect(agent: &Agent) -> AgentInfo {
+pub(crate) fn collect(agent: &Agent) -> AgentInfo {
     let uts = nix::sys::utsname::uname().ok();
     let field = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
         uts.as_ref()

@@ -9,7 +9,7 @@ use crate::stream::{OpResult, StreamCtx};
 use crate::{exec, files, forward, info};
 
 /// Runs `op` on its stream until the operation is finished.
-pub async fn run(ctx: StreamCtx, op: Op, agent: Arc<Agent>) -> OpResult {
+pub(crate) async fn run(ctx: StreamCtx, op: Op, agent: Arc<Agent>) -> OpResult {
     match op {
         Op::Exec(_) | Op::Attach { .. } | Op::Wait { .. } | Op::Kill { .. } | Op::Processes => {
             exec::run(ctx, op, agent).await

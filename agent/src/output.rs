@@ -45,7 +45,7 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
 /// Moves the bytes of one output descriptor (`None`: the channel is unused) into the
 /// process's ring for `channel` until EOF (EIO for a PTY), or until it has been idle for
 /// [`DRAIN_AFTER_EXIT`] once `leader_gone` says the process exited. Then closes the ring.
-pub async fn pump(
+pub(crate) async fn pump(
     process: &Process,
     channel: Channel,
     fd: Option<Arc<AsyncFd<OwnedFd>>>,

@@ -15,7 +15,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Makes the kernel's OOM killer pick any user process before the agent. Children reset
 /// their own score before they exec (see the exec module), so they stay killable.
-pub fn shield_from_oom() {
+pub(crate) fn shield_from_oom() {
     if let Err(e) = std::fs::write("/proc/self/oom_score_adj", "-1000") {
         // Unprivileged agents cannot lower their score; that is fine outside a sandbox.
         tracing::debug!("could not lower the agent's OOM score: {e}");
@@ -23,7 +23,7 @@ pub fn shield_from_oom() {
 }
 
 /// On SIGTERM or SIGINT: terminate every process, wait briefly, kill the rest, exit.
-pub async fn shutdown_on_signal(agent: Arc<Agent>) {
+pub(crate) async fn shutdown_on_signal(agent: Arc<Agent>) {
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),

@@ -37,7 +37,7 @@ const RING_BYTES: (u64, u64) = (4 << 10, 64 << 20);
 
 /// Every process started through this agent.
 #[derive(Debug)]
-pub struct Processes {
+pub(crate) struct Processes {
     registry: Arc<Registry>,
 }
 
@@ -52,7 +52,7 @@ struct Registry {
 
 /// One process and its output history.
 #[derive(Debug)]
-pub struct Process {
+pub(crate) struct Process {
     /// The agent's id for it.
     pub id: ProcessId,
     /// Its pid, also its process group id.
@@ -78,12 +78,12 @@ pub struct Process {
 
 /// The writing end of a process's input (a pipe, or a PTY master). Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Input(Arc<AsyncFd<OwnedFd>>);
+pub(crate) struct Input(Arc<AsyncFd<OwnedFd>>);
 
 impl Input {
     /// Writes some of `buf` once the descriptor is writable; returns how much. Dropping the
     /// future before it finishes writes nothing.
-    pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
+    pub(crate) async fn write(&self, buf: &[u8]) -> io::Result<usize> {
         loop {
             let mut ready = self.0.writable().await?;
             if let Ok(result) =
@@ -97,7 +97,7 @@ impl Input {
 
 impl Processes {
     /// Starts the registry and the reaper. Must be called inside the tokio runtime.
-    pub fn start() -> Processes {
+    pub(crate) fn start() -> Processes {
         // The agent lowered its own OOM score, so children must raise theirs back.
         let reset_oom = std::fs::read_to_string("/proc/self/oom_score_adj")
             .is_ok_and(|score| score.trim() != "0");
@@ -118,7 +118,7 @@ impl Processes {
 
     /// Starts the process `spec` describes. `workdir` is the default working directory and
     /// `ring_bytes` the default replay ring capacity.
-    pub fn spawn(
+    pub(crate) fn spawn(
         &self,
         spec: &ExecSpec,
         workdir: &std::path::Path,
@@ -185,7 +185,7 @@ impl Processes {
     }
 
     /// The process with this id.
-    pub fn get(&self, id: ProcessId) -> Result<Arc<Process>, OpError> {
+    pub(crate) fn get(&self, id: ProcessId) -> Result<Arc<Process>, OpError> {
         self.registry.lock().get(&id).cloned().ok_or_else(|| {
             OpError::new(
                 ErrorCode::NotFound,
@@ -198,14 +198,14 @@ impl Processes {
     }
 
     /// Running and uncollected processes, oldest first.
-    pub fn list(&self) -> Vec<ProcessInfo> {
+    pub(crate) fn list(&self) -> Vec<ProcessInfo> {
         let mut all: Vec<_> = self.registry.lock().values().cloned().collect();
         all.sort_by_key(|p| p.id);
         all.iter().map(|p| p.info()).collect()
     }
 
     /// Records that a client received the process's exit: it is forgotten once it ended.
-    pub fn collect(&self, process: &Process) {
+    pub(crate) fn collect(&self, process: &Process) {
         process.collected.store(true, SeqCst);
         if process.exit.borrow().is_some() {
             self.registry.lock().remove(&process.id);
@@ -213,7 +213,7 @@ impl Processes {
     }
 
     /// Sends `sig` to the process group of every process that has not finished.
-    pub fn signal_all(&self, sig: Signal) {
+    pub(crate) fn signal_all(&self, sig: Signal) {
         for p in self.registry.lock().values() {
             if p.exit.borrow().is_none() {
                 let _ = killpg(Pid::from_raw(p.pid), sig);
@@ -222,7 +222,7 @@ impl Processes {
     }
 
     /// True while any process we started is still running.
-    pub fn any_running(&self) -> bool {
+    pub(crate) fn any_running(&self) -> bool {
         self.registry
             .lock()
             .values()
@@ -254,7 +254,7 @@ impl Registry {
 
 impl Process {
     /// The replay ring of `out` (index 0) or `err` (index 1).
-    pub fn ring(&self, channel: Channel) -> &Arc<Ring> {
+    pub(crate) fn ring(&self, channel: Channel) -> &Arc<Ring> {
         match channel {
             Channel::Err => &self.rings[1],
             _ => &self.rings[0],
@@ -262,7 +262,7 @@ impl Process {
     }
 
     /// Attaches readers to both channels from the given offsets.
-    pub fn attach(&self, from: [ByteOffset; 2]) -> Result<[Reader; 2], OpError> {
+    pub(crate) fn attach(&self, from: [ByteOffset; 2]) -> Result<[Reader; 2], OpError> {
         let reader = |channel: Channel, from: ByteOffset| {
             let ring = self.ring(channel);
             ring.attach(from).ok_or_else(|| {
@@ -284,20 +284,20 @@ impl Process {
     }
 
     /// Where input goes, unless stdin is /dev/null or was closed.
-    pub fn input(&self) -> Option<Input> {
+    pub(crate) fn input(&self) -> Option<Input> {
         self.input.lock().expect("process input lock").clone()
     }
 
     /// Closes the stdin pipe (the process reads end-of-file once pending writes are done).
     /// A PTY is left open: its end-of-file is a byte, [`pty::EOF_BYTE`].
-    pub fn close_stdin(&self) {
+    pub(crate) fn close_stdin(&self) {
         if !self.pty {
             self.input.lock().expect("process input lock").take();
         }
     }
 
     /// Resizes the PTY, if the process has one and it is still open.
-    pub fn resize(&self, cols: u16, rows: u16) {
+    pub(crate) fn resize(&self, cols: u16, rows: u16) {
         if let (true, Some(master)) = (self.pty, self.input()) {
             if let Err(e) = pty::resize(master.0.get_ref(), cols, rows) {
                 debug!("cannot resize the terminal of {}: {e}", self.id);
@@ -308,7 +308,7 @@ impl Process {
     /// Sends `sig` to the process, or to its process group: for a PTY, the terminal's
     /// foreground group, which is where a typed Ctrl-C would go. Nothing is sent once the
     /// process finished, since its ids may then belong to others.
-    pub fn signal(&self, sig: Signal, group: bool) {
+    pub(crate) fn signal(&self, sig: Signal, group: bool) {
         if self.exit.borrow().is_some() {
             return;
         }
@@ -325,7 +325,7 @@ impl Process {
 
     /// SIGKILLs the process group (and, under a PTY, every process of its session, since job
     /// control moves jobs into groups of their own).
-    pub fn kill_all(&self) {
+    pub(crate) fn kill_all(&self) {
         let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
         if self.pty {
             pty::kill_session(self.pid);
@@ -333,7 +333,7 @@ impl Process {
     }
 
     /// Waits until the process has ended and all its output is in the rings.
-    pub async fn wait(&self) -> ExitStatus {
+    pub(crate) async fn wait(&self) -> ExitStatus {
         let mut exit = self.exit.clone();
         let status = exit.wait_for(Option::is_some).await.ok().and_then(|s| *s);
         status.unwrap_or_default()

@@ -19,15 +19,15 @@ use nix::unistd::Pid;
 use crate::sys;
 
 /// `TERM` for a terminal whose spec names none.
-pub const DEFAULT_TERM: &str = "xterm-256color";
+pub(crate) const DEFAULT_TERM: &str = "xterm-256color";
 
 /// The byte a terminal turns into end-of-file for a reader at the start of a line (Ctrl-D).
 /// Writing it is how a client's half-close reaches a program under a PTY.
-pub const EOF_BYTE: u8 = 0x04;
+pub(crate) const EOF_BYTE: u8 = 0x04;
 
 /// A new terminal: the agent keeps the master, the child gets the slave.
 #[derive(Debug)]
-pub struct Pty {
+pub(crate) struct Pty {
     /// The agent's side: what the child writes comes out here, what is written here is typed.
     pub master: OwnedFd,
     /// The child's side, for its stdin, stdout and stderr.
@@ -37,7 +37,7 @@ pub struct Pty {
 impl Pty {
     /// Opens a terminal of `cols` × `rows`. Both descriptors are close-on-exec; the child
     /// gets the slave through its standard streams.
-    pub fn open(cols: u16, rows: u16) -> io::Result<Pty> {
+    pub(crate) fn open(cols: u16, rows: u16) -> io::Result<Pty> {
         let (master, slave_path) = sys::open_pty_master()?;
         let slave: OwnedFd = OpenOptions::new()
             .read(true)
@@ -57,13 +57,13 @@ impl Pty {
 }
 
 /// Changes the terminal's size; the kernel tells its foreground process group (SIGWINCH).
-pub fn resize(master: &impl AsFd, cols: u16, rows: u16) -> io::Result<()> {
+pub(crate) fn resize(master: &impl AsFd, cols: u16, rows: u16) -> io::Result<()> {
     sys::set_window_size(master.as_fd(), cols.max(1), rows.max(1))
 }
 
 /// SIGKILLs every process in session `sid` (a terminal's session: job control moves jobs into
 /// process groups of their own), found by scanning /proc.
-pub fn kill_session(sid: i32) {
+pub(crate) fn kill_session(sid: i32) {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return;
     };

@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 
 /// How a reaped child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// It exited with this code.
     Code(i32),
     /// This signal killed it.
@@ -36,7 +36,7 @@ type Table = HashMap<i32, oneshot::Sender<Ended>>;
 
 /// Reaps children and routes their statuses.
 #[derive(Debug)]
-pub struct Reaper {
+pub(crate) struct Reaper {
     /// Children we started and have not reaped yet.
     table: Mutex<Table>,
 }
@@ -44,7 +44,7 @@ pub struct Reaper {
 impl Reaper {
     /// Starts reaping: makes the agent the reaper of its orphaned descendants and installs the
     /// SIGCHLD handler. Must be called inside the tokio runtime, before any child exists.
-    pub fn start() -> Arc<Reaper> {
+    pub(crate) fn start() -> Arc<Reaper> {
         // Outside a container the agent is not PID 1; as a subreaper it still inherits (and
         // reaps) the orphans of its processes, so a killed process group leaves no zombies.
         if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
@@ -81,7 +81,7 @@ impl Reaper {
 
     /// Runs `spawn` (which forks and returns the child's pid) with the table locked, and
     /// registers the pid before the lock is released. The receiver gets the child's status.
-    pub fn spawn<E>(
+    pub(crate) fn spawn<E>(
         &self,
         spawn: impl FnOnce() -> Result<u32, E>,
     ) -> Result<(i32, oneshot::Receiver<Ended>), E> {
@@ -93,7 +93,7 @@ impl Reaper {
     }
 
     /// Sends `sig` to process `pid` if it has not been reaped yet. False when it has.
-    pub fn signal(&self, pid: i32, sig: Signal) -> bool {
+    pub(crate) fn signal(&self, pid: i32, sig: Signal) -> bool {
         let table = self.lock();
         if !table.contains_key(&pid) {
             return false;

@@ -25,7 +25,7 @@ const MERGE_BELOW: usize = 16 << 10;
 
 /// The history of one output channel.
 #[derive(Debug)]
-pub struct Ring {
+pub(crate) struct Ring {
     state: Mutex<State>,
     /// Woken when bytes are appended or the ring closes.
     data: Notify,
@@ -51,7 +51,7 @@ struct State {
 
 /// What a reader gets next.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Read {
+pub(crate) enum Read {
     /// Bytes starting at the reader's offset.
     Data(BytesMut),
     /// Bytes `from..to` were overwritten before this reader got them; it continues at `to`.
@@ -67,7 +67,7 @@ pub enum Read {
 
 impl Ring {
     /// An empty ring retaining about `capacity` bytes.
-    pub fn new(capacity: usize) -> Ring {
+    pub(crate) fn new(capacity: usize) -> Ring {
         Ring {
             state: Mutex::new(State {
                 chunks: VecDeque::new(),
@@ -88,13 +88,13 @@ impl Ring {
     }
 
     /// How many bytes were ever written.
-    pub fn end(&self) -> ByteOffset {
+    pub(crate) fn end(&self) -> ByteOffset {
         self.lock().end
     }
 
     /// Waits until the writer may append, then returns how many bytes it may append:
     /// `usize::MAX` when no reader is attached.
-    pub async fn room(&self) -> usize {
+    pub(crate) async fn room(&self) -> usize {
         loop {
             let mut notified = pin!(self.room.notified());
             notified.as_mut().enable();
@@ -107,7 +107,7 @@ impl Ring {
 
     /// Appends `chunk`, forgetting the oldest bytes beyond capacity that no attached reader
     /// still needs.
-    pub fn push(&self, chunk: Bytes) {
+    pub(crate) fn push(&self, chunk: Bytes) {
         if chunk.is_empty() {
             return;
         }
@@ -116,7 +116,7 @@ impl Ring {
     }
 
     /// Marks the end of the channel.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.lock().closed = true;
         self.data.notify_waiters();
     }
@@ -124,7 +124,7 @@ impl Ring {
     /// Attaches a reader that wants the bytes from offset `from` on. `None` when `from` is past
     /// the end of what was written. A reader asking for forgotten bytes first gets
     /// [`Read::Dropped`]; [`Reader::offset`] then already says where its data starts.
-    pub fn attach(self: &Arc<Self>, from: ByteOffset) -> Option<Reader> {
+    pub(crate) fn attach(self: &Arc<Self>, from: ByteOffset) -> Option<Reader> {
         let mut state = self.lock();
         if from > state.end {
             return None;
@@ -243,7 +243,7 @@ impl State {
 /// An attached reader. While it lives, the ring keeps every byte from its offset on, and the
 /// writer waits rather than run more than a ring's capacity ahead of it.
 #[derive(Debug)]
-pub struct Reader {
+pub(crate) struct Reader {
     ring: Arc<Ring>,
     id: u64,
     offset: ByteOffset,
@@ -253,7 +253,7 @@ pub struct Reader {
 
 impl Reader {
     /// The offset of the next byte this reader will get.
-    pub fn offset(&self) -> ByteOffset {
+    pub(crate) fn offset(&self) -> ByteOffset {
         self.offset
     }
 
@@ -262,7 +262,11 @@ impl Reader {
     /// count, so a sender builds its frame around the bytes with one copy however small the
     /// pieces they arrived in. It is not consumed until [`Self::advance`] says it was
     /// delivered.
-    pub async fn read_into(&mut self, max: usize, buffer: impl Fn(usize) -> BytesMut) -> Read {
+    pub(crate) async fn read_into(
+        &mut self,
+        max: usize,
+        buffer: impl Fn(usize) -> BytesMut,
+    ) -> Read {
         let ring = self.ring.clone();
         loop {
             let mut notified = pin!(ring.data.notified());
@@ -275,7 +279,7 @@ impl Reader {
     }
 
     /// What comes next if it is there already; see [`Self::read_into`].
-    pub fn try_read_into(
+    pub(crate) fn try_read_into(
         &mut self,
         max: usize,
         buffer: impl Fn(usize) -> BytesMut,
@@ -296,7 +300,7 @@ impl Reader {
     }
 
     /// Records that `n` bytes from the reader's offset were delivered.
-    pub fn advance(&mut self, n: usize) {
+    pub(crate) fn advance(&mut self, n: usize) {
         self.offset += n as u64;
         self.ring.lock().set_reader(self.id, self.offset);
         self.ring.room.notify_waiters();

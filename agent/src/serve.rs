@@ -36,7 +36,7 @@ fn ws_config() -> WebSocketConfig {
 }
 
 /// Accepts TCP connections on `addr` forever.
-pub async fn tcp(addr: SocketAddr, agent: Arc<Agent>) -> anyhow::Result<()> {
+pub(crate) async fn tcp(addr: SocketAddr, agent: Arc<Agent>) -> anyhow::Result<()> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
@@ -60,7 +60,7 @@ pub async fn tcp(addr: SocketAddr, agent: Arc<Agent>) -> anyhow::Result<()> {
 }
 
 /// Accepts connections on an inherited, already listening Unix socket forever.
-pub async fn unix_listener(fd: OwnedFd, agent: Arc<Agent>) -> anyhow::Result<()> {
+pub(crate) async fn unix_listener(fd: OwnedFd, agent: Arc<Agent>) -> anyhow::Result<()> {
     let std_listener = std::os::unix::net::UnixListener::from(fd);
     std_listener.set_nonblocking(true)?;
     let listener = UnixListener::from_std(std_listener)
@@ -79,7 +79,7 @@ pub async fn unix_listener(fd: OwnedFd, agent: Arc<Agent>) -> anyhow::Result<()>
 }
 
 /// Serves the one connection on an inherited, connected stream socket.
-pub async fn unix_conn(fd: OwnedFd, agent: Arc<Agent>) -> anyhow::Result<()> {
+pub(crate) async fn unix_conn(fd: OwnedFd, agent: Arc<Agent>) -> anyhow::Result<()> {
     let std_sock = std::os::unix::net::UnixStream::from(fd);
     std_sock.set_nonblocking(true)?;
     let sock =
@@ -89,14 +89,16 @@ pub async fn unix_conn(fd: OwnedFd, agent: Arc<Agent>) -> anyhow::Result<()> {
 }
 
 /// Serves one connection over stdin and stdout.
-pub async fn stdio(agent: Arc<Agent>) -> anyhow::Result<()> {
+pub(crate) async fn stdio(agent: Arc<Agent>) -> anyhow::Result<()> {
     let io = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
     upgrade_and_serve(io, agent).await;
     Ok(())
 }
 
-// The callback's signature is tungstenite's, large error type included.
-#[allow(clippy::result_large_err)]
+#[expect(
+    clippy::result_large_err,
+    reason = "the callback's signature is tungstenite's, large error type included"
+)]
 async fn upgrade_and_serve<S>(io: S, agent: Arc<Agent>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -134,7 +136,7 @@ where
 
 /// Dials `url` and serves the protocol over each connection, keeping one idle connection
 /// open: as soon as a relay starts using one (its hello arrives), another is dialled.
-pub async fn dial(url: String, agent: Arc<Agent>) -> anyhow::Result<()> {
+pub(crate) async fn dial(url: String, agent: Arc<Agent>) -> anyhow::Result<()> {
     let mut backoff = DIAL_BACKOFF.0;
     loop {
         let mut req = url

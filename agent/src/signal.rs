@@ -10,7 +10,7 @@ use crate::stream::OpError;
 
 /// Parses a signal given by name, with or without the `SIG` prefix and in any case, or by
 /// number.
-pub fn parse(text: &str) -> Result<Signal, OpError> {
+pub(crate) fn parse(text: &str) -> Result<Signal, OpError> {
     let text = text.trim();
     let invalid = || {
         OpError::new(

@@ -34,7 +34,7 @@ const PIPE_BYTES: i32 = 1 << 20;
 
 /// A started child.
 #[derive(Debug)]
-pub struct Child {
+pub(crate) struct Child {
     /// Its pid, which is also its process group id (and its session id under a PTY).
     pub pid: i32,
     /// Receives its status when the reaper reaps it.
@@ -45,7 +45,7 @@ pub struct Child {
 
 /// The agent's ends of a child's standard streams.
 #[derive(Debug)]
-pub enum ChildIo {
+pub(crate) enum ChildIo {
     /// Separate pipes.
     Pipes {
         /// Write end of its stdin, when the client sends stdin.
@@ -64,7 +64,7 @@ pub enum ChildIo {
 
 /// What a child must not inherit from the agent, decided once when the agent starts.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Inheritance {
+pub(crate) struct Inheritance {
     /// Undo the agent's OOM shield.
     pub reset_oom: bool,
     /// Restore every signal's default action in the child, which would otherwise inherit
@@ -105,7 +105,7 @@ fn check_fields(spec: &ExecSpec) -> Result<(), OpError> {
 
 /// Starts the child described by `spec`. `workdir` is the default (and base of a relative)
 /// working directory; `inheritance` says what of the agent's state the child undoes.
-pub fn spawn(
+pub(crate) fn spawn(
     spec: &ExecSpec,
     workdir: &Path,
     inheritance: Inheritance,

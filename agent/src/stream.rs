@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, Semaphore};
 
 /// What the connection delivers to a stream.
 #[derive(Debug)]
-pub enum Inbound {
+pub(crate) enum Inbound {
     /// Bytes on channel `in`.
     Data(Bytes),
     /// The client half-closed channel `in`.
@@ -43,7 +43,7 @@ pub enum Inbound {
 
 /// An operation failed: becomes an `error` message on the stream.
 #[derive(Debug, Clone)]
-pub struct OpError {
+pub(crate) struct OpError {
     /// The typed reason.
     pub code: ErrorCode,
     /// A sentence the user can act on.
@@ -52,7 +52,7 @@ pub struct OpError {
 
 impl OpError {
     /// An error with `code` and `message`.
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> OpError {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> OpError {
         OpError {
             code,
             message: message.into(),
@@ -60,43 +60,43 @@ impl OpError {
     }
 
     /// Maps an OS error on `what` (usually a path) to a wire error.
-    pub fn io(what: &str, err: &std::io::Error) -> OpError {
+    pub(crate) fn io(what: &str, err: &std::io::Error) -> OpError {
         OpError::new(ErrorCode::from_io(err), format!("{what}: {err}"))
     }
 
     /// The connection went away while the operation was sending.
-    pub fn gone() -> OpError {
+    pub(crate) fn gone() -> OpError {
         OpError::new(ErrorCode::Internal, "connection closed")
     }
 }
 
 /// Result of an operation handler.
-pub type OpResult = Result<(), OpError>;
+pub(crate) type OpResult = Result<(), OpError>;
 
 /// Where a connection's outgoing frames go: its writer task.
-pub type Outbox = mpsc::Sender<Bytes>;
+pub(crate) type Outbox = mpsc::Sender<Bytes>;
 
 /// Send credit for one stream's agent→client data, granted by window frames.
 #[derive(Debug)]
-pub struct Credit(Semaphore);
+pub(crate) struct Credit(Semaphore);
 
 /// Credit beyond this is ignored, so a hostile grant cannot overflow the semaphore: 1 GiB.
 const CREDIT_CAP: usize = 1 << 30;
 
 impl Credit {
     /// Credit with `initial` bytes.
-    pub fn new(initial: u32) -> Credit {
+    pub(crate) fn new(initial: u32) -> Credit {
         Credit(Semaphore::new(initial as usize))
     }
 
     /// Adds credit from a window frame.
-    pub fn grant(&self, credit: u32) {
+    pub(crate) fn grant(&self, credit: u32) {
         let room = CREDIT_CAP.saturating_sub(self.0.available_permits());
         self.0.add_permits((credit as usize).min(room));
     }
 
     /// Waits for at least one byte of credit and takes up to `max`.
-    pub async fn take(&self, max: usize) -> usize {
+    pub(crate) async fn take(&self, max: usize) -> usize {
         // The semaphore is never closed, so acquire cannot fail.
         let Ok(first) = self.0.acquire().await else {
             return 0;
@@ -113,14 +113,14 @@ impl Credit {
     }
 
     /// Returns unused credit (taken but not sent).
-    pub fn give_back(&self, n: usize) {
+    pub(crate) fn give_back(&self, n: usize) {
         self.0.add_permits(n);
     }
 }
 
 /// The sending half of a stream. Cheap to clone.
 #[derive(Clone, Debug)]
-pub struct StreamOut {
+pub(crate) struct StreamOut {
     id: StreamId,
     outbox: Outbox,
     credit: Arc<Credit>,
@@ -132,13 +132,13 @@ impl StreamOut {
     }
 
     /// The stream's id.
-    pub fn id(&self) -> StreamId {
+    pub(crate) fn id(&self) -> StreamId {
         self.id
     }
 
     /// Sends `data` on `channel`, waiting for credit as needed and splitting it into frames
     /// of at most [`DATA_CHUNK`] bytes. Fails only when the connection is gone.
-    pub async fn data(&self, channel: Channel, mut data: Bytes) -> OpResult {
+    pub(crate) async fn data(&self, channel: Channel, mut data: Bytes) -> OpResult {
         while !data.is_empty() {
             let want = data.len().min(DATA_CHUNK);
             let n = self.credit.take(want).await;
@@ -153,7 +153,7 @@ impl StreamOut {
     /// after the header's room) on `channel`. With credit for the whole payload, the
     /// common case, the buffer itself goes out and the payload is never copied; with less,
     /// it is sent in pieces as credit arrives, like [`Self::data`].
-    pub async fn data_in_place(&self, channel: Channel, mut frame: BytesMut) -> OpResult {
+    pub(crate) async fn data_in_place(&self, channel: Channel, mut frame: BytesMut) -> OpResult {
         let len = frame.len().saturating_sub(HEADER_LEN);
         if len == 0 {
             return Ok(());
@@ -177,29 +177,29 @@ impl StreamOut {
 
     /// Waits for credit, then takes up to `max` bytes of it. For producers that read into
     /// a buffer sized to the credit they hold; return what was not used with [`Self::refund`].
-    pub async fn reserve(&self, max: usize) -> usize {
+    pub(crate) async fn reserve(&self, max: usize) -> usize {
         self.credit.take(max.min(DATA_CHUNK)).await
     }
 
     /// Returns credit taken with [`Self::reserve`] but not spent.
-    pub fn refund(&self, n: usize) {
+    pub(crate) fn refund(&self, n: usize) {
         if n > 0 {
             self.credit.give_back(n);
         }
     }
 
     /// Sends bytes for which credit was already reserved.
-    pub async fn data_reserved(&self, channel: Channel, data: &[u8]) -> OpResult {
+    pub(crate) async fn data_reserved(&self, channel: Channel, data: &[u8]) -> OpResult {
         self.raw(frame::encode_data(self.id, channel, data)).await
     }
 
     /// Sends a control message.
-    pub async fn control(&self, msg: Control) -> OpResult {
+    pub(crate) async fn control(&self, msg: Control) -> OpResult {
         self.raw(frame::encode_control(&msg)).await
     }
 
     /// Sends the operation's reply.
-    pub async fn reply(&self, reply: Reply) -> OpResult {
+    pub(crate) async fn reply(&self, reply: Reply) -> OpResult {
         self.control(Control::Reply {
             stream: self.id,
             reply,
@@ -208,7 +208,7 @@ impl StreamOut {
     }
 
     /// Sends a watch event.
-    pub async fn event(&self, event: WatchEvent) -> OpResult {
+    pub(crate) async fn event(&self, event: WatchEvent) -> OpResult {
         self.control(Control::Event {
             stream: self.id,
             event,
@@ -217,7 +217,7 @@ impl StreamOut {
     }
 
     /// Signals the end of `channel`.
-    pub async fn eof(&self, channel: Channel) -> OpResult {
+    pub(crate) async fn eof(&self, channel: Channel) -> OpResult {
         self.control(Control::Eof {
             stream: self.id,
             channel,
@@ -232,7 +232,7 @@ impl StreamOut {
 
 /// The receiving half of a stream.
 #[derive(Debug)]
-pub struct StreamIn {
+pub(crate) struct StreamIn {
     id: StreamId,
     inbound: mpsc::UnboundedReceiver<Inbound>,
     window: RecvWindow,
@@ -243,14 +243,14 @@ pub struct StreamIn {
 
 impl StreamIn {
     /// The next input or command. `None` means the connection is gone: treat it as a cancel.
-    pub async fn recv(&mut self) -> Option<Inbound> {
+    pub(crate) async fn recv(&mut self) -> Option<Inbound> {
         self.inbound.recv().await
     }
 
     /// Records that `n` input bytes were delivered (written to the process or file), which
     /// returns credit to the client. Call it after the bytes are really gone, so input
     /// backpressure reaches the client.
-    pub async fn consumed(&mut self, n: usize) {
+    pub(crate) async fn consumed(&mut self, n: usize) {
         if let Some(credit) = self.window.consumed(n) {
             // Account for the credit before the client can learn of it.
             self.in_credit.fetch_add(credit as u64, Ordering::AcqRel);
@@ -268,7 +268,7 @@ impl StreamIn {
 impl StreamIn {
     /// Moves the input out, leaving in its place one that has ended (its `recv` says the
     /// connection is gone); put it back with [`Self::restore`].
-    pub fn detach(&mut self) -> StreamIn {
+    pub(crate) fn detach(&mut self) -> StreamIn {
         let (_, ended) = mpsc::unbounded_channel();
         StreamIn {
             id: self.id,
@@ -280,17 +280,17 @@ impl StreamIn {
     }
 
     /// Puts back an input moved out with [`Self::detach`].
-    pub fn restore(&mut self, detached: StreamIn) {
+    pub(crate) fn restore(&mut self, detached: StreamIn) {
         *self = detached;
     }
 
     /// [`Self::recv`] for a blocking thread (never on the runtime: it would panic).
-    pub fn blocking_recv(&mut self) -> Option<Inbound> {
+    pub(crate) fn blocking_recv(&mut self) -> Option<Inbound> {
         self.inbound.blocking_recv()
     }
 
     /// [`Self::consumed`] for a blocking thread.
-    pub fn blocking_consumed(&mut self, n: usize) {
+    pub(crate) fn blocking_consumed(&mut self, n: usize) {
         if let Some(credit) = self.window.consumed(n) {
             self.in_credit.fetch_add(credit as u64, Ordering::AcqRel);
             let _ = self
@@ -302,7 +302,7 @@ impl StreamIn {
 
 /// Everything an operation handler needs for its stream.
 #[derive(Debug)]
-pub struct StreamCtx {
+pub(crate) struct StreamCtx {
     /// Sending half.
     pub out: StreamOut,
     /// Receiving half.
@@ -331,7 +331,7 @@ impl StreamCtx {
     }
 
     /// Splits into the sending and receiving halves.
-    pub fn split(self) -> (StreamOut, StreamIn) {
+    pub(crate) fn split(self) -> (StreamOut, StreamIn) {
         (self.out, self.input)
     }
 }

@@ -1,7 +1,10 @@
 //! The agent's only unsafe code: adopting inherited file descriptors, reading into
 //! uninitialised buffers, terminal ioctls, signal dispositions, what a child does between fork
 //! and exec, and guarding the agent's own process (not dumpable, its token scrubbed from memory).
-#![allow(unsafe_code)]
+#![expect(
+    unsafe_code,
+    reason = "the one module of this crate that needs unsafe; each block says why it is sound"
+)]
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
@@ -16,7 +19,7 @@ use nix::unistd::{Gid, Uid};
 use tokio::io::unix::AsyncFd;
 
 /// Takes ownership of inherited descriptor `fd`, checking first that it is open.
-pub fn adopt_fd(fd: RawFd) -> anyhow::Result<OwnedFd> {
+pub(crate) fn adopt_fd(fd: RawFd) -> anyhow::Result<OwnedFd> {
     nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).map_err(|e| {
         anyhow::anyhow!("file descriptor {fd} is not open ({e}); was it passed to the agent?")
     })?;
@@ -26,7 +29,7 @@ pub fn adopt_fd(fd: RawFd) -> anyhow::Result<OwnedFd> {
 }
 
 /// Registers `fd` with tokio's reactor, for readiness-driven non-blocking I/O.
-pub fn watch_fd(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
+pub(crate) fn watch_fd(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: an `OwnedFd` is an open descriptor that stays open, and always reports the same
     // number, until it is dropped, which the `AsyncFd` owning it does last.
     Ok(unsafe { AsyncFd::register(fd) }?)
@@ -34,7 +37,7 @@ pub fn watch_fd(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
 
 /// Reads at most `max` bytes from `fd`, appending them to `buf` without zeroing its spare
 /// capacity first (a 256 KiB memset per read would cost more than the read).
-pub fn read_into(fd: BorrowedFd<'_>, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
+pub(crate) fn read_into(fd: BorrowedFd<'_>, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
     buf.reserve(max);
     let spare = buf.spare_capacity_mut();
     let len = spare.len().min(max);
@@ -51,7 +54,7 @@ pub fn read_into(fd: BorrowedFd<'_>, buf: &mut BytesMut, max: usize) -> io::Resu
 
 /// Opens a new PTY master (close-on-exec, not our controlling terminal), unlocked and with
 /// its slave's permissions granted. Returns it with the slave's path.
-pub fn open_pty_master() -> io::Result<(OwnedFd, String)> {
+pub(crate) fn open_pty_master() -> io::Result<(OwnedFd, String)> {
     use nix::fcntl::OFlag;
     let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
     nix::pty::grantpt(&master)?;
@@ -65,7 +68,7 @@ pub fn open_pty_master() -> io::Result<(OwnedFd, String)> {
 
 /// Sets a terminal's window size; on a PTY master the kernel then sends SIGWINCH to the
 /// terminal's foreground process group.
-pub fn set_window_size(fd: BorrowedFd<'_>, cols: u16, rows: u16) -> io::Result<()> {
+pub(crate) fn set_window_size(fd: BorrowedFd<'_>, cols: u16, rows: u16) -> io::Result<()> {
     let size = libc::winsize {
         ws_row: rows,
         ws_col: cols,
@@ -82,7 +85,7 @@ pub fn set_window_size(fd: BorrowedFd<'_>, cols: u16, rows: u16) -> io::Result<(
 
 /// The identity a child switches to.
 #[derive(Debug, Clone)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     /// User id.
     pub uid: u32,
     /// Primary group id.
@@ -94,7 +97,7 @@ pub struct Credentials {
 /// What a child does between fork and exec beyond what [`Command`] offers. Each step costs
 /// the fast `posix_spawn` path (a closure forces fork), so only set what is needed.
 #[derive(Debug, Default)]
-pub struct ChildSetup {
+pub(crate) struct ChildSetup {
     /// Write 0 to its OOM score: the agent shields itself with -1000, which children inherit.
     pub reset_oom: bool,
     /// Restore every signal's default action and unblock every signal (as `posix_spawn` with
@@ -111,7 +114,7 @@ pub struct ChildSetup {
 
 impl ChildSetup {
     /// True when there is nothing to do, and `Command` may use `posix_spawn`.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         !self.reset_oom
             && !self.default_signals
             && !self.controlling_tty
@@ -120,7 +123,7 @@ impl ChildSetup {
     }
 
     /// Arranges for `cmd`'s child to run these steps.
-    pub fn install(self, cmd: &mut Command) {
+    pub(crate) fn install(self, cmd: &mut Command) {
         if self.is_empty() {
             return;
         }
@@ -180,7 +183,7 @@ fn reset_oom_score() {
 /// traced, and its memory, environment and descriptors under `/proc/<pid>/` are closed to any
 /// process without `CAP_SYS_PTRACE` (which sandbox processes never have), same uid or not.
 /// Exec'd children are dumpable again, so debuggers still work on them.
-pub fn make_undumpable() -> io::Result<()> {
+pub(crate) fn make_undumpable() -> io::Result<()> {
     // SAFETY: PR_SET_DUMPABLE takes integers and touches no memory of ours.
     let res = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) };
     if res == 0 {
@@ -195,7 +198,7 @@ pub fn make_undumpable() -> io::Result<()> {
 /// only unlinks it from `environ`; the bytes would stay readable.
 ///
 /// Must run before any other thread exists (it touches the environment unsynchronised).
-pub fn scrub_env(name: &CStr) {
+pub(crate) fn scrub_env(name: &CStr) {
     // SAFETY: single-threaded (the caller's contract), so no other thread reads or changes the
     // environment meanwhile. getenv returns NULL or a pointer to the NUL-terminated value
     // inside the process's own environment block, which is writable memory; we overwrite
@@ -238,7 +241,7 @@ const DEFAULT_ACTION: KernelSigaction = KernelSigaction {
 /// the defaults itself. SIGPIPE does not count: the Rust runtime ignores it, and `Command`
 /// restores it in every child. Under glibc always true: its `posix_spawn` leaves the
 /// real-time signals glibc keeps for itself ignored in the child.
-pub fn children_inherit_ignored_signals() -> bool {
+pub(crate) fn children_inherit_ignored_signals() -> bool {
     if cfg!(target_env = "gnu") {
         return true;
     }

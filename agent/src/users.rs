@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 /// An account from /etc/passwd.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Account {
+pub(crate) struct Account {
     /// Login name.
     pub name: String,
     /// User id.
@@ -37,12 +37,12 @@ fn parse_passwd_line(line: &str) -> Option<Account> {
 }
 
 /// The account with this uid.
-pub fn by_uid(uid: u32) -> Option<Account> {
+pub(crate) fn by_uid(uid: u32) -> Option<Account> {
     accounts().into_iter().find(|a| a.uid == uid)
 }
 
 /// The account named `user`, or with `user` as its numeric uid.
-pub fn lookup(user: &str) -> Option<Account> {
+pub(crate) fn lookup(user: &str) -> Option<Account> {
     // An image's USER may be `user:group` (either part a name or a number).
     if let Some((user, group)) = user.split_once(':') {
         let mut account = lookup(user)?;
@@ -76,7 +76,7 @@ fn group_id(name: &str) -> Option<u32> {
 }
 
 /// Supplementary group ids of `name` from /etc/group.
-pub fn groups_of(name: &str, primary: u32) -> Vec<u32> {
+pub(crate) fn groups_of(name: &str, primary: u32) -> Vec<u32> {
     let text = std::fs::read_to_string("/etc/group").unwrap_or_default();
     let mut gids = vec![primary];
     for line in text.lines() {

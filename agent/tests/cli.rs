@@ -1,5 +1,6 @@
 //! The agent's command line: it refuses unsafe or empty configurations with clear errors.
 //! (Also makes `cargo test --workspace` build the binary the end-to-end tests run.)
+#![allow(clippy::unwrap_used, reason = "test code; a panic fails the test")]
 
 use std::process::Command;
 

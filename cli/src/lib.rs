@@ -1,9 +1,9 @@
 //! The `tether` command line: every command ([`commands`]), the engine of `tether sync` and
-//! `tether dev` ([`sync`]), `tether bench` ([`bench`]) and `tether mcp` ([`mcp`]). It speaks to
+//! `tether dev` ([`sync`]), `tether bench` ([`bench`]) and `tether mcp` (`mcp`). It speaks to
 //! relays and agents through [`tether_client`] only; `tether serve` runs [`tether_relay`].
 #![warn(missing_docs)]
 
-pub mod bench;
+mod bench;
 pub mod commands;
-pub mod mcp;
+mod mcp;
 pub mod sync;

@@ -1,6 +1,7 @@
 //! The `tether` binary's own command line, without a relay: version, help, and the error a
 //! user gets when no relay is running. (Declaring an integration test here also makes
 //! `cargo test --workspace` build the `tether` binary that the end-to-end tests in `tests/` run.)
+#![allow(clippy::unwrap_used, reason = "test code; a panic fails the test")]
 
 use std::process::Command;
 

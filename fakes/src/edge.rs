@@ -11,7 +11,7 @@ use crate::sandboxes::{DialError, Sandboxes};
 
 /// A listener of its own for one sandbox port (a Daytona preview, a Modal tunnel), closed on
 /// drop.
-pub struct PortListener {
+pub(crate) struct PortListener {
     /// Its address.
     pub addr: std::net::SocketAddr,
     task: tokio::task::JoinHandle<()>,
@@ -19,7 +19,7 @@ pub struct PortListener {
 
 impl PortListener {
     /// Serves `router` on a new `127.0.0.1` port.
-    pub async fn bind(router: axum::Router) -> std::io::Result<PortListener> {
+    pub(crate) async fn bind(router: axum::Router) -> std::io::Result<PortListener> {
         let socket = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = socket.local_addr()?;
         let task = tokio::spawn(async move {
@@ -40,7 +40,7 @@ const PIPE_BYTES: usize = 64 << 10; // 64 KiB
 
 /// Why a request could not be carried into the sandbox.
 #[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
+pub(crate) enum ProxyError {
     /// The port could not be dialled.
     #[error(transparent)]
     Dial(#[from] DialError),
@@ -58,7 +58,7 @@ pub enum ProxyError {
 
 /// Sends `req` to `port` in sandbox `id` and returns its answer. For an upgrade, the two
 /// upgraded connections are joined in the background once both sides have switched.
-pub async fn proxy(
+pub(crate) async fn proxy(
     sandboxes: &Sandboxes,
     id: &str,
     port: u16,

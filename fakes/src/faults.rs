@@ -17,7 +17,7 @@ const MAX_CONTROL_BODY: usize = 1 << 16; // 64 KiB
 
 /// One failure to inject, as posted.
 #[derive(Clone, Debug, Deserialize)]
-pub struct FaultSpec {
+pub(crate) struct FaultSpec {
     /// The HTTP status to answer (or, for gRPC fakes, mapped to the nearest gRPC code).
     pub status: u16,
     /// How many requests fail.
@@ -37,7 +37,7 @@ fn one() -> u32 {
 
 /// A failure to answer one request with.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Fault {
+pub(crate) struct Fault {
     /// The status.
     pub status: u16,
     /// Seconds for `Retry-After`.
@@ -46,23 +46,23 @@ pub struct Fault {
 
 /// The pending failures of one fake.
 #[derive(Debug, Default)]
-pub struct Faults {
+pub(crate) struct Faults {
     pending: Mutex<VecDeque<FaultSpec>>,
 }
 
 impl Faults {
     /// Queues `spec`.
-    pub fn add(&self, spec: FaultSpec) {
+    pub(crate) fn add(&self, spec: FaultSpec) {
         self.pending.lock().expect("faults").push_back(spec);
     }
 
     /// Drops every pending failure.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.pending.lock().expect("faults").clear();
     }
 
     /// Serves `POST /__fake/faults` (a [`FaultSpec`]) and `DELETE /__fake/faults`.
-    pub async fn control(&self, req: Request) -> Response {
+    pub(crate) async fn control(&self, req: Request) -> Response {
         let (parts, body) = req.into_parts();
         match (parts.method.as_str(), parts.uri.path()) {
             ("POST", "/__fake/faults") => {
@@ -92,7 +92,7 @@ impl Faults {
     }
 
     /// The failure the request to `path` must get, if any (and counts it).
-    pub fn take(&self, path: &str) -> Option<Fault> {
+    pub(crate) fn take(&self, path: &str) -> Option<Fault> {
         let mut pending = self.pending.lock().expect("faults");
         let index = pending
             .iter()

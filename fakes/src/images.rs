@@ -25,13 +25,13 @@ const TAG: &str = "latest";
 
 /// The images of one fake.
 #[derive(Clone, Debug)]
-pub struct Images {
+pub(crate) struct Images {
     root: PathBuf,
 }
 
 /// A file to add to an image.
 #[derive(Clone, Debug)]
-pub struct AddFile {
+pub(crate) struct AddFile {
     /// Where it goes in the image (absolute).
     pub path: String,
     /// Its content: a file on this machine.
@@ -42,7 +42,7 @@ pub struct AddFile {
 
 /// Changes to an image's run settings; `None` and empty leave the base's.
 #[derive(Clone, Debug, Default)]
-pub struct ConfigEdit {
+pub(crate) struct ConfigEdit {
     /// The new ENTRYPOINT (`Some(vec![])` clears it).
     pub entrypoint: Option<Vec<String>>,
     /// The new CMD (`Some(vec![])` clears it).
@@ -57,7 +57,7 @@ pub struct ConfigEdit {
 
 impl Images {
     /// The store under `data_dir`.
-    pub fn new(data_dir: &Path) -> Images {
+    pub(crate) fn new(data_dir: &Path) -> Images {
         Images {
             root: data_dir.join(STORE_DIR),
         }
@@ -65,7 +65,7 @@ impl Images {
 
     /// Pulls `reference` (plain HTTP for loopback registries) into the store; returns the
     /// image's layout directory.
-    pub async fn pull(&self, reference: &str) -> anyhow::Result<PathBuf> {
+    pub(crate) async fn pull(&self, reference: &str) -> anyhow::Result<PathBuf> {
         let parsed = Reference::parse(reference)?;
         let staging = self.staging()?;
         let dir = staging.path().join("image");
@@ -77,7 +77,7 @@ impl Images {
 
     /// A new image: `base` (a layout directory) plus one layer holding `files`, with `edit`
     /// applied to its config; returns its layout directory. Blocking.
-    pub fn derive(
+    pub(crate) fn derive(
         &self,
         base: &Path,
         files: &[AddFile],

@@ -6,11 +6,11 @@
 //! # Layout
 //! - [`sandboxes`]: the local sandboxes behind every fake (the relay's `local` provider, with
 //!   networking cut off), and starting processes and dialling ports inside them.
-//! - [`edge`]: proxying an HTTP request or WebSocket upgrade to a port inside a sandbox.
-//! - [`images`]: each fake's image store: registry images pulled, and images derived from
+//! - `edge`: proxying an HTTP request or WebSocket upgrade to a port inside a sandbox.
+//! - `images`: each fake's image store: registry images pulled, and images derived from
 //!   them with added files and config edits (what the fakes' template, snapshot and image
 //!   builds produce).
-//! - [`faults`]: failures injected on demand (`POST /__fake/faults`): 429 with `Retry-After`,
+//! - `faults`: failures injected on demand (`POST /__fake/faults`): 429 with `Retry-After`,
 //!   503, or any status, for the next N requests.
 //! - [`e2b`]: E2B's control plane, template builds, envd's process API and its
 //!   `{port}-{id}.{domain}` edge.
@@ -25,9 +25,9 @@
 
 pub mod daytona;
 pub mod e2b;
-pub mod edge;
-pub mod faults;
-pub mod images;
+mod edge;
+mod faults;
+mod images;
 pub mod modal;
 pub mod sandboxes;
 pub mod serve;

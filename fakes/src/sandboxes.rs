@@ -35,7 +35,7 @@ pub struct Sandboxes {
 
 /// Why a port inside a sandbox could not be dialled.
 #[derive(Debug, thiserror::Error)]
-pub enum DialError {
+pub(crate) enum DialError {
     /// No such sandbox (any more).
     #[error("sandbox {0} is not running")]
     NoSandbox(String),
@@ -66,19 +66,13 @@ impl Sandboxes {
     }
 
     /// The fake's data directory (its image store lives under it).
-    pub fn data_dir(&self) -> &Path {
+    pub(crate) fn data_dir(&self) -> &Path {
         &self.data_dir
-    }
-
-    /// Makes the local sandbox `id` (a hostname-safe name of the fake's choosing) on the
-    /// host-like default root file system.
-    pub async fn create(&self, id: &str) -> anyhow::Result<()> {
-        self.create_from(id, None).await
     }
 
     /// Makes the local sandbox `id` from the OCI image layout at `image` (a template,
     /// snapshot or image the fake built), or on the default root file system when `None`.
-    pub async fn create_from(&self, id: &str, image: Option<&Path>) -> anyhow::Result<()> {
+    pub(crate) async fn create_from(&self, id: &str, image: Option<&Path>) -> anyhow::Result<()> {
         let token = random_hex(TOKEN_BYTES);
         let spec = SandboxSpec {
             env: BTreeMap::from([("PATH".to_string(), SANDBOX_PATH.to_string())]),
@@ -104,19 +98,8 @@ impl Sandboxes {
         Ok(())
     }
 
-    /// Whether `id` exists and its agent is alive.
-    pub async fn is_running(&self, id: &str) -> bool {
-        let Some(handle) = self.handle(id) else {
-            return false;
-        };
-        matches!(
-            self.provider.state(&handle).await,
-            Ok(tether_relay::provider::SandboxState::Running)
-        )
-    }
-
     /// A protocol session with the sandbox's PID-1 agent.
-    pub async fn session(&self, id: &str) -> anyhow::Result<Session> {
+    pub(crate) async fn session(&self, id: &str) -> anyhow::Result<Session> {
         let handle = self
             .handle(id)
             .ok_or_else(|| anyhow!("sandbox {id} is not running"))?;
@@ -131,7 +114,7 @@ impl Sandboxes {
     }
 
     /// Starts `argv` with `env` in the background (it outlives the returned handle).
-    pub async fn start(
+    pub(crate) async fn start(
         &self,
         id: &str,
         argv: Vec<String>,
@@ -151,7 +134,7 @@ impl Sandboxes {
 
     /// A TCP connection to `port` on the sandbox's loopback, refused (as an edge would) when
     /// nothing listens there.
-    pub async fn dial(&self, id: &str, port: u16) -> Result<RawStream, DialError> {
+    pub(crate) async fn dial(&self, id: &str, port: u16) -> Result<RawStream, DialError> {
         let session = self
             .session(id)
             .await
@@ -175,7 +158,7 @@ impl Sandboxes {
     }
 
     /// Removes every sandbox (when the fake stops).
-    pub async fn delete_all(&self) {
+    pub(crate) async fn delete_all(&self) {
         let ids: Vec<String> = self
             .live
             .lock()
@@ -191,7 +174,7 @@ impl Sandboxes {
     }
 
     /// Removes the sandbox and everything in it; an unknown id is already gone.
-    pub async fn delete(&self, id: &str) -> Result<(), ProviderError> {
+    pub(crate) async fn delete(&self, id: &str) -> Result<(), ProviderError> {
         let handle = self.live.lock().expect("sandbox table").remove(id);
         match handle {
             Some(handle) => self.provider.delete(&handle).await,
@@ -205,7 +188,7 @@ impl Sandboxes {
 }
 
 /// `n` random bytes as lower-case hex.
-pub fn random_hex(n: usize) -> String {
+pub(crate) fn random_hex(n: usize) -> String {
     use rand::Rng;
     let mut rng = rand::rng();
     (0..n)
@@ -214,7 +197,7 @@ pub fn random_hex(n: usize) -> String {
 }
 
 /// `n` random characters from `alphabet`.
-pub fn random_id(n: usize, alphabet: &[u8]) -> String {
+pub(crate) fn random_id(n: usize, alphabet: &[u8]) -> String {
     use rand::Rng;
     let mut rng = rand::rng();
     (0..n)

@@ -42,6 +42,6 @@ async fn stop_signal() -> anyhow::Result<()> {
 }
 
 /// Now as RFC 3339 with seconds, as the providers write times.
-pub fn rfc3339(at: std::time::SystemTime) -> String {
+pub(crate) fn rfc3339(at: std::time::SystemTime) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }

@@ -1,5 +1,6 @@
 //! The `tether-fake` binary's command line. (Declaring an integration test here also makes
 //! `cargo test --workspace` build the binary that the cloud-provider tests in `tests/` start.)
+#![allow(clippy::unwrap_used, reason = "test code; a panic fails the test")]
 
 use std::process::Command;
 

@@ -16,7 +16,7 @@ use super::credentials::{self, Credentials};
 use super::error::{chain, ImageError};
 
 /// The authentication state of one repository of one registry.
-pub struct Auth {
+pub(crate) struct Auth {
     /// The registry as the user wrote it, for messages and the config file.
     host: String,
     repository: String,
@@ -34,7 +34,7 @@ struct Token {
 
 impl Auth {
     /// Looks up the credentials for `host` in the docker config file.
-    pub fn new(host: &str, repository: &str) -> Result<Auth, ImageError> {
+    pub(crate) fn new(host: &str, repository: &str) -> Result<Auth, ImageError> {
         Ok(Auth {
             host: host.to_string(),
             repository: repository.to_string(),
@@ -44,17 +44,17 @@ impl Auth {
     }
 
     /// The `Authorization` value to send, once a challenge has been answered.
-    pub async fn current(&self) -> Option<HeaderValue> {
+    pub(crate) async fn current(&self) -> Option<HeaderValue> {
         self.current.lock().await.clone()
     }
 
     /// Keeps `value` for the following requests.
-    pub async fn remember(&self, value: HeaderValue) {
+    pub(crate) async fn remember(&self, value: HeaderValue) {
         *self.current.lock().await = Some(value);
     }
 
     /// The `Authorization` value that answers `challenge` (a `WWW-Authenticate` value).
-    pub async fn answer(
+    pub(crate) async fn answer(
         &self,
         http: &reqwest::Client,
         challenge: &str,
@@ -122,7 +122,7 @@ impl Auth {
     }
 
     /// An [`ImageError::Auth`] saying `reason` and which credentials were used.
-    pub fn refused(&self, reason: &str) -> ImageError {
+    pub(crate) fn refused(&self, reason: &str) -> ImageError {
         let creds = match (&self.credentials, credentials::config_path()) {
             (Some(c), _) => format!("; the credentials used are user {:?}'s from the docker config file", c.username),
             (None, Some(path)) => format!(

@@ -16,7 +16,7 @@ use super::source::ImageSource;
 
 /// An opened, checked base.
 #[derive(Debug)]
-pub enum Base {
+pub(crate) enum Base {
     /// No base.
     Scratch,
     /// An image; its layers are copied as they are.
@@ -32,7 +32,7 @@ pub enum Base {
 
 /// A layer a base puts into the new image.
 #[derive(Clone, Debug)]
-pub struct BaseLayer {
+pub(crate) struct BaseLayer {
     /// The blob.
     pub desc: Descriptor,
     /// The uncompressed digest.
@@ -43,7 +43,7 @@ pub struct BaseLayer {
 
 impl Base {
     /// Opens `path`, or no base. A tarball is unpacked under `scratch`.
-    pub fn open(path: Option<&Path>, scratch: &Path) -> Result<Base, ImageError> {
+    pub(crate) fn open(path: Option<&Path>, scratch: &Path) -> Result<Base, ImageError> {
         let Some(path) = path else {
             return Ok(Base::Scratch);
         };
@@ -79,7 +79,7 @@ impl Base {
     }
 
     /// The config the new image starts from.
-    pub fn config(&self) -> ImageConfig {
+    pub(crate) fn config(&self) -> ImageConfig {
         match self {
             Base::Image(source) => source.config.clone(),
             Base::Scratch | Base::Rootfs { .. } => ImageConfig::default(),
@@ -88,7 +88,11 @@ impl Base {
 
     /// Puts the base's layers into `out` (copied, or written from the directory with every
     /// time `mtime`), bottom first.
-    pub fn write_layers(&self, out: &Layout, mtime: u64) -> Result<Vec<BaseLayer>, ImageError> {
+    pub(crate) fn write_layers(
+        &self,
+        out: &Layout,
+        mtime: u64,
+    ) -> Result<Vec<BaseLayer>, ImageError> {
         match self {
             Base::Scratch => Ok(Vec::new()),
             Base::Image(source) => {
@@ -120,7 +124,7 @@ impl Base {
     }
 
     /// A short description, for progress and summaries.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Base::Scratch => "no base".into(),
             Base::Image(source) => format!(

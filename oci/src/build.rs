@@ -22,7 +22,7 @@ use super::layout::Layout;
 /// What to build.
 #[derive(Clone, Debug)]
 pub struct BuildOptions {
-    /// The base (see [`Base::open`]), or none.
+    /// The base (see `Base::open`), or none.
     pub base: Option<PathBuf>,
     /// The static agent binary.
     pub agent: PathBuf,
@@ -65,7 +65,7 @@ pub fn source_date_epoch() -> Result<u64, ImageError> {
 }
 
 /// Whether `output` names a tarball.
-pub fn is_tarball(output: &Path) -> bool {
+pub(crate) fn is_tarball(output: &Path) -> bool {
     output.extension().is_some_and(|e| e == "tar")
 }
 

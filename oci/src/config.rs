@@ -15,23 +15,22 @@ use super::constants::{
 use super::digest::Digest;
 
 /// An image index (a layout's `index.json`, or a multi-platform list).
-pub const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub(crate) const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 /// An image manifest.
 pub const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// An image config.
 pub const MEDIA_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 /// A gzip-compressed layer, the only kind we write.
-pub const MEDIA_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+pub(crate) const MEDIA_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 /// An uncompressed layer (what `docker save` holds).
-pub const MEDIA_LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
+pub(crate) const MEDIA_LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
 /// Docker's equivalents, which OCI layouts and registries also hold.
-pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+pub(crate) const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 /// See [`DOCKER_MANIFEST`].
-pub const DOCKER_MANIFEST_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
-/// See [`DOCKER_MANIFEST`].
-pub const DOCKER_LAYER_GZIP: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
+pub(crate) const DOCKER_MANIFEST_LIST: &str =
+    "application/vnd.docker.distribution.manifest.list.v2+json";
 /// The annotation naming a manifest in a layout's index (its tag).
-pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
+pub(crate) const REF_NAME: &str = "org.opencontainers.image.ref.name";
 
 /// A link to a blob: its type, digest and size.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -66,7 +65,7 @@ pub struct Platform {
 /// A list of manifests (a layout's `index.json`, or a multi-platform image).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Index {
+pub(crate) struct Index {
     /// Always 2.
     pub schema_version: u32,
     /// [`MEDIA_INDEX`] (optional in old documents).
@@ -85,7 +84,7 @@ pub struct Index {
 pub struct Manifest {
     /// Always 2.
     pub schema_version: u32,
-    /// [`MEDIA_MANIFEST`] or [`DOCKER_MANIFEST`].
+    /// [`MEDIA_MANIFEST`] or `DOCKER_MANIFEST`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_type: Option<String>,
     /// The image config.
@@ -191,7 +190,7 @@ pub struct History {
 
 impl ImageConfig {
     /// `os/architecture[/variant]`, for messages.
-    pub fn platform(&self) -> String {
+    pub(crate) fn platform(&self) -> String {
         let mut p = format!("{}/{}", self.os, self.architecture);
         if let Some(Value::String(v)) = self.extra.get("variant") {
             p.push('/');
@@ -201,7 +200,7 @@ impl ImageConfig {
     }
 
     /// Whether sandboxes can run it.
-    pub fn is_linux_amd64(&self) -> bool {
+    pub(crate) fn is_linux_amd64(&self) -> bool {
         self.os == OS && self.architecture == ARCHITECTURE
     }
 }
@@ -233,7 +232,7 @@ pub struct Overrides {
 
 /// The config of a Tether image: the base's, with the agent as entrypoint and the added
 /// layers recorded. `created` is the build's fixed timestamp (RFC 3339).
-pub fn agent_config(
+pub(crate) fn agent_config(
     base: &ImageConfig,
     overrides: &Overrides,
     added: &[(Digest, &str)],

@@ -17,7 +17,7 @@ const DOCKER_HUB_NAMES: [&str; 3] = ["docker.io", "index.docker.io", "registry-1
 
 /// A user name and password (or token) for basic auth and token requests.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     /// The user.
     pub username: String,
     /// The password or access token.
@@ -54,7 +54,7 @@ struct AuthEntry {
 }
 
 /// The docker config file in use.
-pub fn config_path() -> Option<PathBuf> {
+pub(crate) fn config_path() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("DOCKER_CONFIG") {
         return Some(PathBuf::from(dir).join("config.json"));
     }
@@ -62,7 +62,7 @@ pub fn config_path() -> Option<PathBuf> {
 }
 
 /// The credentials for `registry` (`host[:port]`), if the config file has some.
-pub fn lookup(registry: &str) -> Result<Option<Credentials>, ImageError> {
+pub(crate) fn lookup(registry: &str) -> Result<Option<Credentials>, ImageError> {
     let Some(path) = config_path().filter(|p| p.exists()) else {
         return Ok(None);
     };

@@ -77,7 +77,7 @@ impl<'de> Deserialize<'de> for Digest {
 }
 
 /// A writer that hashes and counts what it passes on to `inner`.
-pub struct HashingWriter<W> {
+pub(crate) struct HashingWriter<W> {
     inner: W,
     hasher: Sha256,
     len: u64,
@@ -85,7 +85,7 @@ pub struct HashingWriter<W> {
 
 impl<W: Write> HashingWriter<W> {
     /// Wraps `inner`.
-    pub fn new(inner: W) -> Self {
+    pub(crate) fn new(inner: W) -> Self {
         HashingWriter {
             inner,
             hasher: Sha256::new(),
@@ -94,7 +94,7 @@ impl<W: Write> HashingWriter<W> {
     }
 
     /// The inner writer, the digest and the length of everything written.
-    pub fn finish(self) -> (W, Digest, u64) {
+    pub(crate) fn finish(self) -> (W, Digest, u64) {
         (self.inner, Digest::from_hasher(self.hasher), self.len)
     }
 }
@@ -113,7 +113,7 @@ impl<W: Write> Write for HashingWriter<W> {
 }
 
 /// The digest and length of everything `reader` yields.
-pub fn digest_reader(mut reader: impl io::Read) -> io::Result<(Digest, u64)> {
+pub(crate) fn digest_reader(mut reader: impl io::Read) -> io::Result<(Digest, u64)> {
     let mut writer = HashingWriter::new(io::sink());
     io::copy(&mut reader, &mut writer)?;
     let (_, digest, len) = writer.finish();

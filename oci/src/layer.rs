@@ -22,20 +22,20 @@ use super::layout::{descriptor, Layout};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     /// The path inside the image, relative (`usr/local/bin/tether-agent`).
-    pub path: String,
+    pub(crate) path: String,
     /// What it is.
-    pub kind: Kind,
+    pub(crate) kind: Kind,
     /// Permission bits, with setuid, setgid and sticky.
-    pub mode: u32,
+    pub(crate) mode: u32,
     /// Owner.
-    pub uid: u64,
+    pub(crate) uid: u64,
     /// Group.
-    pub gid: u64,
+    pub(crate) gid: u64,
 }
 
 /// What an [`Entry`] is.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A directory.
     Dir,
     /// A regular file whose content is read from this host path.
@@ -214,7 +214,7 @@ pub fn file_with_parents(path: &str, file: &Path, mode: u32) -> Vec<Entry> {
 /// Every entry under the root filesystem directory `root`, for a layer of it. Files owned by
 /// the user running the build are recorded as root's (a root filesystem unpacked without
 /// privileges belongs to root in the image); other owners are kept. Sockets are skipped.
-pub fn entries_of_dir(
+pub(crate) fn entries_of_dir(
     root: &Path,
     build_uid: u32,
     build_gid: u32,

@@ -43,7 +43,7 @@ impl Layout {
     }
 
     /// Opens the layout at `dir`, checking its marker.
-    pub fn open(dir: &Path) -> Result<Layout, ImageError> {
+    pub(crate) fn open(dir: &Path) -> Result<Layout, ImageError> {
         let bad = |reason: String| ImageError::BadImage {
             path: dir.to_path_buf(),
             reason,
@@ -64,22 +64,22 @@ impl Layout {
     }
 
     /// Whether `dir` looks like a layout (has the marker file).
-    pub fn is_layout(dir: &Path) -> bool {
+    pub(crate) fn is_layout(dir: &Path) -> bool {
         dir.join(MARKER).is_file()
     }
 
     /// The layout's directory.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// The file of the blob `digest` (which may not exist).
-    pub fn blob_path(&self, digest: &Digest) -> PathBuf {
+    pub(crate) fn blob_path(&self, digest: &Digest) -> PathBuf {
         self.root.join(BLOBS).join(digest.hex())
     }
 
     /// A writer for a new blob; [`BlobWriter::finish`] names it by its digest.
-    pub fn blob_writer(&self) -> Result<BlobWriter, ImageError> {
+    pub(crate) fn blob_writer(&self) -> Result<BlobWriter, ImageError> {
         let dir = self.root.join(BLOBS);
         let file = tempfile::Builder::new()
             .prefix(".incoming-")
@@ -92,7 +92,11 @@ impl Layout {
     }
 
     /// Stores `bytes` as a blob of type `media_type`.
-    pub fn write_blob(&self, media_type: &str, bytes: &[u8]) -> Result<Descriptor, ImageError> {
+    pub(crate) fn write_blob(
+        &self,
+        media_type: &str,
+        bytes: &[u8],
+    ) -> Result<Descriptor, ImageError> {
         let mut writer = self.blob_writer()?;
         writer
             .write_all(bytes)
@@ -134,7 +138,7 @@ impl Layout {
     }
 
     /// Opens the blob `desc`, checking that it exists with the size the descriptor says.
-    pub fn open_blob(&self, desc: &Descriptor) -> Result<File, ImageError> {
+    pub(crate) fn open_blob(&self, desc: &Descriptor) -> Result<File, ImageError> {
         let path = self.blob_path(&desc.digest);
         let file = File::open(&path).map_err(|e| {
             self.bad(format!(
@@ -156,7 +160,7 @@ impl Layout {
     }
 
     /// Hashes the blob `desc` and fails unless it matches its digest.
-    pub fn verify_blob(&self, desc: &Descriptor) -> Result<(), ImageError> {
+    pub(crate) fn verify_blob(&self, desc: &Descriptor) -> Result<(), ImageError> {
         let file = self.open_blob(desc)?;
         let (digest, _) = digest_reader(io::BufReader::new(file))
             .io(|| format!("reading {}", self.blob_path(&desc.digest).display()))?;
@@ -170,7 +174,7 @@ impl Layout {
     }
 
     /// Reads the blob `desc` whole, verified: for JSON documents and other small blobs.
-    pub fn read_blob(&self, desc: &Descriptor) -> Result<Vec<u8>, ImageError> {
+    pub(crate) fn read_blob(&self, desc: &Descriptor) -> Result<Vec<u8>, ImageError> {
         if desc.size > MAX_JSON_BYTES {
             return Err(self.bad(format!(
                 "its document {} is {} bytes, too large to be one",
@@ -191,7 +195,10 @@ impl Layout {
     }
 
     /// Reads and parses the JSON blob `desc`.
-    pub fn read_json<T: DeserializeOwned>(&self, desc: &Descriptor) -> Result<T, ImageError> {
+    pub(crate) fn read_json<T: DeserializeOwned>(
+        &self,
+        desc: &Descriptor,
+    ) -> Result<T, ImageError> {
         let bytes = self.read_blob(desc)?;
         serde_json::from_slice(&bytes).map_err(|e| {
             self.bad(format!(
@@ -202,7 +209,7 @@ impl Layout {
     }
 
     /// The layout's `index.json`.
-    pub fn index(&self) -> Result<Index, ImageError> {
+    pub(crate) fn index(&self) -> Result<Index, ImageError> {
         let path = self.root.join(INDEX);
         let bytes =
             fs::read(&path).map_err(|e| self.bad(format!("its {INDEX} cannot be read: {e}")))?;
@@ -211,7 +218,7 @@ impl Layout {
     }
 
     /// Writes `index.json` listing `manifests`.
-    pub fn write_index(&self, manifests: Vec<Descriptor>) -> Result<(), ImageError> {
+    pub(crate) fn write_index(&self, manifests: Vec<Descriptor>) -> Result<(), ImageError> {
         let index = Index {
             schema_version: 2,
             media_type: Some(MEDIA_INDEX.into()),
@@ -242,7 +249,7 @@ impl Layout {
     }
 
     /// An [`ImageError::BadImage`] about this layout.
-    pub fn bad(&self, reason: String) -> ImageError {
+    pub(crate) fn bad(&self, reason: String) -> ImageError {
         ImageError::BadImage {
             path: self.root.clone(),
             reason,
@@ -251,7 +258,7 @@ impl Layout {
 
     /// Writes the layout as a tarball to `out`: entries sorted, owned by root, all times
     /// zero, so the same layout always gives the same bytes.
-    pub fn write_tarball(&self, out: impl Write) -> Result<(), ImageError> {
+    pub(crate) fn write_tarball(&self, out: impl Write) -> Result<(), ImageError> {
         let mut tar = tar::Builder::new(out);
         let mut names = vec![MARKER.to_string(), INDEX.to_string()];
         let blobs = self.root.join(BLOBS);
@@ -286,7 +293,7 @@ impl Layout {
 
     /// Unpacks the layout tarball `tarball` into the empty directory `dir`. Only the layout's
     /// own files are taken; links and paths outside it are refused.
-    pub fn extract_tarball(tarball: &Path, dir: &Path) -> Result<Layout, ImageError> {
+    pub(crate) fn extract_tarball(tarball: &Path, dir: &Path) -> Result<Layout, ImageError> {
         let bad = |reason: String| ImageError::BadImage {
             path: tarball.to_path_buf(),
             reason,
@@ -338,14 +345,14 @@ impl Layout {
 }
 
 /// A blob being written; hashed as it goes.
-pub struct BlobWriter {
+pub(crate) struct BlobWriter {
     inner: HashingWriter<BufWriter<tempfile::NamedTempFile>>,
     layout: Layout,
 }
 
 impl BlobWriter {
     /// Puts the blob in place under its digest; returns the digest and size.
-    pub fn finish(self) -> Result<(Digest, u64), ImageError> {
+    pub(crate) fn finish(self) -> Result<(Digest, u64), ImageError> {
         let (buffered, digest, size) = self.inner.finish();
         let what = || format!("writing a blob in {}", self.layout.root.display());
         let file = buffered.into_inner().map_err(|e| e.into_error()).io(what)?;
@@ -368,7 +375,7 @@ impl Write for BlobWriter {
 }
 
 /// A descriptor without platform or annotations.
-pub fn descriptor(media_type: &str, digest: Digest, size: u64) -> Descriptor {
+pub(crate) fn descriptor(media_type: &str, digest: Digest, size: u64) -> Descriptor {
     Descriptor {
         media_type: media_type.into(),
         digest,
@@ -379,7 +386,7 @@ pub fn descriptor(media_type: &str, digest: Digest, size: u64) -> Descriptor {
 }
 
 /// A tar header with every field that could vary between builds fixed.
-pub fn tar_header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+pub(crate) fn tar_header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
     let mut header = tar::Header::new_gnu();
     header.set_entry_type(kind);
     header.set_mode(mode);
@@ -391,7 +398,7 @@ pub fn tar_header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
 }
 
 /// Reads JSON from a file of at most [`MAX_JSON_BYTES`].
-pub fn read_json_file<T: DeserializeOwned>(path: &Path) -> Result<T, String> {
+pub(crate) fn read_json_file<T: DeserializeOwned>(path: &Path) -> Result<T, String> {
     let file = File::open(path).map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
     let mut bytes = Vec::new();
     file.take(MAX_JSON_BYTES)

@@ -5,10 +5,10 @@
 //! - The OCI formats: [`digest`] (content addresses), [`config`] (index, manifest and config
 //!   documents), [`layout`] (an image layout directory, and its tarball form), [`layer`]
 //!   (reproducible tar+gzip layers), [`source`] (opening an image on disk for reading).
-//! - Building: [`agent`] (finding and checking the static agent), [`base`] (what an image is
+//! - Building: [`agent`] (finding and checking the static agent), `base` (what an image is
 //!   built on), [`build`] (putting it together).
-//! - Pushing: [`reference`] (`REGISTRY/NAME:TAG`), [`credentials`] (the docker config file),
-//!   [`auth`] (answering a registry's challenge), [`registry`] (the distribution API),
+//! - Pushing: [`reference`] (`REGISTRY/NAME:TAG`), `credentials` (the docker config file),
+//!   `auth` (answering a registry's challenge), [`registry`] (the distribution API),
 //!   [`push`] (uploading an image with progress).
 //! - Running locally: [`apply`] (one layer onto a directory, whiteouts honoured), [`unpack`]
 //!   (an image to a cached root filesystem and its run settings).
@@ -17,25 +17,25 @@
 //!
 //! The image contract shared with the providers and `images/`: the agent is at
 //! [`constants::AGENT_PATH`], the entrypoint is [`constants::ENTRYPOINT`] (listening on
-//! [`constants::AGENT_PORT`] on all interfaces), and the token comes from the
+//! `constants::AGENT_PORT` on all interfaces), and the token comes from the
 //! `TETHER_AGENT_TOKEN` variable set per sandbox, never from the image.
 
 #![warn(missing_docs)]
 
 pub mod agent;
 pub mod apply;
-pub mod auth;
-pub mod base;
+mod auth;
+mod base;
 pub mod build;
 pub mod config;
 pub mod constants;
-pub mod credentials;
+mod credentials;
 pub mod digest;
 pub mod error;
 pub mod layer;
 pub mod layout;
 pub mod pull;
-pub mod push;
+mod push;
 pub mod reference;
 pub mod registry;
 pub mod source;

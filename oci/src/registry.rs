@@ -2,7 +2,7 @@
 //! (<https://github.com/opencontainers/distribution-spec/blob/main/spec.md>): blob existence,
 //! uploads (one PUT, or PATCH chunks and a closing PUT), manifest PUT; manifest and blob GET
 //! for pulls. A request refused with
-//! a 401 is sent once more with the answer to the registry's challenge ([`super::auth`]).
+//! a 401 is sent once more with the answer to the registry's challenge (`super::auth`).
 
 use bytes::Bytes;
 use reqwest::header::{
@@ -65,7 +65,7 @@ impl Registry {
 
     /// Checks that the registry answers and accepts us (authenticating if it asks), so that
     /// a wrong address or password fails before any upload.
-    pub async fn ping(&self) -> Result<(), ImageError> {
+    pub(crate) async fn ping(&self) -> Result<(), ImageError> {
         let url = self.url("/v2/");
         let response = self
             .send("the API check", || self.http.get(url.clone()))
@@ -76,7 +76,7 @@ impl Registry {
     }
 
     /// Whether the repository already has the blob `digest`.
-    pub async fn has_blob(&self, digest: &Digest) -> Result<bool, ImageError> {
+    pub(crate) async fn has_blob(&self, digest: &Digest) -> Result<bool, ImageError> {
         let url = self.url(&format!("/v2/{}/blobs/{digest}", self.repository));
         let response = self
             .send("a blob check", || self.http.head(url.clone()))
@@ -92,7 +92,7 @@ impl Registry {
     }
 
     /// Starts an upload; returns where to send its bytes.
-    pub async fn start_upload(&self, digest: &Digest) -> Result<Url, ImageError> {
+    pub(crate) async fn start_upload(&self, digest: &Digest) -> Result<Url, ImageError> {
         let url = self.url(&format!("/v2/{}/blobs/uploads/", self.repository));
         let what = format!("the upload of blob {digest}");
         let response = self
@@ -107,7 +107,7 @@ impl Registry {
     }
 
     /// Sends the bytes at `offset` of an upload in progress; returns where to send the next.
-    pub async fn upload_chunk(
+    pub(crate) async fn upload_chunk(
         &self,
         at: &Url,
         offset: u64,
@@ -132,7 +132,7 @@ impl Registry {
     }
 
     /// Completes an upload, with its last (or only) bytes.
-    pub async fn finish_upload(
+    pub(crate) async fn finish_upload(
         &self,
         at: &Url,
         digest: &Digest,
@@ -156,7 +156,7 @@ impl Registry {
 
     /// Stores a manifest under `target` (a tag or its digest); returns the digest the
     /// registry reports.
-    pub async fn put_manifest(
+    pub(crate) async fn put_manifest(
         &self,
         target: &str,
         media_type: &str,

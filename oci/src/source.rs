@@ -100,7 +100,7 @@ impl ImageSource {
 
     /// Checks every layer blob's presence, size and digest (config and manifest were checked
     /// when read).
-    pub fn verify_blobs(&self) -> Result<(), ImageError> {
+    pub(crate) fn verify_blobs(&self) -> Result<(), ImageError> {
         for layer in &self.manifest.layers {
             self.layout.verify_blob(layer)?;
         }

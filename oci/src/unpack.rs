@@ -18,7 +18,7 @@ use super::layout::read_json_file;
 use super::source::ImageSource;
 
 /// The transport prefix of an image reference on disk.
-pub const OCI_PREFIX: &str = "oci:";
+pub(crate) const OCI_PREFIX: &str = "oci:";
 /// In a cache entry: the root filesystem, and the image config.
 const ROOTFS: &str = "rootfs";
 const CONFIG: &str = "config.json";

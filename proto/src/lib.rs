@@ -5,8 +5,9 @@
 //!   with a two-phase decoder that never panics on hostile input.
 //! - [`control`]: the typed control messages (handshake, open, exit, resize, signal, error, ...).
 //! - [`op`]: the operations a stream can carry (exec, files, forwarding, watch) and their replies.
-//! - [`error`]: wire error codes and the codec's own error type.
-//! - [`ids`]: newtypes for stream ids, process ids, channels and byte offsets.
+//! - `error`: wire error codes ([`ErrorCode`]) and the codec's own error type ([`ProtoError`]).
+//! - `ids`: newtypes for stream ids, process ids, channels and byte offsets ([`StreamId`],
+//!   [`ProcessId`], [`Channel`], [`ByteOffset`]).
 //! - [`window`]: credit accounting for per-stream flow control.
 //! - [`auth`]: constant-time token comparison.
 //! - [`limits`]: every tunable of the protocol, with its unit.
@@ -18,9 +19,9 @@
 
 pub mod auth;
 pub mod control;
-pub mod error;
+mod error;
 pub mod frame;
-pub mod ids;
+mod ids;
 pub mod limits;
 pub mod op;
 pub mod window;

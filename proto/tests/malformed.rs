@@ -1,4 +1,5 @@
 //! Every kind of malformed frame is rejected with the matching [`ProtoError`], never a panic.
+#![allow(clippy::unwrap_used, reason = "test code; a panic fails the test")]
 
 use bytes::Bytes;
 use tether_proto::limits::{HEADER_LEN, MAX_PAYLOAD};

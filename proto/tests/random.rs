@@ -1,6 +1,7 @@
 //! Property test: `Frame::decode` never panics on any input, and whatever it accepts
 //! re-encodes to a frame that decodes equal. The inputs come from a seeded PRNG, so a
 //! failure reproduces; the `fuzz/` crate explores the same property with coverage guidance.
+#![allow(clippy::unwrap_used, reason = "test code; a panic fails the test")]
 
 mod samples;
 

@@ -1,5 +1,6 @@
 //! Flow-control accounting: what `PROTOCOL.md` promises about credit holds for the helpers
 //! every party uses.
+#![allow(clippy::unwrap_used, reason = "test code; a panic fails the test")]
 
 use tether_proto::limits::{INITIAL_WINDOW, MAX_WINDOW};
 use tether_proto::window::{RecvWindow, SendWindow};

@@ -23,7 +23,7 @@ pub struct Fake {
 
 /// The `tether-fake` binary: `TETHER_FAKE_BIN`, or beside the test executable's `deps/`
 /// directory (cargo builds it for `cargo test --workspace`).
-pub fn fake_bin() -> PathBuf {
+pub(crate) fn fake_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("TETHER_FAKE_BIN") {
         return PathBuf::from(p);
     }

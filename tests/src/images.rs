@@ -15,9 +15,9 @@ use crate::bin;
 /// How long a registry or a container may take to become ready.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Where cargo puts the static agent, under the target directory.
-pub const STATIC_AGENT: &str = "x86_64-unknown-linux-musl/release/tether-agent";
+pub(crate) const STATIC_AGENT: &str = "x86_64-unknown-linux-musl/release/tether-agent";
 /// Busybox applets linked in the test base.
-pub const APPLETS: [&str; 5] = ["sh", "ls", "cat", "echo", "uname"];
+pub(crate) const APPLETS: [&str; 5] = ["sh", "ls", "cat", "echo", "uname"];
 
 /// The static agent, built once if missing (CI builds it before the tests).
 pub fn static_agent() -> &'static Path {

@@ -28,7 +28,7 @@ pub enum Say {
 }
 
 /// What the liar answers to an operation.
-pub type Script = dyn Fn(&Op) -> Vec<Say> + Send + Sync;
+pub(crate) type Script = dyn Fn(&Op) -> Vec<Say> + Send + Sync;
 
 /// A lying agent on an ephemeral loopback port; stops when dropped.
 pub struct Liar {

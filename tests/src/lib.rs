@@ -3,6 +3,10 @@
 //!
 //! The binaries are found next to the test executable's `deps/` directory (cargo builds them
 //! for `cargo test --workspace`), or at `TETHER_AGENT_BIN` / `TETHER_BIN`.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test support code; a panic fails the calling test"
+)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -151,7 +155,7 @@ impl Drop for Agent {
 }
 
 /// VmRSS of a process, in bytes.
-pub fn rss_of(pid: u32) -> u64 {
+fn rss_of(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -223,7 +227,7 @@ impl Relay {
     }
 
     /// Starts a relay on an existing data directory (for restart tests).
-    pub fn start_on(data_dir: &Path) -> Relay {
+    fn start_on(data_dir: &Path) -> Relay {
         Relay::start_from(&bin("tether"), data_dir, &[], |_| {})
     }
 

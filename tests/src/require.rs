@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The Rust target the static agent is built for.
-pub const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
+pub(crate) const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
 
 /// The Debian package that provides each program the tests run, where its name differs.
 const PACKAGES: &[(&str, &str)] = &[
@@ -33,7 +33,7 @@ fn package_of(program: &str) -> &str {
 }
 
 /// `program` as found on `PATH`, if it is there and executable.
-pub fn find(program: &str) -> Option<PathBuf> {
+pub(crate) fn find(program: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
@@ -63,7 +63,7 @@ pub fn command(program: &str) -> Command {
 /// Debian's static busybox (busybox-static), which image tests copy into a root file system
 /// with no C library: the dynamically linked one of the `busybox` package would not run there.
 #[track_caller]
-pub fn static_busybox() -> &'static Path {
+pub(crate) fn static_busybox() -> &'static Path {
     let path = Path::new("/bin/busybox");
     let install = "apt-get install busybox-static";
     let Ok(bytes) = std::fs::read(path) else {
@@ -106,7 +106,7 @@ fn has_interpreter(elf: &[u8]) -> bool {
 
 /// The Rust standard library for [`MUSL_TARGET`], which building the static agent needs.
 #[track_caller]
-pub fn musl_target() {
+pub(crate) fn musl_target() {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let sysroot = match Command::new(&rustc).args(["--print", "sysroot"]).output() {
         Ok(out) => out,

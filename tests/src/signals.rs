@@ -1,7 +1,7 @@
 //! Starting a binary the way operators do when it inherits odd process state: `nohup` ignores
 //! SIGHUP, a shell adds SIGINT and SIGQUIT, a service manager may block signals or set a low
 //! descriptor limit. The only unsafe code of the test support: `pre_exec` hooks.
-#![allow(unsafe_code)]
+#![expect(unsafe_code, reason = "pre_exec hooks run between fork and exec")]
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -35,7 +35,7 @@ pub fn ignore_and_block(cmd: &mut Command, signals: &[Signal]) {
 
 /// Makes `cmd`'s process start with at most `nofile` descriptors, soft and hard limit alike,
 /// so it cannot raise them.
-pub fn limit_descriptors(cmd: &mut Command, nofile: u64) {
+pub(crate) fn limit_descriptors(cmd: &mut Command, nofile: u64) {
     // SAFETY: the hook runs between fork and exec, where only async-signal-safe calls are
     // allowed: setrlimit on integers, no allocation.
     unsafe {

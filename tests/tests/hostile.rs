@@ -7,6 +7,7 @@
 //! and huge sizes; and a real sandbox whose code plants symlinks at the names a pull would
 //! use and makes its files setuid. Every test snapshots the whole directory tree around the
 //! destination and checks it is unchanged afterwards.
+#![allow(clippy::unwrap_used, reason = "test code; a panic fails the test")]
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -31,7 +31,7 @@ mod unpack;
 const UNPACK_BUFFER: usize = 256 << 10;
 
 /// `tar_read`: streams the archive on `out`, then `eof`.
-pub async fn tar_read(mut ctx: StreamCtx, root: PathBuf, exclude: Vec<String>) -> OpResult {
+pub(super) async fn tar_read(mut ctx: StreamCtx, root: PathBuf, exclude: Vec<String>) -> OpResult {
     let exclude = NameOrPath::new(exclude.iter().map(String::as_str))?;
     // A missing root is a plain error, not an empty archive.
     let root = blocking(move || {
@@ -140,7 +140,7 @@ impl Read for Exactly<'_> {
 }
 
 /// `tar_write`: unpacks the archive arriving on `in` into `dest`; replies `ok`.
-pub async fn tar_write(mut ctx: StreamCtx, dest: PathBuf, gzip: bool) -> OpResult {
+pub(super) async fn tar_write(mut ctx: StreamCtx, dest: PathBuf, gzip: bool) -> OpResult {
     let done = pump::upload(&mut ctx.input, move |input| unpack(&dest, gzip, input)).await?;
     match done {
         Some(()) => ctx.out.reply(Reply::Ok).await,

@@ -30,7 +30,7 @@ const TEMP_NAME_KEEP: usize = 200;
 
 /// How to create an [`AtomicFile`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Options {
+pub(super) struct Options {
     /// Permission bits; otherwise the replaced file's, or [`DEFAULT_FILE_MODE`] for a new one.
     pub mode: Option<u32>,
     /// Create missing parent directories.
@@ -41,7 +41,7 @@ pub struct Options {
 
 /// A new version of a file, written to a temp file until [`AtomicFile::commit`].
 #[derive(Debug)]
-pub struct AtomicFile {
+pub(super) struct AtomicFile {
     /// The path as the client named it, for messages.
     shown: PathBuf,
     /// Where the file lands: the client's path, or the file a symlink there points to.
@@ -57,7 +57,7 @@ pub struct AtomicFile {
 
 impl AtomicFile {
     /// Starts a new version of `path`: checks the target and creates the temp file.
-    pub fn create(path: &Path, opts: Options) -> Result<AtomicFile, OpError> {
+    pub(super) fn create(path: &Path, opts: Options) -> Result<AtomicFile, OpError> {
         let target = through_symlink(path);
         let existing = match fs::metadata(&target) {
             Ok(meta) => Some(meta),
@@ -106,12 +106,12 @@ impl AtomicFile {
     }
 
     /// The temp file, to write the new content into.
-    pub fn file(&mut self) -> &mut File {
+    pub(super) fn file(&mut self) -> &mut File {
         &mut self.file
     }
 
     /// Gives the new content its mode and owner and renames it over the target.
-    pub fn commit(mut self) -> Result<(), OpError> {
+    pub(super) fn commit(mut self) -> Result<(), OpError> {
         // Owner first: chown clears setuid and setgid bits, the chmod then sets them.
         // Only root may give a file away; anyone else keeps the file as their own.
         if let Some((uid, gid)) = self.owner {
@@ -169,7 +169,7 @@ fn create_temp(dir: &Path, name: &[u8]) -> io::Result<(PathBuf, File)> {
 
 /// `.NAME.tether-UNIQUE`: the name a new version of `name` is written under, beside it.
 /// Unique within this process, and across processes by the pid and the clock.
-pub fn temp_name(name: &[u8]) -> OsString {
+pub(super) fn temp_name(name: &[u8]) -> OsString {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let name = String::from_utf8_lossy(&name[..name.len().min(TEMP_NAME_KEEP)]);
     let nanos = SystemTime::now()
@@ -187,7 +187,7 @@ pub fn temp_name(name: &[u8]) -> OsString {
 /// file at `to` could be replaced: `renameat2(RENAME_NOREPLACE)`, or on filesystems without
 /// it, a hard link (which fails if `to` exists) and an unlink. Directories cannot be
 /// hard-linked, so there the fallback checks first and is not race-free.
-pub fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
+pub(super) fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
     match rustix::fs::renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
         Ok(()) => return Ok(()),
         Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {}

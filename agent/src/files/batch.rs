@@ -18,11 +18,11 @@ use super::{blocking, encoded_len, fail, refuse, MAX_READ_BATCH, REPLY_BUDGET};
 use crate::stream::{OpError, OpResult, StreamCtx};
 
 /// A batch entry: what the client asked for, and its validated path (or why it is invalid).
-pub type Entry<T> = (T, Result<PathBuf, OpError>);
+pub(super) type Entry<T> = (T, Result<PathBuf, OpError>);
 
 /// `write_batch`: writes each file atomically from the concatenated `in` bytes, creating
 /// parent directories; replies `batch`.
-pub async fn write_batch(mut ctx: StreamCtx, files: Vec<Entry<BatchFile>>) -> OpResult {
+pub(super) async fn write_batch(mut ctx: StreamCtx, files: Vec<Entry<BatchFile>>) -> OpResult {
     let declared: u64 = files.iter().map(|(f, _)| f.size).sum();
     let results = pump::upload(&mut ctx.input, move |input| {
         let mut results = Vec::with_capacity(files.len());
@@ -99,7 +99,7 @@ fn write_one(
 
 /// `read_batch`: opens every file, replies `batch` with each size (from the open file, so
 /// it is what will be sent) or error, then streams the opened files' bytes on `out`.
-pub async fn read_batch(mut ctx: StreamCtx, paths: Vec<Entry<String>>) -> OpResult {
+pub(super) async fn read_batch(mut ctx: StreamCtx, paths: Vec<Entry<String>>) -> OpResult {
     if paths.len() > MAX_READ_BATCH {
         return Err(OpError::new(
             ErrorCode::TooLarge,

@@ -19,7 +19,7 @@ use super::{fail, refuse, respond, MAX_EDIT_BYTES};
 use crate::stream::{OpError, OpResult, StreamCtx};
 
 /// `edit`: replies `edited` with the number of replacements.
-pub async fn edit(
+pub(super) async fn edit(
     ctx: StreamCtx,
     path: PathBuf,
     old: String,

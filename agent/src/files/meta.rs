@@ -20,7 +20,7 @@ use super::{
 use crate::stream::{OpError, OpResult, StreamCtx};
 
 /// The wire form of a file's metadata; `path` is as asked, or relative to a listed directory.
-pub fn file_stat(path: String, meta: &Metadata, target: Option<String>) -> FileStat {
+pub(super) fn file_stat(path: String, meta: &Metadata, target: Option<String>) -> FileStat {
     let kind = match meta.file_type() {
         t if t.is_symlink() => FileKind::Symlink,
         t if t.is_dir() => FileKind::Dir,
@@ -48,7 +48,7 @@ fn link_target(path: &Path, meta: &Metadata) -> Option<String> {
 }
 
 /// `stat`: the path's own metadata (a symlink is reported, not followed).
-pub async fn stat(ctx: StreamCtx, asked: String, path: PathBuf) -> OpResult {
+pub(super) async fn stat(ctx: StreamCtx, asked: String, path: PathBuf) -> OpResult {
     respond(ctx, move || {
         let meta = fs::symlink_metadata(&path).map_err(fail(&path))?;
         let stat = file_stat(asked, &meta, link_target(&path, &meta));
@@ -58,7 +58,7 @@ pub async fn stat(ctx: StreamCtx, asked: String, path: PathBuf) -> OpResult {
 }
 
 /// `list`: the directory's entries to `depth` levels, sorted by relative path.
-pub async fn list(ctx: StreamCtx, path: PathBuf, depth: u32) -> OpResult {
+pub(super) async fn list(ctx: StreamCtx, path: PathBuf, depth: u32) -> OpResult {
     respond(ctx, move || {
         let entries = list_dir(&path, depth)?;
         Ok(Reply::Entries { entries })
@@ -116,7 +116,7 @@ fn list_dir(root: &Path, depth: u32) -> Result<Vec<FileStat>, OpError> {
 }
 
 /// `mkdir`: creates the directory and its parents; an existing directory is fine.
-pub async fn mkdir(ctx: StreamCtx, path: PathBuf, mode: Option<u32>) -> OpResult {
+pub(super) async fn mkdir(ctx: StreamCtx, path: PathBuf, mode: Option<u32>) -> OpResult {
     respond(ctx, move || make_dir(&path, mode).map(|()| Reply::Ok)).await
 }
 
@@ -147,7 +147,7 @@ fn make_dir(path: &Path, mode: Option<u32>) -> Result<(), OpError> {
 }
 
 /// `remove`: a file or symlink, an empty directory, or with `recursive` a whole tree.
-pub async fn remove(ctx: StreamCtx, path: PathBuf, recursive: bool) -> OpResult {
+pub(super) async fn remove(ctx: StreamCtx, path: PathBuf, recursive: bool) -> OpResult {
     respond(ctx, move || {
         remove_path(&path, recursive).map(|()| Reply::Ok)
     })
@@ -183,7 +183,12 @@ fn remove_path(path: &Path, recursive: bool) -> Result<(), OpError> {
 }
 
 /// `rename`: moves `from` to `to`; without `overwrite`, fails if `to` exists.
-pub async fn rename(ctx: StreamCtx, from: PathBuf, to: PathBuf, overwrite: bool) -> OpResult {
+pub(super) async fn rename(
+    ctx: StreamCtx,
+    from: PathBuf,
+    to: PathBuf,
+    overwrite: bool,
+) -> OpResult {
     respond(ctx, move || {
         rename_path(&from, &to, overwrite).map(|()| Reply::Ok)
     })
@@ -212,7 +217,7 @@ fn rename_path(from: &Path, to: &Path, overwrite: bool) -> Result<(), OpError> {
 }
 
 /// `chmod`: sets the permission bits (of the file a symlink points to, as chmod(1) does).
-pub async fn chmod(ctx: StreamCtx, path: PathBuf, mode: u32) -> OpResult {
+pub(super) async fn chmod(ctx: StreamCtx, path: PathBuf, mode: u32) -> OpResult {
     if mode > 0o7777 {
         return Err(OpError::new(
             ErrorCode::InvalidArgument,

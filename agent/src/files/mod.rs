@@ -88,7 +88,7 @@ const WATCH_BATCH_EVENTS: usize = 1_024;
 const WATCH_BUFFER: usize = 64 << 10;
 
 /// Runs a file operation on its stream until it is finished.
-pub async fn run(ctx: StreamCtx, op: Op, agent: Arc<Agent>) -> OpResult {
+pub(crate) async fn run(ctx: StreamCtx, op: Op, agent: Arc<Agent>) -> OpResult {
     let at = |path: &str| target(&agent, path);
     match op {
         Op::Read { path, offset, len } => {

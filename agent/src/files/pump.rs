@@ -29,7 +29,7 @@ fn aborted() -> io::Error {
 ///
 /// The bytes handed out by one call count as consumed, and their credit goes back to the
 /// client, when the consumer asks for more: by then it has written them.
-pub struct Incoming {
+pub(super) struct Incoming {
     input: StreamIn,
     /// What is left of the piece being handed out.
     current: Bytes,
@@ -42,7 +42,7 @@ pub struct Incoming {
 
 impl Incoming {
     /// The next at most `max` (> 0) bytes, or `None` at the client's eof.
-    pub fn next(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+    pub(super) fn next(&mut self, max: usize) -> io::Result<Option<Bytes>> {
         if self.unacked > 0 {
             self.input
                 .blocking_consumed(std::mem::take(&mut self.unacked));
@@ -70,7 +70,7 @@ impl Incoming {
     }
 
     /// Reads and discards up to `n` bytes; returns how many there were before eof.
-    pub fn skip(&mut self, n: u64) -> io::Result<u64> {
+    pub(super) fn skip(&mut self, n: u64) -> io::Result<u64> {
         let mut skipped = 0;
         while skipped < n {
             let want = usize::try_from(n - skipped).unwrap_or(usize::MAX);
@@ -101,7 +101,7 @@ impl io::Read for Incoming {
 /// Runs `consume` on the blocking pool with the stream's `in` bytes until it returns.
 /// `Ok(None)` means the client cancelled (or the connection went away) and the consumer
 /// has finished cleaning up; the caller then ends the stream without a reply.
-pub async fn upload<T, F>(input: &mut StreamIn, consume: F) -> Result<Option<T>, OpError>
+pub(super) async fn upload<T, F>(input: &mut StreamIn, consume: F) -> Result<Option<T>, OpError>
 where
     T: Send + 'static,
     F: FnOnce(&mut Incoming) -> Result<T, OpError> + Send + 'static,
@@ -128,7 +128,7 @@ where
 
 /// Waits until the client cancels the stream or the connection goes away, ignoring any
 /// other input (an operation that takes none has nothing to do with it).
-pub async fn cancelled(input: &mut StreamIn) {
+pub(super) async fn cancelled(input: &mut StreamIn) {
     loop {
         if let Some(Inbound::Cancel) | None = input.recv().await {
             return;
@@ -145,14 +145,14 @@ enum Chunk {
 }
 
 /// Where a blocking producer puts the bytes for `out`.
-pub struct Outgoing {
+pub(super) struct Outgoing {
     chunks: mpsc::Sender<Chunk>,
 }
 
 impl Outgoing {
     /// Queues `chunk` for the client, waiting while the queue is full. Fails once the stream
     /// is cancelled or the connection is gone.
-    pub fn send(&mut self, chunk: Bytes) -> io::Result<()> {
+    pub(super) fn send(&mut self, chunk: Bytes) -> io::Result<()> {
         if chunk.is_empty() {
             return Ok(());
         }
@@ -163,7 +163,7 @@ impl Outgoing {
 
     /// Queues data frames whose payloads were read into their buffers after the header's
     /// room, as one chunk: they go out without being copied again.
-    pub fn send_frames(&mut self, frames: Vec<BytesMut>) -> io::Result<()> {
+    pub(super) fn send_frames(&mut self, frames: Vec<BytesMut>) -> io::Result<()> {
         if frames.is_empty() {
             return Ok(());
         }
@@ -189,7 +189,7 @@ impl io::Write for Outgoing {
 /// Runs `produce` on the blocking pool and sends what it queues on `out`, within credit.
 /// `Ok(None)` means the client cancelled or the connection went away; otherwise the caller
 /// sends `eof` (the producer's error, if any, is returned after the data it did produce).
-pub async fn download<T, F>(
+pub(super) async fn download<T, F>(
     out: &StreamOut,
     input: &mut StreamIn,
     produce: F,

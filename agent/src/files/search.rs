@@ -32,14 +32,16 @@ fn parse_glob(pattern: &str) -> Result<Glob, OpError> {
 /// Globs matched as `.gitignore` and `tar --exclude` do: a pattern with a `/` against the
 /// whole relative path, one without against the entry's name at any depth (`*.log`,
 /// `node_modules`).
-pub struct NameOrPath {
+pub(super) struct NameOrPath {
     names: GlobSet,
     paths: GlobSet,
 }
 
 impl NameOrPath {
     /// Compiles the patterns; an invalid one is an `invalid_argument` naming it.
-    pub fn new<'a>(patterns: impl IntoIterator<Item = &'a str>) -> Result<NameOrPath, OpError> {
+    pub(super) fn new<'a>(
+        patterns: impl IntoIterator<Item = &'a str>,
+    ) -> Result<NameOrPath, OpError> {
         let (mut names, mut paths) = (GlobSetBuilder::new(), GlobSetBuilder::new());
         for pattern in patterns {
             let glob = parse_glob(pattern.trim_start_matches('/'))?;
@@ -60,14 +62,19 @@ impl NameOrPath {
     }
 
     /// True when `rel` (a `/`-separated relative path) matches one of the patterns.
-    pub fn is_match(&self, rel: &str) -> bool {
+    pub(super) fn is_match(&self, rel: &str) -> bool {
         let name = rel.rsplit('/').next().unwrap_or(rel);
         self.names.is_match(name) || self.paths.is_match(rel)
     }
 }
 
 /// `glob`: paths under `root` matching `pattern`, relative to it, sorted.
-pub async fn glob(ctx: StreamCtx, root: PathBuf, pattern: String, limit: Option<u32>) -> OpResult {
+pub(super) async fn glob(
+    ctx: StreamCtx,
+    root: PathBuf,
+    pattern: String,
+    limit: Option<u32>,
+) -> OpResult {
     let limit = limit.unwrap_or(DEFAULT_GLOB_LIMIT) as usize;
     respond(ctx, move || {
         let (paths, truncated) = find(&root, &pattern, limit)?;
@@ -117,7 +124,7 @@ fn find(root: &Path, pattern: &str, limit: usize) -> Result<(Vec<String>, bool),
 }
 
 /// `grep`: matching lines of the file, or of every file under the directory.
-pub async fn grep(ctx: StreamCtx, root: PathBuf, spec: GrepSpec) -> OpResult {
+pub(super) async fn grep(ctx: StreamCtx, root: PathBuf, spec: GrepSpec) -> OpResult {
     respond(ctx, move || {
         let (matches, truncated) = search(&root, &spec)?;
         Ok(Reply::Matches { matches, truncated })

@@ -23,7 +23,7 @@ use super::{blocking, fail, refuse, DEFAULT_FILE_MODE, READ_CHUNK};
 use crate::stream::{OpError, OpResult, StreamCtx};
 
 /// `read`: replies with the file's `stat`, streams the bytes on `out`, then `eof`.
-pub async fn read(
+pub(super) async fn read(
     mut ctx: StreamCtx,
     asked: String,
     path: PathBuf,
@@ -58,7 +58,7 @@ pub async fn read(
 
 /// Sends up to `limit` bytes of `file` from its current offset; fewer if it ends first.
 /// Returns how many were sent.
-pub fn send_file(mut file: File, limit: u64, out: &mut Outgoing) -> io::Result<u64> {
+pub(super) fn send_file(mut file: File, limit: u64, out: &mut Outgoing) -> io::Result<u64> {
     let mut sent = 0;
     while sent < limit {
         let want = (limit - sent).min(READ_CHUNK as u64) as usize;
@@ -111,7 +111,7 @@ fn read_full(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// `write`: receives the file on `in` until eof; replies `written`.
-pub async fn write(mut ctx: StreamCtx, path: PathBuf, spec: WriteSpec) -> OpResult {
+pub(super) async fn write(mut ctx: StreamCtx, path: PathBuf, spec: WriteSpec) -> OpResult {
     let written = pump::upload(&mut ctx.input, move |input| match spec.if_exists {
         IfExists::Append => append(&path, &spec, input),
         IfExists::Overwrite | IfExists::Fail => replace(&path, &spec, input),
@@ -176,7 +176,7 @@ fn append(path: &Path, spec: &WriteSpec, input: &mut Incoming) -> Result<u64, Op
 
 /// Copies up to `limit` input bytes into `to`; stops early at the client's eof.
 /// Returns how many were copied.
-pub fn copy_in(input: &mut Incoming, to: &mut File, limit: u64) -> io::Result<u64> {
+pub(super) fn copy_in(input: &mut Incoming, to: &mut File, limit: u64) -> io::Result<u64> {
     let mut copied = 0;
     while copied < limit {
         let want = usize::try_from(limit - copied).unwrap_or(usize::MAX);

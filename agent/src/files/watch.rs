@@ -25,7 +25,7 @@ use super::{blocking, fail, refuse, WATCH_BATCH, WATCH_BATCH_EVENTS, WATCH_BUFFE
 use crate::stream::{Inbound, OpError, OpResult, StreamCtx};
 
 /// `watch`: runs until the client cancels or the connection ends.
-pub async fn watch(mut ctx: StreamCtx, root: PathBuf, recursive: bool) -> OpResult {
+pub(super) async fn watch(mut ctx: StreamCtx, root: PathBuf, recursive: bool) -> OpResult {
     let inotify = Inotify::init().map_err(|e| OpError::io("inotify", &e))?;
     let mut events = inotify
         .into_event_stream(vec![0u8; WATCH_BUFFER])

@@ -12,7 +12,7 @@ use super::target;
 use tether_client::{ProcessEvent, RelayClient};
 
 /// Creates `n` sandboxes one after another, timing each to its first output.
-pub async fn to_first_output(rest: &RelayClient, n: usize) -> anyhow::Result<Latency> {
+pub(super) async fn to_first_output(rest: &RelayClient, n: usize) -> anyhow::Result<Latency> {
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let start = Instant::now();

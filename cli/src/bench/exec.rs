@@ -17,7 +17,7 @@ use tether_client::Session;
 const WARMUP: usize = 5;
 
 /// Runs `true` `n` times on `session`, each to its exit.
-pub async fn warm(session: &Session, n: usize) -> anyhow::Result<Latency> {
+pub(super) async fn warm(session: &Session, n: usize) -> anyhow::Result<Latency> {
     let mut samples = Vec::with_capacity(n);
     for i in 0..n + WARMUP {
         let start = Instant::now();
@@ -40,7 +40,12 @@ pub async fn warm(session: &Session, n: usize) -> anyhow::Result<Latency> {
 }
 
 /// Runs `tether exec ID -- true` `n` times, each as a new process of the `tether` binary.
-pub async fn cli(tether: &Path, relay: &Endpoint, id: &str, n: usize) -> anyhow::Result<Latency> {
+pub(super) async fn cli(
+    tether: &Path,
+    relay: &Endpoint,
+    id: &str,
+    n: usize,
+) -> anyhow::Result<Latency> {
     let mut cmd = Command::new(tether);
     cmd.args(["exec", id, "--", "true"])
         .env("TETHER_RELAY", &relay.url)

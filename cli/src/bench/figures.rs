@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::report::Goal;
 
 /// One floor or figure: its key, what it is called, its floor, its target.
-pub struct Spec {
+pub(crate) struct Spec {
     /// Stable name for scripts (the JSON `key`).
     pub key: &'static str,
     /// What a reader sees.
@@ -35,7 +35,7 @@ const MS: Duration = Duration::from_millis(1);
 const MIB: u64 = 1 << 20;
 
 /// This machine's floors.
-pub const FLOORS: &[Spec] = &[
+pub(super) const FLOORS: &[Spec] = &[
     spec("spawn", "process spawn (`true`)", None, None),
     spec("ws", "loopback WebSocket round trip", None, None),
     spec("pty_echo", "local PTY echo (`cat`)", None, None),
@@ -46,7 +46,7 @@ pub const FLOORS: &[Spec] = &[
 
 /// What Tether does. Keystroke echo's other target, a median no worse than `ssh -tt`, is
 /// checked by `bench/compare.sh`, which measures both in one run.
-pub const FIGURES: &[Spec] = &[
+pub(super) const FIGURES: &[Spec] = &[
     spec(
         "exec_warm",
         "1 exec `true`, warm connection",

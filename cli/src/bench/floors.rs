@@ -37,7 +37,7 @@ const READ_BYTES: usize = 1 << 20;
 const WRITE_BYTES: usize = 64 << 10;
 
 /// Spawning and reaping `true`, `n` times.
-pub async fn spawn(n: usize) -> anyhow::Result<Latency> {
+pub(super) async fn spawn(n: usize) -> anyhow::Result<Latency> {
     blocking(move || {
         let mut samples = Vec::with_capacity(n);
         for _ in 0..n {
@@ -55,7 +55,7 @@ pub async fn spawn(n: usize) -> anyhow::Result<Latency> {
 }
 
 /// A small binary message to a WebSocket echo server on another thread and back, `n` times.
-pub async fn ws_round_trip(n: usize) -> anyhow::Result<Latency> {
+pub(super) async fn ws_round_trip(n: usize) -> anyhow::Result<Latency> {
     let listener = TcpListener::bind("127.0.0.1:0").context("cannot listen on loopback")?;
     let addr = listener.local_addr()?;
     listener.set_nonblocking(true)?;
@@ -103,7 +103,7 @@ pub async fn ws_round_trip(n: usize) -> anyhow::Result<Latency> {
 }
 
 /// Typing into a local PTY running `cat` with echo on and reading the echo back, `n` times.
-pub async fn pty_echo(n: usize) -> anyhow::Result<Latency> {
+pub(super) async fn pty_echo(n: usize) -> anyhow::Result<Latency> {
     blocking(move || {
         let (master, mut child) = under_pty(&["cat".into()])?;
         let mut master = File::from(master);
@@ -134,7 +134,7 @@ pub async fn pty_echo(n: usize) -> anyhow::Result<Latency> {
 }
 
 /// Reading the output of [`writer`] from a local PTY, `runs` times.
-pub async fn pty_throughput(bytes: u64, runs: usize) -> anyhow::Result<Throughput> {
+pub(super) async fn pty_throughput(bytes: u64, runs: usize) -> anyhow::Result<Throughput> {
     let times = blocking(move || {
         let mut times = Vec::with_capacity(runs);
         for _ in 0..runs {
@@ -152,7 +152,7 @@ pub async fn pty_throughput(bytes: u64, runs: usize) -> anyhow::Result<Throughpu
 }
 
 /// Reading the output of [`writer`] from a local pipe, `runs` times.
-pub async fn pipe_throughput(bytes: u64, runs: usize) -> anyhow::Result<Throughput> {
+pub(super) async fn pipe_throughput(bytes: u64, runs: usize) -> anyhow::Result<Throughput> {
     let times = blocking(move || {
         let mut times = Vec::with_capacity(runs);
         for _ in 0..runs {
@@ -184,7 +184,7 @@ pub async fn pipe_throughput(bytes: u64, runs: usize) -> anyhow::Result<Throughp
 /// times. The kernel's copy into fresh pages, which it must also zero, bounds an upload
 /// (written into the sandbox's `/tmp`) and a download (written into `/dev/shm` here) however
 /// fast the network is.
-pub async fn tmpfs_write(bytes: u64, runs: usize) -> anyhow::Result<Throughput> {
+pub(super) async fn tmpfs_write(bytes: u64, runs: usize) -> anyhow::Result<Throughput> {
     let times = blocking(move || {
         let base = super::transfer::tmpfs_dir();
         let dir = tempfile::Builder::new()

@@ -4,7 +4,7 @@ use serde::Serialize;
 
 /// This machine.
 #[derive(Clone, Debug, Serialize)]
-pub struct Machine {
+pub(crate) struct Machine {
     /// The distribution, e.g. `Debian GNU/Linux 12 (bookworm)`.
     pub os: String,
     /// The kernel release.
@@ -19,7 +19,7 @@ pub struct Machine {
 
 impl Machine {
     /// Reads what `/etc/os-release` and `/proc` say; unknown parts are left empty.
-    pub fn detect() -> Machine {
+    pub(crate) fn detect() -> Machine {
         let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
         let os = field(&read("/etc/os-release"), "PRETTY_NAME", '=')
             .map(|v| v.trim_matches('"').to_string())

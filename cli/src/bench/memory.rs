@@ -10,14 +10,14 @@ use tether_proto::op::ExecSpec;
 use tether_client::Session;
 
 /// Resident memory of process `pid` on this machine, in bytes.
-pub fn rss(pid: u32) -> anyhow::Result<u64> {
+pub(super) fn rss(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("cannot read the status of process {pid}"))?;
     vm_rss(&status).with_context(|| format!("process {pid} reports no VmRSS"))
 }
 
 /// Resident memory of the agent behind `session`, in bytes.
-pub async fn agent_rss(session: &Session) -> anyhow::Result<u64> {
+pub(super) async fn agent_rss(session: &Session) -> anyhow::Result<u64> {
     let pid = session.info().await?.pid;
     let path = format!("/proc/{pid}/status");
     let out = session
@@ -38,7 +38,7 @@ fn vm_rss(status: &str) -> Option<u64> {
 
 /// The process listening on the port of `url` (`http://host:port`) when the host is this
 /// machine's loopback; `None` otherwise, or when it cannot be seen (another user's process).
-pub fn loopback_listener(url: &str) -> Option<u32> {
+pub(super) fn loopback_listener(url: &str) -> Option<u32> {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let authority = rest.split('/').next()?;
     let (host, port) = authority.rsplit_once(':')?;

@@ -33,8 +33,8 @@ use std::time::SystemTime;
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
-pub use report::Report;
-pub use target::{Endpoint, RelayChoice};
+pub(crate) use report::Report;
+pub(crate) use target::{Endpoint, RelayChoice};
 
 use self::figures::{Spec, FIGURES, FLOORS};
 use self::machine::Machine;
@@ -44,7 +44,7 @@ use self::target::{Relay, Sandbox};
 
 /// What to measure, and against what.
 #[derive(Clone, Debug)]
-pub struct Options {
+pub(crate) struct Options {
     /// The relay.
     pub relay: RelayChoice,
     /// The sandbox; a fresh one (deleted afterwards) when absent.
@@ -62,7 +62,7 @@ type Results = HashMap<&'static str, Result<Value, String>>;
 
 /// Runs the bench; `progress` hears what is being measured. Figures that cannot be measured
 /// are reported as such; only a failure to start is an error.
-pub async fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Report> {
+pub(crate) async fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Report> {
     let sizes = if options.quick {
         sizes::QUICK
     } else {

@@ -16,17 +16,17 @@ use tether_client::{Process, ProcessEvent, Session};
 
 /// The keys typed, each with the length of its echo: a letter echoes as itself, an erase
 /// (DEL, the default VERASE) as backspace-space-backspace.
-pub const KEYSTROKES: [(u8, usize); 2] = [(b'a', 1), (0x7f, 3)];
+pub(super) const KEYSTROKES: [(u8, usize); 2] = [(b'a', 1), (0x7f, 3)];
 
 /// Keystrokes typed before timing starts: the first ones fault in pages and warm caches.
-pub const KEYSTROKE_WARMUP: usize = 10;
+pub(super) const KEYSTROKE_WARMUP: usize = 10;
 
 /// Size of the benchmark's terminals.
 const COLS: u16 = 80;
 const ROWS: u16 = 24;
 
 /// An exec of `cat` under a PTY, taking input: a terminal that echoes what is typed.
-pub fn echo_terminal() -> ExecSpec {
+pub(super) fn echo_terminal() -> ExecSpec {
     let mut spec = ExecSpec::argv(["cat"]);
     spec.stdin = true;
     spec.pty = Some(PtySpec {
@@ -38,7 +38,7 @@ pub fn echo_terminal() -> ExecSpec {
 }
 
 /// Types `n` keystrokes into a fresh echo terminal on `session`.
-pub async fn keystrokes(session: &Session, n: usize) -> anyhow::Result<Latency> {
+pub(super) async fn keystrokes(session: &Session, n: usize) -> anyhow::Result<Latency> {
     let mut terminal = session
         .exec(echo_terminal())
         .await
@@ -59,7 +59,7 @@ pub async fn keystrokes(session: &Session, n: usize) -> anyhow::Result<Latency> 
 }
 
 /// Types one key into `terminal` and waits for its whole echo; returns how long that took.
-pub async fn keystroke(
+pub(super) async fn keystroke(
     terminal: &mut Process,
     (key, echo_len): (u8, usize),
 ) -> anyhow::Result<std::time::Duration> {
@@ -81,7 +81,7 @@ pub async fn keystroke(
 }
 
 /// Runs [`writer`] in the sandbox `runs` times, piped or under a PTY, reading all its output.
-pub async fn stdout(
+pub(super) async fn stdout(
     session: &Session,
     bytes: u64,
     runs: usize,

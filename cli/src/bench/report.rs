@@ -18,7 +18,7 @@ use super::units::{duration, rate, size};
 
 /// One bench run.
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// When it ran (RFC 3339, UTC).
     pub date: String,
     /// Where.
@@ -45,7 +45,7 @@ pub struct Report {
 
 /// One measured number (or set of numbers).
 #[derive(Debug, Serialize)]
-pub struct Figure {
+pub(crate) struct Figure {
     /// A stable name for scripts, e.g. `exec_warm`.
     pub key: &'static str,
     /// What a reader sees.
@@ -72,7 +72,7 @@ pub struct Figure {
 /// A measurement's outcome.
 #[derive(Debug, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Value {
+pub(crate) enum Value {
     /// A latency distribution.
     Latency(Latency),
     /// A throughput over runs.
@@ -91,7 +91,7 @@ pub enum Value {
 
 /// A target from the performance issue.
 #[derive(Clone, Copy, Debug)]
-pub enum Goal {
+pub(crate) enum Goal {
     /// Median at most the floor's median plus this.
     MedianOverFloor(Duration),
     /// Median at most this.
@@ -107,8 +107,10 @@ pub enum Goal {
 }
 
 impl Figure {
-    /// A figure from a measurement's result.
-    pub fn new<T: Into<Value>>(
+    /// A figure from a measurement's result (the report's tests build figures this way; a run
+    /// builds them from their [`Spec`]).
+    #[cfg(test)]
+    pub(crate) fn new<T: Into<Value>>(
         key: &'static str,
         name: &'static str,
         measured: anyhow::Result<T>,
@@ -132,7 +134,7 @@ impl Figure {
     }
 
     /// The figure `spec` describes, from its measurement.
-    pub fn from_spec(spec: &Spec, measured: Result<Value, String>) -> Figure {
+    pub(crate) fn from_spec(spec: &Spec, measured: Result<Value, String>) -> Figure {
         Figure {
             key: spec.key,
             name: spec.name,
@@ -146,13 +148,15 @@ impl Figure {
     }
 
     /// Compares the figure with floor `key`.
-    pub fn floor(mut self, key: &'static str) -> Figure {
+    #[cfg(test)]
+    pub(crate) fn floor(mut self, key: &'static str) -> Figure {
         self.floor = Some(key);
         self
     }
 
     /// Checks the figure against `goal`.
-    pub fn goal(mut self, goal: Goal) -> Figure {
+    #[cfg(test)]
+    pub(crate) fn goal(mut self, goal: Goal) -> Figure {
         self.goal = Some(goal);
         self
     }
@@ -221,14 +225,14 @@ impl From<u64> for Value {
 
 impl Report {
     /// Computes every figure's ratio and verdict.
-    pub fn judge(&mut self) {
+    pub(crate) fn judge(&mut self) {
         for figure in &mut self.figures {
             figure.judge(&self.floors);
         }
     }
 
     /// The figures that could not be measured.
-    pub fn failures(&self) -> impl Iterator<Item = &Figure> {
+    pub(crate) fn failures(&self) -> impl Iterator<Item = &Figure> {
         self.floors
             .iter()
             .chain(&self.figures)
@@ -236,7 +240,7 @@ impl Report {
     }
 
     /// The report as tables.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let m = &self.machine;
         let mut out = String::new();
         let _ = writeln!(

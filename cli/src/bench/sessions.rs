@@ -18,7 +18,7 @@ use tether_client::{Process, RelayClient, Session};
 const OPENING: usize = 64;
 
 /// What the crowd of sessions measured.
-pub struct Crowd {
+pub(super) struct Crowd {
     /// Keystroke echo while every session is open.
     pub keystroke: Latency,
     /// The relay's resident memory with every session open, when it runs on this machine.
@@ -28,7 +28,7 @@ pub struct Crowd {
 }
 
 /// Opens `n` idle terminal sessions to sandbox `id` and types `keystrokes` keys across them.
-pub async fn crowd(
+pub(super) async fn crowd(
     rest: &RelayClient,
     relay_pid: Option<u32>,
     id: &str,

@@ -3,7 +3,7 @@
 
 /// Iterations and sizes of one bench run.
 #[derive(Clone, Copy, Debug)]
-pub struct Sizes {
+pub(super) struct Sizes {
     /// `true` spawned locally, for the spawn floor.
     pub spawns: usize,
     /// Loopback WebSocket round trips, for that floor.
@@ -33,7 +33,7 @@ pub struct Sizes {
 }
 
 /// The full run: the figures the README quotes.
-pub const FULL: Sizes = Sizes {
+pub(super) const FULL: Sizes = Sizes {
     spawns: 300,
     ws_round_trips: 2000,
     keystrokes: 1000,
@@ -50,7 +50,7 @@ pub const FULL: Sizes = Sizes {
 };
 
 /// `--quick`: every figure, small.
-pub const QUICK: Sizes = Sizes {
+pub(super) const QUICK: Sizes = Sizes {
     spawns: 30,
     ws_round_trips: 200,
     keystrokes: 100,
@@ -73,7 +73,7 @@ const WRITER_BLOCK: u64 = 64 << 10;
 /// The command whose output the throughput figures and floors measure: `bytes` of zeros,
 /// rounded down to whole blocks, written by `dd` (whose writes are larger than `head`'s 8 KiB,
 /// so the writer is not what is measured).
-pub fn writer(bytes: u64) -> Vec<String> {
+pub(super) fn writer(bytes: u64) -> Vec<String> {
     let blocks = (bytes / WRITER_BLOCK).max(1);
     vec![
         "dd".into(),

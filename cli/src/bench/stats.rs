@@ -7,7 +7,7 @@ use serde::Serialize;
 
 /// The distribution of a latency.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Latency {
+pub(crate) struct Latency {
     /// The median sample.
     #[serde(rename = "median_us", serialize_with = "micros")]
     pub median: Duration,
@@ -23,7 +23,7 @@ pub struct Latency {
 
 impl Latency {
     /// Summarises `samples`; `None` when there are none.
-    pub fn of(mut samples: Vec<Duration>) -> Option<Latency> {
+    pub(crate) fn of(mut samples: Vec<Duration>) -> Option<Latency> {
         if samples.is_empty() {
             return None;
         }
@@ -40,7 +40,7 @@ impl Latency {
 
 /// The distribution of a throughput over several runs, in bytes per second.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Throughput {
+pub(crate) struct Throughput {
     /// The median run.
     #[serde(rename = "median_bytes_per_s")]
     pub median: f64,
@@ -55,7 +55,7 @@ pub struct Throughput {
 
 impl Throughput {
     /// Summarises runs that each moved `bytes` in the given times; `None` when there are none.
-    pub fn of(bytes: u64, times: &[Duration]) -> Option<Throughput> {
+    pub(crate) fn of(bytes: u64, times: &[Duration]) -> Option<Throughput> {
         let mut rates: Vec<f64> = times
             .iter()
             .map(|t| bytes as f64 / t.as_secs_f64().max(1e-9))
@@ -79,7 +79,7 @@ fn nearest_rank(n: usize, pct: usize) -> usize {
 }
 
 /// Times `f`.
-pub fn time<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+pub(super) fn time<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     let start = Instant::now();
     let out = f();
     (out, start.elapsed())

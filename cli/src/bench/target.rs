@@ -31,11 +31,11 @@ const SANDBOX_TTL: Duration = Duration::from_secs(3600);
 /// of Tether's data path (the producer and the agent share the sandbox's cores).
 const MAX_CPUS: f64 = 8.0;
 /// The label marking the bench's sandboxes.
-pub const LABEL: (&str, &str) = ("purpose", "tether-bench");
+pub(super) const LABEL: (&str, &str) = ("purpose", "tether-bench");
 
 /// A relay's address and the token to present.
 #[derive(Clone, Debug)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     /// `http://host:port`.
     pub url: String,
     /// The API token, if the relay wants one.
@@ -44,7 +44,7 @@ pub struct Endpoint {
 
 /// Where the relay comes from.
 #[derive(Clone, Debug)]
-pub enum RelayChoice {
+pub(crate) enum RelayChoice {
     /// One that is already running.
     At(Endpoint),
     /// A private `tether serve` for the run, on a free loopback port with a data directory
@@ -53,7 +53,7 @@ pub enum RelayChoice {
 }
 
 /// The relay the bench talks to.
-pub struct Relay {
+pub(super) struct Relay {
     /// How to reach it.
     pub endpoint: Endpoint,
     /// Its REST client.
@@ -71,7 +71,7 @@ struct Private {
 
 impl Relay {
     /// Connects to, or starts, the relay `choice` names. `tether` is the `tether` binary.
-    pub async fn start(choice: RelayChoice, tether: &Path) -> anyhow::Result<Relay> {
+    pub(super) async fn start(choice: RelayChoice, tether: &Path) -> anyhow::Result<Relay> {
         let (endpoint, pid, private) = match choice {
             RelayChoice::At(endpoint) => {
                 let pid = memory::loopback_listener(&endpoint.url);
@@ -92,13 +92,13 @@ impl Relay {
     }
 
     /// Whether the bench started this relay.
-    pub fn is_private(&self) -> bool {
+    pub(super) fn is_private(&self) -> bool {
         self.private.is_some()
     }
 
     /// Stops a private relay (SIGTERM, then SIGKILL after [`STOP_TIMEOUT`]) and removes its
     /// data directory. A relay the caller named is left alone.
-    pub async fn stop(self) {
+    pub(super) async fn stop(self) {
         let Some(mut private) = self.private else {
             return;
         };
@@ -176,7 +176,7 @@ fn last_lines(path: &PathBuf) -> Option<String> {
 }
 
 /// A sandbox the bench measures.
-pub struct Sandbox {
+pub(super) struct Sandbox {
     /// Its id.
     pub id: String,
     /// The bench created it and deletes it.
@@ -185,7 +185,10 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// The sandbox `id`, or a fresh one (with no limits beyond the provider's defaults).
-    pub async fn get_or_create(rest: &RelayClient, id: Option<String>) -> anyhow::Result<Sandbox> {
+    pub(super) async fn get_or_create(
+        rest: &RelayClient,
+        id: Option<String>,
+    ) -> anyhow::Result<Sandbox> {
         match id {
             Some(id) => {
                 rest.get(&id)
@@ -207,7 +210,7 @@ impl Sandbox {
     }
 
     /// Deletes the sandbox if the bench created it.
-    pub async fn release(self, rest: &RelayClient) -> anyhow::Result<()> {
+    pub(super) async fn release(self, rest: &RelayClient) -> anyhow::Result<()> {
         if self.owned {
             rest.delete(&self.id)
                 .await
@@ -218,7 +221,7 @@ impl Sandbox {
 }
 
 /// The request for a sandbox the bench creates.
-pub fn request() -> CreateRequest {
+pub(super) fn request() -> CreateRequest {
     let mut req = CreateRequest::default();
     req.spec
         .labels

@@ -27,14 +27,14 @@ const LOCAL_TMPFS: &str = "/dev/shm";
 const FILL_CHUNK: usize = 1 << 20;
 
 /// The local side of the transfers: the file to upload and where downloads go.
-pub struct Files {
+pub(super) struct Files {
     dir: tempfile::TempDir,
     bytes: u64,
 }
 
 impl Files {
     /// Creates a pseudo-random file of `bytes` bytes in a tmpfs (or the temp directory).
-    pub async fn create(bytes: u64) -> anyhow::Result<Files> {
+    pub(super) async fn create(bytes: u64) -> anyhow::Result<Files> {
         let base = tmpfs_dir();
         let dir = tempfile::Builder::new()
             .prefix("tether-bench-")
@@ -57,7 +57,7 @@ impl Files {
 }
 
 /// Where the local side of a transfer lives: memory, when this machine has it mounted.
-pub fn tmpfs_dir() -> PathBuf {
+pub(super) fn tmpfs_dir() -> PathBuf {
     if Path::new(LOCAL_TMPFS).is_dir() {
         PathBuf::from(LOCAL_TMPFS)
     } else {
@@ -87,7 +87,11 @@ fn fill(path: &Path, bytes: u64) -> anyhow::Result<()> {
 }
 
 /// Uploads the file to the sandbox's `/tmp` `runs` times.
-pub async fn upload(session: &Session, files: &Files, runs: usize) -> anyhow::Result<Throughput> {
+pub(super) async fn upload(
+    session: &Session,
+    files: &Files,
+    runs: usize,
+) -> anyhow::Result<Throughput> {
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
         // The write lands in a temp file renamed over the target: make room for it first,
@@ -112,7 +116,11 @@ pub async fn upload(session: &Session, files: &Files, runs: usize) -> anyhow::Re
 }
 
 /// Downloads the uploaded file from the sandbox `runs` times; removes it afterwards.
-pub async fn download(session: &Session, files: &Files, runs: usize) -> anyhow::Result<Throughput> {
+pub(super) async fn download(
+    session: &Session,
+    files: &Files,
+    runs: usize,
+) -> anyhow::Result<Throughput> {
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
         let sink = MemFile(std::fs::File::create(files.download())?);

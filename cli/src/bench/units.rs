@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 /// `0.712 ms`, `12.4 ms`, `1.20 s`.
-pub fn duration(d: Duration) -> String {
+pub(super) fn duration(d: Duration) -> String {
     let ms = d.as_secs_f64() * 1e3;
     if ms >= 1000.0 {
         format!("{:.2} s", ms / 1e3)
@@ -16,7 +16,7 @@ pub fn duration(d: Duration) -> String {
 }
 
 /// Decimal units, as network and disk speeds are quoted: `1.23 GB/s`, `61.0 MB/s`.
-pub fn rate(bytes_per_s: f64) -> String {
+pub(super) fn rate(bytes_per_s: f64) -> String {
     if bytes_per_s >= 1e9 {
         format!("{:.2} GB/s", bytes_per_s / 1e9)
     } else {
@@ -25,7 +25,7 @@ pub fn rate(bytes_per_s: f64) -> String {
 }
 
 /// Binary units, as memory and files are: `5.2 MiB`, `23.5 GiB`.
-pub fn size(bytes: u64) -> String {
+pub(super) fn size(bytes: u64) -> String {
     let b = bytes as f64;
     if b >= (1u64 << 30) as f64 {
         format!("{:.1} GiB", b / (1u64 << 30) as f64)

@@ -48,7 +48,7 @@ const FAILED: i32 = 1;
 #[derive(Debug, Parser)]
 #[command(name = "tether", version, propagate_version = true)]
 #[command(after_help = "Start with `tether run -- uname -a`: it needs no running relay.")]
-pub struct Cli {
+pub(crate) struct Cli {
     /// The relay's URL [env: TETHER_RELAY] [default: http://127.0.0.1:7420].
     #[arg(long, global = true, value_name = "URL")]
     relay: Option<String>,

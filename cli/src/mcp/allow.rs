@@ -9,13 +9,13 @@ use super::error::ToolError;
 
 /// The canonical directories this server may read from and write to on the host.
 #[derive(Clone, Debug, Default)]
-pub struct AllowedDirs {
+pub(super) struct AllowedDirs {
     dirs: Vec<PathBuf>,
 }
 
 impl AllowedDirs {
     /// Resolves each of `dirs` (symlinks included) once, at start.
-    pub fn new(dirs: &[PathBuf]) -> anyhow::Result<AllowedDirs> {
+    pub(super) fn new(dirs: &[PathBuf]) -> anyhow::Result<AllowedDirs> {
         let mut out = Vec::new();
         for dir in dirs {
             let canonical = std::fs::canonicalize(dir).map_err(|e| {
@@ -39,7 +39,7 @@ impl AllowedDirs {
     }
 
     /// An existing host file or directory to read, resolved and checked.
-    pub fn existing(&self, raw: &str) -> Result<PathBuf, ToolError> {
+    pub(super) fn existing(&self, raw: &str) -> Result<PathBuf, ToolError> {
         let path = self.lexical(raw)?;
         let canonical = std::fs::canonicalize(&path)
             .map_err(|e| ToolError::HostIo(format!("cannot open {}: {e}", path.display())))?;
@@ -49,7 +49,7 @@ impl AllowedDirs {
 
     /// A host path to write: an existing one resolved and checked, or a new name in an
     /// existing directory that is itself checked.
-    pub fn target(&self, raw: &str) -> Result<PathBuf, ToolError> {
+    pub(super) fn target(&self, raw: &str) -> Result<PathBuf, ToolError> {
         let path = self.lexical(raw)?;
         if std::fs::symlink_metadata(&path).is_ok() {
             let canonical = std::fs::canonicalize(&path).map_err(|e| {

@@ -13,7 +13,7 @@ use super::error::{invalid, ToolError};
 
 /// The arguments of a tool call, or why they are not valid. Its JSON schema is the
 /// arguments' own (the tool macros find it by this type's name).
-pub struct Parameters<P>(pub Result<P, ToolError>);
+pub(super) struct Parameters<P>(pub Result<P, ToolError>);
 
 impl<P: JsonSchema> JsonSchema for Parameters<P> {
     fn schema_name() -> std::borrow::Cow<'static, str> {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 /// Unacknowledged output, as the chunks it arrived in.
 #[derive(Debug, Default)]
-pub struct Buffer {
+pub(super) struct Buffer {
     /// Chunks and their offsets, in order; offsets jump only across a gap.
     chunks: VecDeque<(u64, Bytes)>,
     /// The offset after the last byte received (or skipped).
@@ -20,7 +20,7 @@ pub struct Buffer {
 
 /// What [`Buffer::read`] found.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Read {
+pub(super) struct Read {
     /// The bytes, from `from`.
     pub bytes: Vec<u8>,
     /// Where they start: the cursor asked for, or later when output there was lost.
@@ -29,17 +29,17 @@ pub struct Read {
 
 impl Buffer {
     /// The offset after the last byte received.
-    pub fn end(&self) -> u64 {
+    pub(super) fn end(&self) -> u64 {
         self.end
     }
 
     /// Bytes held, acknowledged by no poll yet.
-    pub fn held(&self) -> usize {
+    pub(super) fn held(&self) -> usize {
         self.held
     }
 
     /// Appends output that starts at the current end.
-    pub fn push(&mut self, bytes: Bytes) {
+    pub(super) fn push(&mut self, bytes: Bytes) {
         if bytes.is_empty() {
             return;
         }
@@ -51,13 +51,13 @@ impl Buffer {
     }
 
     /// Output from the current end up to `to` was lost; the next push starts at `to`.
-    pub fn skip_to(&mut self, to: u64) {
+    pub(super) fn skip_to(&mut self, to: u64) {
         self.end = self.end.max(to);
     }
 
     /// Forgets everything before `offset`: a poll presented it as its cursor, so the client
     /// has it.
-    pub fn ack(&mut self, offset: u64) {
+    pub(super) fn ack(&mut self, offset: u64) {
         while let Some((at, bytes)) = self.chunks.front_mut() {
             let chunk_end = at.saturating_add(bytes.len() as u64);
             if chunk_end <= offset {
@@ -77,7 +77,7 @@ impl Buffer {
 
     /// Up to `max` bytes from `cursor` on. Output before the first chunk still held (lost,
     /// or acknowledged already) is skipped: `from` says where the bytes really start.
-    pub fn read(&self, cursor: u64, max: usize) -> Read {
+    pub(super) fn read(&self, cursor: u64, max: usize) -> Read {
         let mut out = Vec::new();
         let mut from: Option<u64> = None;
         for (at, bytes) in &self.chunks {

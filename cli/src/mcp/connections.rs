@@ -20,14 +20,14 @@ const MAX_ID_LEN: usize = 128;
 
 /// The relay and the open sessions to its sandboxes.
 #[derive(Debug)]
-pub struct Connections {
+pub(super) struct Connections {
     relay: RelayClient,
     open: Mutex<HashMap<String, (Session, Instant)>>,
 }
 
 impl Connections {
     /// No sessions yet.
-    pub fn new(relay: RelayClient) -> Connections {
+    pub(super) fn new(relay: RelayClient) -> Connections {
         Connections {
             relay,
             open: Mutex::new(HashMap::new()),
@@ -35,12 +35,12 @@ impl Connections {
     }
 
     /// The relay's REST client.
-    pub fn relay(&self) -> &RelayClient {
+    pub(super) fn relay(&self) -> &RelayClient {
         &self.relay
     }
 
     /// A live session to `id`, reusing the open one.
-    pub async fn get(&self, id: &str) -> Result<Session, ToolError> {
+    pub(super) async fn get(&self, id: &str) -> Result<Session, ToolError> {
         check_id(id)?;
         if let Some((s, used)) = self.lock().get_mut(id).filter(|(s, _)| !s.is_closed()) {
             *used = Instant::now();
@@ -50,7 +50,7 @@ impl Connections {
     }
 
     /// A new session to `id`, replacing any cached one.
-    pub async fn fresh(&self, id: &str) -> Result<Session, ToolError> {
+    pub(super) async fn fresh(&self, id: &str) -> Result<Session, ToolError> {
         check_id(id)?;
         let session = self.relay.connect(id).await?;
         self.lock()
@@ -60,7 +60,7 @@ impl Connections {
 
     /// Lets go, every [`CONNECTION_SWEEP`], of the connections unused for
     /// [`CONNECTION_IDLE`]; ends when the connections are dropped.
-    pub fn sweep_idle(self: &Arc<Self>) {
+    pub(super) fn sweep_idle(self: &Arc<Self>) {
         let weak: Weak<Connections> = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(CONNECTION_SWEEP);
@@ -77,7 +77,7 @@ impl Connections {
     }
 
     /// Forgets the session to a deleted sandbox.
-    pub fn forget(&self, id: &str) {
+    pub(super) fn forget(&self, id: &str) {
         self.lock().remove(id);
     }
 
@@ -87,7 +87,7 @@ impl Connections {
 }
 
 /// Refuses ids that could not be a relay's sandbox id before they reach a URL.
-pub fn check_id(id: &str) -> Result<(), ToolError> {
+pub(super) fn check_id(id: &str) -> Result<(), ToolError> {
     let ok = !id.is_empty()
         && id.len() <= MAX_ID_LEN
         && id

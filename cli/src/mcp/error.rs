@@ -10,7 +10,7 @@ use tether_client::ClientError;
 /// A failed tool call. It reaches the MCP client as a tool result with `isError: true`
 /// and `{"error": {"code", "message"}}` as its structured content.
 #[derive(Debug, thiserror::Error)]
-pub enum ToolError {
+pub(super) enum ToolError {
     /// An argument is missing, malformed or out of range.
     #[error("{0}")]
     InvalidArgument(String),
@@ -55,7 +55,7 @@ pub enum ToolError {
 impl ToolError {
     /// The machine-readable reason. Errors from the agent keep their wire code
     /// (`not_found`, `permission_denied`, ...), errors from the relay their REST code.
-    pub fn code(&self) -> String {
+    pub(super) fn code(&self) -> String {
         match self {
             ToolError::InvalidArgument(_) => "invalid_argument".into(),
             ToolError::PathNotAllowed(_) => "path_not_allowed".into(),
@@ -73,7 +73,7 @@ impl ToolError {
     }
 
     /// The tool result that reports this error.
-    pub fn into_result(self) -> CallToolResult {
+    pub(super) fn into_result(self) -> CallToolResult {
         CallToolResult::structured_error(json!({
             "error": { "code": self.code(), "message": self.to_string() }
         }))
@@ -94,6 +94,6 @@ fn client_code(e: &ClientError) -> String {
 }
 
 /// Shorthand for an [`ToolError::InvalidArgument`].
-pub fn invalid(message: impl Into<String>) -> ToolError {
+pub(super) fn invalid(message: impl Into<String>) -> ToolError {
     ToolError::InvalidArgument(message.into())
 }

@@ -25,7 +25,7 @@ use super::Server;
 /// Arguments of `exec`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ExecArgs {
+pub(super) struct ExecArgs {
     /// The sandbox's id.
     pub sandbox_id: String,
     /// A shell command line, run with `/bin/sh -c` (pipes, redirections and `&&` work).
@@ -45,7 +45,7 @@ pub struct ExecArgs {
 }
 
 /// A timeout from a call's seconds, checked against the bounds.
-pub fn timeout(
+pub(super) fn timeout(
     seconds: Option<u64>,
     default: Option<Duration>,
 ) -> Result<Option<Duration>, ToolError> {
@@ -61,7 +61,7 @@ pub fn timeout(
 }
 
 /// A command must be a non-empty string without NUL bytes (a shell cannot take them).
-pub fn check_command(command: &str) -> Result<(), ToolError> {
+pub(super) fn check_command(command: &str) -> Result<(), ToolError> {
     if command.trim().is_empty() {
         return Err(invalid(
             "command is empty: give a shell command line such as `ls -la`",
@@ -77,7 +77,7 @@ pub fn check_command(command: &str) -> Result<(), ToolError> {
 
 /// The exit as fields of an answer: the code a shell would report (the code, 128 + the
 /// signal, 124 on timeout), computed wide so no number the sandbox sends can overflow it.
-pub fn exit_fields(status: &ExitStatus) -> Value {
+pub(super) fn exit_fields(status: &ExitStatus) -> Value {
     let code = match (status.timed_out, status.code, status.signal) {
         (true, _, _) => 124,
         (false, Some(code), _) => i64::from(code),
@@ -91,7 +91,7 @@ pub fn exit_fields(status: &ExitStatus) -> Value {
     })
 }
 
-pub async fn run(server: &Server, args: ExecArgs) -> Result<Value, ToolError> {
+pub(super) async fn run(server: &Server, args: ExecArgs) -> Result<Value, ToolError> {
     check_command(&args.command)?;
     let limit =
         timeout(args.timeout_seconds, Some(EXEC_DEFAULT_TIMEOUT))?.expect("a default is given");

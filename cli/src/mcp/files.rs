@@ -19,7 +19,7 @@ use super::Server;
 /// Arguments of `read_file`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ReadArgs {
+pub(super) struct ReadArgs {
     /// The sandbox's id.
     pub sandbox_id: String,
     /// The file: absolute, or relative to the sandbox's working directory.
@@ -37,7 +37,7 @@ pub struct ReadArgs {
 /// Arguments of `write_file`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct WriteArgs {
+pub(super) struct WriteArgs {
     /// The sandbox's id.
     pub sandbox_id: String,
     /// The file; missing parent directories are created, an existing file is replaced
@@ -50,7 +50,7 @@ pub struct WriteArgs {
 /// Arguments of `edit_file`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct EditArgs {
+pub(super) struct EditArgs {
     /// The sandbox's id.
     pub sandbox_id: String,
     /// The text file to edit.
@@ -68,7 +68,7 @@ pub struct EditArgs {
 /// Arguments of `ls`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct LsArgs {
+pub(super) struct LsArgs {
     /// The sandbox's id.
     pub sandbox_id: String,
     /// The directory; the sandbox's working directory when absent.
@@ -83,7 +83,7 @@ pub struct LsArgs {
 /// Arguments of `glob`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct GlobArgs {
+pub(super) struct GlobArgs {
     /// The sandbox's id.
     pub sandbox_id: String,
     /// A glob relative to root: `*` within a name, `**` across directories, `?`, `[abc]`,
@@ -97,7 +97,7 @@ pub struct GlobArgs {
 /// Arguments of `grep`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct GrepArgs {
+pub(super) struct GrepArgs {
     /// The sandbox's id.
     pub sandbox_id: String,
     /// What to find: a literal string, or a regular expression with `regex`.
@@ -143,7 +143,7 @@ fn check_path(path: &str) -> Result<(), ToolError> {
     Ok(())
 }
 
-pub async fn read(server: &Server, args: ReadArgs) -> Result<Value, ToolError> {
+pub(super) async fn read(server: &Server, args: ReadArgs) -> Result<Value, ToolError> {
     check_path(&args.path)?;
     let first = args.start_line.unwrap_or(1);
     if first == 0 {
@@ -196,7 +196,7 @@ pub async fn read(server: &Server, args: ReadArgs) -> Result<Value, ToolError> {
     Ok(answer)
 }
 
-pub async fn write(server: &Server, args: WriteArgs) -> Result<Value, ToolError> {
+pub(super) async fn write(server: &Server, args: WriteArgs) -> Result<Value, ToolError> {
     check_path(&args.path)?;
     let session = server.connections.get(&args.sandbox_id).await?;
     let bytes = session
@@ -205,7 +205,7 @@ pub async fn write(server: &Server, args: WriteArgs) -> Result<Value, ToolError>
     Ok(json!({ "path": args.path, "written_bytes": bytes }))
 }
 
-pub async fn edit(server: &Server, args: EditArgs) -> Result<Value, ToolError> {
+pub(super) async fn edit(server: &Server, args: EditArgs) -> Result<Value, ToolError> {
     check_path(&args.path)?;
     if args.old_string.is_empty() {
         return Err(invalid(
@@ -229,7 +229,7 @@ pub async fn edit(server: &Server, args: EditArgs) -> Result<Value, ToolError> {
     Ok(json!({ "path": args.path, "replacements": replacements }))
 }
 
-pub async fn ls(server: &Server, args: LsArgs) -> Result<Value, ToolError> {
+pub(super) async fn ls(server: &Server, args: LsArgs) -> Result<Value, ToolError> {
     let path = args.path.unwrap_or_else(|| ".".into());
     check_path(&path)?;
     let depth = args.depth.unwrap_or(1);
@@ -271,7 +271,7 @@ pub async fn ls(server: &Server, args: LsArgs) -> Result<Value, ToolError> {
     }))
 }
 
-pub async fn glob(server: &Server, args: GlobArgs) -> Result<Value, ToolError> {
+pub(super) async fn glob(server: &Server, args: GlobArgs) -> Result<Value, ToolError> {
     let root = args.root.unwrap_or_else(|| ".".into());
     check_path(&root)?;
     if args.pattern.is_empty() {
@@ -298,7 +298,7 @@ pub async fn glob(server: &Server, args: GlobArgs) -> Result<Value, ToolError> {
     Ok(json!({ "root": root, "paths": paths, "truncated": truncated || over }))
 }
 
-pub async fn grep(server: &Server, args: GrepArgs) -> Result<Value, ToolError> {
+pub(super) async fn grep(server: &Server, args: GrepArgs) -> Result<Value, ToolError> {
     let path = args.path.unwrap_or_else(|| ".".into());
     check_path(&path)?;
     if args.pattern.is_empty() {

@@ -24,10 +24,10 @@ use super::tools::Tools;
 use super::Server;
 
 /// The token's environment variable.
-pub const TOKEN_ENV: &str = "TETHER_MCP_TOKEN";
+pub(super) const TOKEN_ENV: &str = "TETHER_MCP_TOKEN";
 
 /// The token HTTP clients must present, and where it came from (for the startup line).
-pub fn resolve_token(file: Option<&Path>) -> anyhow::Result<(String, String)> {
+pub(super) fn resolve_token(file: Option<&Path>) -> anyhow::Result<(String, String)> {
     if let Some(file) = file {
         let token = std::fs::read_to_string(file)
             .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", file.display()))?
@@ -75,7 +75,7 @@ fn write_private(path: &PathBuf, token: &str) -> anyhow::Result<()> {
 }
 
 /// Serves until `stop` is cancelled.
-pub async fn serve(
+pub(super) async fn serve(
     server: Arc<Server>,
     listen: SocketAddr,
     token: String,

@@ -30,7 +30,7 @@ mod http;
 mod sandboxes;
 mod sessions;
 mod text;
-pub mod tools;
+pub(crate) mod tools;
 mod transfer;
 
 use std::net::SocketAddr;
@@ -52,7 +52,7 @@ const SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
 
 /// `tether mcp`'s arguments.
 #[derive(Debug, clap::Args)]
-pub struct McpArgs {
+pub(crate) struct McpArgs {
     /// Serve streamable HTTP on this address (e.g. 127.0.0.1:7421) at /mcp instead of
     /// stdio. Clients must send `Authorization: Bearer TOKEN`: the token is the content of
     /// --token-file, else TETHER_MCP_TOKEN, else generated and written to mcp.token in the
@@ -71,7 +71,7 @@ pub struct McpArgs {
 /// What every MCP connection of this process shares: the relay, one protocol session per
 /// sandbox, the exec sessions, and the allowed host directories.
 #[derive(Debug)]
-pub struct Server {
+pub(crate) struct Server {
     connections: Arc<Connections>,
     sessions: ExecSessions,
     allowed: AllowedDirs,
@@ -79,7 +79,7 @@ pub struct Server {
 
 /// Serves MCP until the client goes (stdio) or SIGINT/SIGTERM (both), then kills the exec
 /// sessions' processes that still run, since nobody could follow them any more.
-pub async fn run(relay: RelayClient, args: McpArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(relay: RelayClient, args: McpArgs) -> anyhow::Result<()> {
     let allowed = AllowedDirs::new(&args.allow_dirs)?;
     let connections = Arc::new(Connections::new(relay));
     connections.sweep_idle();

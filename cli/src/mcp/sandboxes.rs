@@ -17,7 +17,7 @@ use super::Server;
 /// Arguments of `sandbox_create`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateArgs {
+pub(super) struct CreateArgs {
     /// Labels to find the sandbox by later (sandbox_list), e.g. {"thread": "42"}.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -50,7 +50,7 @@ pub struct CreateArgs {
 /// Arguments of `sandbox_list`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ListArgs {
+pub(super) struct ListArgs {
     /// Only sandboxes carrying all of these labels.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -59,12 +59,12 @@ pub struct ListArgs {
 /// Arguments of the tools that name only a sandbox.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SandboxArgs {
+pub(super) struct SandboxArgs {
     /// The sandbox's id, as sandbox_create or sandbox_list gave it (e.g. `sb-3f9a2c`).
     pub sandbox_id: String,
 }
 
-pub async fn create(server: &Server, args: CreateArgs) -> Result<Value, ToolError> {
+pub(super) async fn create(server: &Server, args: CreateArgs) -> Result<Value, ToolError> {
     let seconds = |v: Option<u64>, what: &str| match v {
         Some(0) => Err(invalid(format!("{what} must be at least 1 second"))),
         v => Ok(v.map(Duration::from_secs)),
@@ -84,12 +84,12 @@ pub async fn create(server: &Server, args: CreateArgs) -> Result<Value, ToolErro
     Ok(serde_json::to_value(info).expect("sandbox info serializes"))
 }
 
-pub async fn list(server: &Server, args: ListArgs) -> Result<Value, ToolError> {
+pub(super) async fn list(server: &Server, args: ListArgs) -> Result<Value, ToolError> {
     let all = server.connections.relay().list(&args.labels).await?;
     Ok(json!({ "sandboxes": all }))
 }
 
-pub async fn delete(server: &Server, args: SandboxArgs) -> Result<Value, ToolError> {
+pub(super) async fn delete(server: &Server, args: SandboxArgs) -> Result<Value, ToolError> {
     check_id(&args.sandbox_id)?;
     server.connections.relay().delete(&args.sandbox_id).await?;
     server.connections.forget(&args.sandbox_id);
@@ -97,7 +97,7 @@ pub async fn delete(server: &Server, args: SandboxArgs) -> Result<Value, ToolErr
     Ok(json!({ "deleted": args.sandbox_id, "exec_sessions_ended": ended }))
 }
 
-pub async fn info(server: &Server, args: SandboxArgs) -> Result<Value, ToolError> {
+pub(super) async fn info(server: &Server, args: SandboxArgs) -> Result<Value, ToolError> {
     check_id(&args.sandbox_id)?;
     let relay = server.connections.relay();
     let (sandbox, preview) =

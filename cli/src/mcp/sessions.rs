@@ -38,7 +38,7 @@ use super::text::boundary;
 /// Arguments of `exec_start`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StartArgs {
+pub(super) struct StartArgs {
     /// The sandbox's id.
     pub sandbox_id: String,
     /// A shell command line, run with `/bin/sh -c` in the background.
@@ -62,7 +62,7 @@ pub struct StartArgs {
 /// Arguments of `exec_poll`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PollArgs {
+pub(super) struct PollArgs {
     /// The session's id, from exec_start.
     pub session_id: String,
     /// The byte offset to read from: the `cursor` the previous poll returned (0 for the
@@ -84,7 +84,7 @@ pub struct PollArgs {
 /// Arguments of `exec_write_stdin`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct WriteStdinArgs {
+pub(super) struct WriteStdinArgs {
     /// The session's id, from exec_start.
     pub session_id: String,
     /// Text to write to the process's standard input, as is (add "\n" to end a line).
@@ -99,7 +99,7 @@ pub struct WriteStdinArgs {
 /// Arguments of `exec_signal`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SignalArgs {
+pub(super) struct SignalArgs {
     /// The session's id, from exec_start.
     pub session_id: String,
     /// The signal's name or number: INT, TERM, KILL, HUP, QUIT, USR1, USR2, ...
@@ -112,14 +112,14 @@ pub struct SignalArgs {
 
 /// Every exec session of this server.
 #[derive(Debug)]
-pub struct ExecSessions {
+pub(super) struct ExecSessions {
     connections: Arc<Connections>,
     all: Mutex<HashMap<String, Arc<ExecSession>>>,
 }
 
 impl ExecSessions {
     /// No sessions yet.
-    pub fn new(connections: Arc<Connections>) -> ExecSessions {
+    pub(super) fn new(connections: Arc<Connections>) -> ExecSessions {
         ExecSessions {
             connections,
             all: Mutex::new(HashMap::new()),
@@ -168,7 +168,7 @@ impl ExecSessions {
     }
 
     /// `exec_start`.
-    pub async fn start(&self, args: StartArgs) -> Result<Value, ToolError> {
+    pub(super) async fn start(&self, args: StartArgs) -> Result<Value, ToolError> {
         check_command(&args.command)?;
         let limit = timeout(args.timeout_seconds, None)?;
         self.make_room()?;
@@ -225,7 +225,7 @@ impl ExecSessions {
     }
 
     /// `exec_poll`.
-    pub async fn poll(&self, args: PollArgs) -> Result<Value, ToolError> {
+    pub(super) async fn poll(&self, args: PollArgs) -> Result<Value, ToolError> {
         let exec = self.find(&args.session_id)?;
         let wait = match args.wait_ms {
             None => POLL_DEFAULT_WAIT,
@@ -313,7 +313,7 @@ impl ExecSessions {
     }
 
     /// `exec_write_stdin`.
-    pub async fn write_stdin(&self, args: WriteStdinArgs) -> Result<Value, ToolError> {
+    pub(super) async fn write_stdin(&self, args: WriteStdinArgs) -> Result<Value, ToolError> {
         let exec = self.find(&args.session_id)?;
         let stdin = {
             let state = exec.state();
@@ -390,7 +390,7 @@ impl ExecSessions {
     }
 
     /// `exec_signal`.
-    pub async fn signal(&self, args: SignalArgs) -> Result<Value, ToolError> {
+    pub(super) async fn signal(&self, args: SignalArgs) -> Result<Value, ToolError> {
         let exec = self.find(&args.session_id)?;
         let name = args.signal.trim();
         let valid = !name.is_empty()
@@ -422,7 +422,7 @@ impl ExecSessions {
     }
 
     /// What is known of every session (`exec_list`).
-    pub fn summary(&self) -> Vec<Value> {
+    pub(super) fn summary(&self) -> Vec<Value> {
         self.sweep();
         let all = self.lock();
         let mut out: Vec<_> = all
@@ -441,7 +441,7 @@ impl ExecSessions {
     }
 
     /// Forgets the sessions of a deleted sandbox; returns how many there were.
-    pub fn forget_sandbox(&self, sandbox_id: &str) -> usize {
+    pub(super) fn forget_sandbox(&self, sandbox_id: &str) -> usize {
         let mut all = self.lock();
         let gone: Vec<String> = all
             .values()
@@ -458,7 +458,7 @@ impl ExecSessions {
 
     /// Kills the processes of sessions still running: called when the server stops, after
     /// which nobody could follow them. Bounded by `limit`.
-    pub async fn shutdown(&self, limit: Duration) {
+    pub(super) async fn shutdown(&self, limit: Duration) {
         let running: Vec<_> = self
             .lock()
             .drain()

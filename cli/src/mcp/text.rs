@@ -4,7 +4,7 @@
 /// The length of the longest prefix of `bytes`, at most `max` long, that does not end in
 /// the middle of a UTF-8 sequence. Invalid bytes are not a sequence and are kept; a prefix
 /// never becomes empty because of this unless `max` is 0.
-pub fn utf8_cut(bytes: &[u8], max: usize) -> usize {
+pub(super) fn utf8_cut(bytes: &[u8], max: usize) -> usize {
     if bytes.len() <= max {
         return bytes.len();
     }
@@ -14,7 +14,7 @@ pub fn utf8_cut(bytes: &[u8], max: usize) -> usize {
 /// `at`, moved back to the start of the UTF-8 sequence that `bytes[..at]` ends inside of,
 /// if it ends inside one: the length of the longest prefix of `bytes[..at]` that holds only
 /// whole characters (and invalid bytes, which stay).
-pub fn boundary(bytes: &[u8], at: usize) -> usize {
+pub(super) fn boundary(bytes: &[u8], at: usize) -> usize {
     let max = at.min(bytes.len());
     // A sequence is at most 4 bytes: look back over at most 3 continuation bytes for the
     // lead byte of the sequence the cut falls into.
@@ -48,7 +48,7 @@ fn utf8_tail_start(bytes: &[u8], max: usize) -> usize {
 /// `output` as text for an answer: whole when it fits in `inline` bytes, else its head and
 /// tail around a marker naming `note` (where the rest is). Returns the text and whether
 /// bytes were left out.
-pub fn fold(output: &[u8], inline: usize, note: &str) -> (String, bool) {
+pub(super) fn fold(output: &[u8], inline: usize, note: &str) -> (String, bool) {
     if output.len() <= inline {
         return (String::from_utf8_lossy(output).into_owned(), false);
     }
@@ -67,7 +67,7 @@ pub fn fold(output: &[u8], inline: usize, note: &str) -> (String, bool) {
 /// before the line that would take the result past `budget` bytes (the first line is always
 /// returned). Returns the lines joined with their newlines, the last line number returned,
 /// the total number of lines, and whether any line was cut.
-pub fn line_range(
+pub(super) fn line_range(
     text: &str,
     first: usize,
     count: usize,
@@ -98,7 +98,7 @@ pub fn line_range(
 
 /// What [`line_range`] found.
 #[derive(Debug, PartialEq, Eq)]
-pub struct LineRange {
+pub(super) struct LineRange {
     /// The lines, each with a newline.
     pub text: String,
     /// The number of the last line returned (first - 1 when none was).
@@ -110,7 +110,7 @@ pub struct LineRange {
 }
 
 /// `line` cut to `max_chars` characters.
-pub fn cut_line(line: &str, max_chars: usize) -> String {
+pub(super) fn cut_line(line: &str, max_chars: usize) -> String {
     match line.char_indices().nth(max_chars) {
         Some((at, _)) => format!("{} [line cut]", &line[..at]),
         None => line.to_string(),

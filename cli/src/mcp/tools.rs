@@ -30,14 +30,14 @@ host directories this server allows. Delete sandboxes you no longer need.";
 /// One MCP connection's view of the shared [`Server`]: every connection (stdio, or each
 /// HTTP session) gets its own, all sharing sandboxes' sessions and exec sessions.
 #[derive(Clone)]
-pub struct Tools {
+pub(crate) struct Tools {
     server: Arc<Server>,
     tool_router: ToolRouter<Tools>,
 }
 
 impl Tools {
     /// The tools over `server`.
-    pub fn new(server: Arc<Server>) -> Tools {
+    pub(crate) fn new(server: Arc<Server>) -> Tools {
         // Built once: over HTTP a connection, or on the 2026-07-28 revision every request,
         // gets its own `Tools`.
         static ROUTER: OnceLock<ToolRouter<Tools>> = OnceLock::new();
@@ -79,7 +79,7 @@ fn unwrap_descriptions(object: &mut serde_json::Map<String, Value>) {
 /// Arguments of a tool that takes none.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct NoArgs {}
+pub(crate) struct NoArgs {}
 
 fn answer(result: Result<Value, ToolError>) -> Result<CallToolResult, ErrorData> {
     Ok(match result {

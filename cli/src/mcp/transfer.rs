@@ -26,7 +26,7 @@ use super::Server;
 /// Arguments of `upload`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UploadArgs {
+pub(super) struct UploadArgs {
     /// The sandbox's id.
     pub sandbox_id: String,
     /// The file or directory on this machine: inside one of the server's --allow-dir
@@ -41,7 +41,7 @@ pub struct UploadArgs {
 /// Arguments of `download`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct DownloadArgs {
+pub(super) struct DownloadArgs {
     /// The sandbox's id.
     pub sandbox_id: String,
     /// The file or directory in the sandbox.
@@ -61,7 +61,7 @@ fn check_sandbox_path(path: &str) -> Result<(), ToolError> {
     Ok(())
 }
 
-pub async fn upload(server: &Server, args: UploadArgs) -> Result<Value, ToolError> {
+pub(super) async fn upload(server: &Server, args: UploadArgs) -> Result<Value, ToolError> {
     check_sandbox_path(&args.sandbox_path)?;
     let source = server.allowed.existing(&args.host_path)?;
     let shown = source.display().to_string();
@@ -139,7 +139,7 @@ fn file_mode(file: &File) -> u32 {
         .unwrap_or(0o644)
 }
 
-pub async fn download(server: &Server, args: DownloadArgs) -> Result<Value, ToolError> {
+pub(super) async fn download(server: &Server, args: DownloadArgs) -> Result<Value, ToolError> {
     check_sandbox_path(&args.sandbox_path)?;
     let mut target = server.allowed.target(&args.host_path)?;
     let session = server.connections.get(&args.sandbox_id).await?;

@@ -18,7 +18,7 @@ use tether_client::local::data_dir as default_data_dir;
 
 /// The baseline of one sync pair.
 #[derive(Debug)]
-pub struct Baseline {
+pub(crate) struct Baseline {
     file: PathBuf,
     /// The entries.
     pub tree: Tree,
@@ -27,7 +27,7 @@ pub struct Baseline {
 
 impl Baseline {
     /// The saved baseline of `sandbox:remote` ⇄ `local` (empty if there is none yet).
-    pub fn load(sandbox: &str, remote: &str, local: &Path) -> Baseline {
+    pub(crate) fn load(sandbox: &str, remote: &str, local: &Path) -> Baseline {
         let file = location(sandbox, remote, local);
         let tree = std::fs::read(&file)
             .ok()
@@ -41,8 +41,9 @@ impl Baseline {
         }
     }
 
-    /// An empty baseline that is never saved (tests).
-    pub fn in_memory() -> Baseline {
+    /// An empty baseline that is never saved.
+    #[cfg(test)]
+    pub(crate) fn in_memory() -> Baseline {
         Baseline {
             file: PathBuf::new(),
             tree: Tree::new(),
@@ -52,14 +53,18 @@ impl Baseline {
 
     /// Records that the remote side at and below `root` now holds `entries` (all within
     /// `root`), and nothing else there.
-    pub fn replace(&mut self, root: &str, entries: impl IntoIterator<Item = (String, Entry)>) {
+    pub(crate) fn replace(
+        &mut self,
+        root: &str,
+        entries: impl IntoIterator<Item = (String, Entry)>,
+    ) {
         remove_subtree(&mut self.tree, root);
         self.tree.extend(entries);
         self.dirty = true;
     }
 
     /// Records the remote side of exactly one path.
-    pub fn set(&mut self, path: &str, entry: Option<Entry>) {
+    pub(crate) fn set(&mut self, path: &str, entry: Option<Entry>) {
         match entry {
             Some(e) => self.tree.insert(path.to_string(), e),
             None => self.tree.remove(path),
@@ -68,7 +73,7 @@ impl Baseline {
     }
 
     /// Moves `from` and everything below it to `to` (a rename done in the sandbox).
-    pub fn rename(&mut self, from: &str, to: &str) {
+    pub(crate) fn rename(&mut self, from: &str, to: &str) {
         let moved: Vec<(String, Entry)> = subtree(&self.tree, from)
             .map(|(k, e)| (format!("{to}{}", &k[from.len()..]), e.clone()))
             .collect();
@@ -79,12 +84,12 @@ impl Baseline {
     }
 
     /// Whether there are changes not yet saved.
-    pub fn is_dirty(&self) -> bool {
+    pub(crate) fn is_dirty(&self) -> bool {
         self.dirty
     }
 
     /// Writes the baseline (atomically: a temporary file renamed over the old one).
-    pub fn save(&mut self) -> Result<(), SyncError> {
+    pub(crate) fn save(&mut self) -> Result<(), SyncError> {
         if !self.dirty || self.file.as_os_str().is_empty() {
             return Ok(());
         }

@@ -24,7 +24,7 @@ use super::SyncSpec;
 use tether_client::Session;
 
 /// The state of one sync pair while it runs.
-pub struct Engine {
+pub(crate) struct Engine {
     target: Target,
     rules: Arc<Rules>,
     baseline: Baseline,
@@ -42,7 +42,7 @@ struct Root {
 
 impl Engine {
     /// An engine for `spec`, with the saved baseline. The local directory must exist.
-    pub fn new(spec: &SyncSpec, reporter: Reporter) -> Result<Engine, SyncError> {
+    pub(crate) fn new(spec: &SyncSpec, reporter: Reporter) -> Result<Engine, SyncError> {
         let local = spec
             .local
             .canonicalize()
@@ -66,17 +66,17 @@ impl Engine {
     }
 
     /// The local root, canonical.
-    pub fn local(&self) -> &Path {
+    pub(crate) fn local(&self) -> &Path {
         &self.target.local
     }
 
     /// From now on, every local directory found gets a watch.
-    pub fn watch_with(&mut self, watches: DirWatches) {
+    pub(crate) fn watch_with(&mut self, watches: DirWatches) {
         self.watches = Some(watches);
     }
 
     /// Saves the baseline, reporting (not failing on) a write error.
-    pub fn save(&mut self) {
+    pub(crate) fn save(&mut self) {
         if let Err(e) = self.baseline.save() {
             self.reporter
                 .problem(&format!("cannot save the sync state: {e}"));
@@ -84,12 +84,16 @@ impl Engine {
     }
 
     /// Whether the baseline has unsaved changes.
-    pub fn unsaved(&self) -> bool {
+    pub(crate) fn unsaved(&self) -> bool {
         self.baseline.is_dirty()
     }
 
     /// Compares both whole trees and pushes the difference.
-    pub async fn converge(&mut self, session: &Session, phase: Phase) -> Result<Stats, SyncError> {
+    pub(crate) async fn converge(
+        &mut self,
+        session: &Session,
+        phase: Phase,
+    ) -> Result<Stats, SyncError> {
         let started = Instant::now();
         let scanning = self.scan_blocking(String::new());
         let listing = remote::list(session, &self.target.remote, "", &self.rules);
@@ -111,7 +115,11 @@ impl Engine {
     }
 
     /// Pushes one batch of local changes.
-    pub async fn apply(&mut self, session: &Session, changes: Changes) -> Result<Stats, SyncError> {
+    pub(crate) async fn apply(
+        &mut self,
+        session: &Session,
+        changes: Changes,
+    ) -> Result<Stats, SyncError> {
         let is_ignore_file = |p: &&String| p.rsplit('/').next() == Some(IGNORE_FILE);
         let ignore_files_changed = changes.paths.iter().any(|p| is_ignore_file(&p));
         if changes.rescan || ignore_files_changed || changes.paths.len() > LARGE_BATCH {

@@ -62,7 +62,7 @@ pub enum SyncError {
 
 impl SyncError {
     /// Whether the connection to the sandbox is gone, so reconnecting may help.
-    pub fn is_disconnect(&self) -> bool {
+    pub(crate) fn is_disconnect(&self) -> bool {
         match self {
             SyncError::Remote { source, .. } => matches!(
                 source,

@@ -19,13 +19,13 @@ use super::SyncSpec;
 use tether_client::{ClientError, Session};
 
 /// Opens a new session to the sandbox; called again after every lost connection.
-pub type Connect = Arc<
+pub(crate) type Connect = Arc<
     dyn Fn() -> Pin<Box<dyn Future<Output = Result<Session, ClientError>> + Send>> + Send + Sync,
 >;
 
 /// Mirrors `spec` until `stop` fires. Fails only if the first sync cannot be done, or the
 /// sandbox is gone.
-pub async fn watch(
+pub(crate) async fn watch(
     connect: Connect,
     spec: SyncSpec,
     reporter: Reporter,

@@ -23,7 +23,7 @@ use super::tree::{Entry, Tree};
 /// Starts packing `paths` (relative to `local`) on a blocking thread; returns the archive's
 /// bytes to upload and the packer, whose result says what went in. `content` and
 /// `progress` count the archive bytes (before compression: about the content size).
-pub fn start(
+pub(crate) fn start(
     local: PathBuf,
     paths: Vec<String>,
     gzip: bool,
@@ -64,14 +64,14 @@ pub fn start(
 /// Why packing stopped: the pipe to the network closed (the upload failed, and its error
 /// tells why) or the compressor failed.
 #[derive(Debug)]
-pub enum PackError {
+pub(crate) enum PackError {
     /// The pipe or the compressor failed.
     Pipe(io::Error),
 }
 
 /// What went into an archive.
 #[derive(Debug, Default)]
-pub struct Packed {
+pub(crate) struct Packed {
     /// Entries sent, as they were when read.
     pub sent: Tree,
     /// Paths gone or unreadable when their turn came.

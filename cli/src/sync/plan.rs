@@ -18,7 +18,7 @@ use super::tree::{ancestors, same_as, Entry, Tree};
 
 /// What one push does, in this order.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Remote paths renamed to conflict copies first: changed in the sandbox since the last
     /// sync, and about to be replaced or deleted.
     pub set_aside: Vec<String>,
@@ -34,7 +34,7 @@ pub struct Plan {
 
 impl Plan {
     /// Whether there is nothing to do.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.set_aside.is_empty()
             && self.remove.is_empty()
             && self.remove_trees.is_empty()
@@ -43,7 +43,7 @@ impl Plan {
     }
 
     /// Bytes of file content the upload carries, by the local sizes.
-    pub fn upload_bytes(&self, local: &Tree) -> u64 {
+    pub(crate) fn upload_bytes(&self, local: &Tree) -> u64 {
         self.upload
             .iter()
             .filter_map(|p| local.get(p))
@@ -54,7 +54,7 @@ impl Plan {
 
 /// The plan that makes the remote side of `remote` hold `local`, given the `baseline`.
 /// `local` and `remote` cover the same scope (the whole tree, or the paths of one batch).
-pub fn plan(local: &Tree, remote: &Listing, baseline: &Tree) -> Plan {
+pub(crate) fn plan(local: &Tree, remote: &Listing, baseline: &Tree) -> Plan {
     let mut plan = Plan::default();
 
     // Directories with something under them that must not be deleted outright.

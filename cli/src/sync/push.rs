@@ -24,7 +24,7 @@ use tether_client::Session;
 
 /// Where a push goes.
 #[derive(Clone, Debug)]
-pub struct Target {
+pub(crate) struct Target {
     /// The local root.
     pub local: PathBuf,
     /// The remote root (absolute).
@@ -35,7 +35,7 @@ pub struct Target {
 
 /// What a push did.
 #[derive(Debug, Default)]
-pub struct Pushed {
+pub(crate) struct Pushed {
     /// Entries sent, as they were when read (what the remote side now holds).
     pub sent: Tree,
     /// Planned uploads that had vanished locally, or could not be read, when their turn
@@ -54,7 +54,7 @@ pub struct Pushed {
 }
 
 /// Runs `plan` against the sandbox; `local` holds the local entries it names.
-pub async fn push(
+pub(crate) async fn push(
     session: &Session,
     target: &Target,
     plan: &Plan,
@@ -249,7 +249,7 @@ async fn upload_one(
     }
 }
 /// `20250102T030405Z`: a UTC time that sorts, and is safe in a file name.
-pub fn conflict_stamp(now: SystemTime) -> String {
+pub(crate) fn conflict_stamp(now: SystemTime) -> String {
     humantime::format_rfc3339_seconds(now)
         .to_string()
         .replace(['-', ':'], "")

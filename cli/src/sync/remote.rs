@@ -21,7 +21,7 @@ use tether_client::{ClientError, Session};
 
 /// The remote side under one directory.
 #[derive(Debug, Default)]
-pub struct Listing {
+pub(crate) struct Listing {
     /// The entries the rules keep.
     pub tree: Tree,
     /// Directories holding something the sync must not touch (ignored paths, special files,
@@ -48,7 +48,7 @@ impl Listing {
 }
 
 /// The absolute remote path of `rel` under `root`.
-pub fn absolute(root: &str, rel: &str) -> String {
+pub(crate) fn absolute(root: &str, rel: &str) -> String {
     match rel.is_empty() {
         true => root.to_string(),
         false => format!("{}/{rel}", root.trim_end_matches('/')),
@@ -57,7 +57,7 @@ pub fn absolute(root: &str, rel: &str) -> String {
 
 /// Lists `root/under` (and everything below it) as the rules see it. A missing directory
 /// is an empty listing.
-pub async fn list(
+pub(crate) async fn list(
     session: &Session,
     root: &str,
     under: &str,
@@ -130,7 +130,7 @@ pub async fn list(
 }
 
 /// The remote entries of `paths` (relative to `root`), `None` where nothing is there.
-pub async fn stat_many(
+pub(crate) async fn stat_many(
     session: &Session,
     root: &str,
     paths: Vec<String>,
@@ -160,7 +160,7 @@ pub async fn stat_many(
 }
 
 /// Runs one request/response operation on `path` within [`REQUEST_TIMEOUT`].
-pub async fn timed<T>(
+pub(crate) async fn timed<T>(
     path: &str,
     request: impl std::future::Future<Output = Result<T, ClientError>>,
 ) -> Result<T, SyncError> {

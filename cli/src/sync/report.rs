@@ -37,7 +37,7 @@ pub struct Stats {
 
 impl Stats {
     /// Whether anything moved.
-    pub fn changed(&self) -> bool {
+    pub(crate) fn changed(&self) -> bool {
         self.files + self.dirs + self.deleted + self.conflicts + self.renamed > 0
     }
 }
@@ -106,7 +106,7 @@ impl Reporter {
     }
 
     /// A batch is done. Batches that changed nothing are not reported while watching.
-    pub fn synced(&self, phase: Phase, stats: &Stats) {
+    pub(crate) fn synced(&self, phase: Phase, stats: &Stats) {
         if !stats.changed() && phase == Phase::Change {
             return;
         }
@@ -155,14 +155,14 @@ impl Reporter {
     }
 
     /// A changed file was kept as a conflict copy.
-    pub fn conflict(&self, path: &str, kept_as: &str) {
+    pub(crate) fn conflict(&self, path: &str, kept_as: &str) {
         self.emit(&Line::Conflict { path, kept_as }, || {
             format!("conflict: {path} changed on both sides; the other side's copy is kept as {kept_as}")
         });
     }
 
     /// Something was skipped; the sync goes on.
-    pub fn problem(&self, message: &str) {
+    pub(crate) fn problem(&self, message: &str) {
         match self.format {
             Format::Human => eprintln!("tether sync: {}", escape_lines(message)),
             _ => self.emit(&Line::Problem { message }, String::new),
@@ -170,14 +170,14 @@ impl Reporter {
     }
 
     /// The initial sync is done and changes are being watched.
-    pub fn watching(&self, local: &str, remote: &str) {
+    pub(crate) fn watching(&self, local: &str, remote: &str) {
         self.emit(&Line::Watching { local, remote }, || {
             format!("watching {local} -> {remote} (Ctrl-C to stop)")
         });
     }
 
     /// The connection dropped; the next attempt is in `retry`.
-    pub fn disconnected(&self, error: &str, retry: Duration) {
+    pub(crate) fn disconnected(&self, error: &str, retry: Duration) {
         let retry_ms = retry.as_millis() as u64;
         self.emit(&Line::Disconnected { error, retry_ms }, || {
             format!("connection lost ({error}); reconnecting in {retry_ms} ms")
@@ -185,13 +185,13 @@ impl Reporter {
     }
 
     /// The connection is back; a rescan follows.
-    pub fn reconnected(&self) {
+    pub(crate) fn reconnected(&self) {
         self.emit(&Line::Reconnected, || "reconnected; rescanning".into());
     }
 
     /// A progress bar for `bytes` of uploads, shown only for a person, on a terminal, and
     /// for transfers large enough to be worth one.
-    pub fn progress(&self, bytes: u64) -> ProgressBar {
+    pub(crate) fn progress(&self, bytes: u64) -> ProgressBar {
         if self.format != Format::Human
             || bytes < PROGRESS_MIN_BYTES
             || !std::io::stderr().is_terminal()

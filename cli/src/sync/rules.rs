@@ -19,7 +19,7 @@ use super::error::SyncError;
 use super::tree::ancestors;
 
 /// The ignore rules of one synced directory.
-pub struct Rules {
+pub(crate) struct Rules {
     root: PathBuf,
     builtin: Gitignore,
     user: Gitignore,
@@ -35,7 +35,7 @@ impl std::fmt::Debug for Rules {
 
 impl Rules {
     /// Rules for the local directory `root` with these `--exclude` patterns.
-    pub fn new(root: &Path, excludes: &[String]) -> Result<Rules, SyncError> {
+    pub(crate) fn new(root: &Path, excludes: &[String]) -> Result<Rules, SyncError> {
         let builtin = patterns(root, BUILTIN_EXCLUDES.iter().copied())?;
         let user = patterns(root, excludes.iter().map(String::as_str))?;
         Ok(Rules {
@@ -48,7 +48,7 @@ impl Rules {
 
     /// Whether `rel` (a directory when `is_dir`) is ignored by its own name, assuming its
     /// parent directory is not: what a walk that prunes ignored directories asks.
-    pub fn ignored_entry(&self, rel: &str, is_dir: bool) -> bool {
+    pub(crate) fn ignored_entry(&self, rel: &str, is_dir: bool) -> bool {
         if rel.is_empty() {
             return false;
         }
@@ -81,14 +81,14 @@ impl Rules {
 
     /// Whether `rel` is ignored by its own name or because a directory above it is: what a
     /// path from a remote listing or a change notification asks.
-    pub fn ignored_path(&self, rel: &str, is_dir: bool) -> bool {
+    pub(crate) fn ignored_path(&self, rel: &str, is_dir: bool) -> bool {
         let mut above: Vec<&str> = ancestors(rel).collect();
         above.reverse();
         above.iter().any(|dir| self.ignored_entry(dir, true)) || self.ignored_entry(rel, is_dir)
     }
 
     /// Forgets the cached `.gitignore` of directory `dir` (it changed).
-    pub fn forget(&self, dir: &str) {
+    pub(crate) fn forget(&self, dir: &str) {
         self.lock().remove(dir);
     }
 
@@ -121,14 +121,14 @@ impl Rules {
 
 /// Answers [`Rules::ignored_path`] for many paths, remembering each directory's answer, so a
 /// listing of 100,000 paths costs one rule check per path rather than one per ancestor.
-pub struct PathFilter<'a> {
+pub(crate) struct PathFilter<'a> {
     rules: &'a Rules,
     dirs: HashMap<String, bool>,
 }
 
 impl<'a> PathFilter<'a> {
     /// A filter with an empty memory.
-    pub fn new(rules: &'a Rules) -> PathFilter<'a> {
+    pub(crate) fn new(rules: &'a Rules) -> PathFilter<'a> {
         PathFilter {
             rules,
             dirs: HashMap::new(),
@@ -136,7 +136,7 @@ impl<'a> PathFilter<'a> {
     }
 
     /// Whether `rel` or a directory above it is ignored.
-    pub fn ignored(&mut self, rel: &str, is_dir: bool) -> bool {
+    pub(crate) fn ignored(&mut self, rel: &str, is_dir: bool) -> bool {
         if rel.is_empty() {
             return false;
         }

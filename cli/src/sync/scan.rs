@@ -12,7 +12,7 @@ use super::tree::{Entry, Tree};
 
 /// What a walk found.
 #[derive(Debug, Default)]
-pub struct Scan {
+pub(crate) struct Scan {
     /// The entries, relative to the synced root.
     pub tree: Tree,
     /// Paths that could not be read or named (not UTF-8), in words, to report.
@@ -23,7 +23,12 @@ pub struct Scan {
 /// entry), calling `on_dir` with each directory's absolute path as it is found, the root
 /// included: the watcher adds a watch there before its contents are read, so nothing
 /// created meanwhile is missed.
-pub fn scan(root: &Path, under: &str, rules: &Arc<Rules>, mut on_dir: impl FnMut(&Path)) -> Scan {
+pub(crate) fn scan(
+    root: &Path,
+    under: &str,
+    rules: &Arc<Rules>,
+    mut on_dir: impl FnMut(&Path),
+) -> Scan {
     let mut out = Scan::default();
     let start = if under.is_empty() {
         root.to_path_buf()
@@ -89,7 +94,7 @@ pub fn scan(root: &Path, under: &str, rules: &Arc<Rules>, mut on_dir: impl FnMut
 }
 
 /// One local path's entry, if it exists and is something the sync carries.
-pub fn stat(root: &Path, rel: &str) -> Option<Entry> {
+pub(crate) fn stat(root: &Path, rel: &str) -> Option<Entry> {
     let path = root.join(rel);
     let meta = fs::symlink_metadata(&path).ok()?;
     let target = match meta.file_type().is_symlink() {
@@ -100,7 +105,7 @@ pub fn stat(root: &Path, rel: &str) -> Option<Entry> {
 }
 
 /// `path` relative to `root`, `/`-separated; `None` outside it or when not UTF-8.
-pub fn relative(root: &Path, path: &Path) -> Option<String> {
+pub(crate) fn relative(root: &Path, path: &Path) -> Option<String> {
     let rel = path.strip_prefix(root).ok()?;
     let s = rel.to_str()?;
     Some(s.trim_end_matches('/').to_string())

@@ -10,12 +10,12 @@ use serde::{Deserialize, Serialize};
 use tether_proto::op::{FileKind, FileStat};
 
 /// A tree: relative path to entry.
-pub type Tree = BTreeMap<String, Entry>;
+pub(crate) type Tree = BTreeMap<String, Entry>;
 
 /// What kind of thing a synced path is. Anything else (sockets, fifos, devices) is not synced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A regular file.
     File,
     /// A directory.
@@ -26,7 +26,7 @@ pub enum Kind {
 
 /// What the sync knows of one path on one side.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// The kind.
     pub kind: Kind,
     /// Size in bytes (files only; 0 otherwise).
@@ -56,7 +56,7 @@ pub struct Entry {
 
 impl Entry {
     /// A local path's entry from its (not followed) metadata; `None` for what is not synced.
-    pub fn from_metadata(meta: &Metadata, target: Option<String>) -> Option<Entry> {
+    pub(crate) fn from_metadata(meta: &Metadata, target: Option<String>) -> Option<Entry> {
         let kind = match meta.file_type() {
             t if t.is_symlink() => Kind::Symlink,
             t if t.is_dir() => Kind::Dir,
@@ -75,7 +75,7 @@ impl Entry {
     }
 
     /// A remote path's entry from the agent's listing; `None` for what is not synced.
-    pub fn from_stat(stat: &FileStat) -> Option<Entry> {
+    pub(crate) fn from_stat(stat: &FileStat) -> Option<Entry> {
         let kind = match stat.kind {
             FileKind::File => Kind::File,
             FileKind::Dir => Kind::Dir,
@@ -111,7 +111,7 @@ impl Entry {
     /// Whether the two sides hold the same thing, as far as metadata can tell: the quick
     /// check rsync makes. Files: size, mtime second and mode. Symlinks: the target.
     /// Directories: the mode (their mtimes change with their contents).
-    pub fn same(&self, other: &Entry) -> bool {
+    pub(crate) fn same(&self, other: &Entry) -> bool {
         if self.kind != other.kind {
             return false;
         }
@@ -126,12 +126,12 @@ impl Entry {
 
     /// Whether this local file is exactly as it was when `sent` was recorded, to the
     /// nanosecond: the quick check alone cannot see an edit within the same second.
-    pub fn unchanged_since(&self, sent: &Entry) -> bool {
+    pub(crate) fn unchanged_since(&self, sent: &Entry) -> bool {
         self.same(sent) && (self.kind != Kind::File || self.mtime_ns == sent.mtime_ns)
     }
 
     /// Whether this is a directory.
-    pub fn is_dir(&self) -> bool {
+    pub(crate) fn is_dir(&self) -> bool {
         self.kind == Kind::Dir
     }
 }
@@ -143,7 +143,7 @@ fn is_zero(n: &u32) -> bool {
 /// Whether the remote `entry` is still what the last sync left there (`known`, from the
 /// baseline; `None`, never synced, matches nothing): the quick check, and for a file the
 /// sub-second part of its mtime too, so an edit within the same second is seen.
-pub fn same_as(entry: &Entry, known: Option<&Entry>) -> bool {
+pub(crate) fn same_as(entry: &Entry, known: Option<&Entry>) -> bool {
     known.is_some_and(|k| {
         entry.same(k) && (entry.kind != Kind::File || entry.mtime_ns == k.remote_ns)
     })
@@ -151,7 +151,7 @@ pub fn same_as(entry: &Entry, known: Option<&Entry>) -> bool {
 
 /// `local` as the baseline records it once the remote side holds `remote` (a listing's
 /// entry), or a copy a push landed (`None`: whole seconds).
-pub fn recorded(local: &Entry, remote: Option<&Entry>) -> Entry {
+pub(crate) fn recorded(local: &Entry, remote: Option<&Entry>) -> Entry {
     Entry {
         remote_ns: remote.map_or(0, |r| r.mtime_ns),
         ..local.clone()
@@ -161,7 +161,7 @@ pub fn recorded(local: &Entry, remote: Option<&Entry>) -> Entry {
 const NANOS_PER_MILLI: u32 = 1_000_000;
 
 /// `parent/name`, or `name` at the top.
-pub fn join(parent: &str, name: &str) -> String {
+pub(crate) fn join(parent: &str, name: &str) -> String {
     match (parent.is_empty(), name.is_empty()) {
         (true, _) => name.to_string(),
         (_, true) => parent.to_string(),
@@ -170,7 +170,7 @@ pub fn join(parent: &str, name: &str) -> String {
 }
 
 /// The paths strictly above `path`, nearest first: `a/b/c` gives `a/b`, `a`.
-pub fn ancestors(path: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn ancestors(path: &str) -> impl Iterator<Item = &str> {
     let mut rest = path;
     std::iter::from_fn(move || {
         let cut = rest.rfind('/')?;
@@ -179,17 +179,11 @@ pub fn ancestors(path: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// Whether `path` is `root` or below it (`""` is the root of everything).
-pub fn within(path: &str, root: &str) -> bool {
-    root.is_empty()
-        || path == root
-        || (path.len() > root.len()
-            && path.starts_with(root)
-            && path.as_bytes()[root.len()] == b'/')
-}
-
 /// The entries of `tree` at or below `root`, in order.
-pub fn subtree<'a>(tree: &'a Tree, root: &'a str) -> impl Iterator<Item = (&'a String, &'a Entry)> {
+pub(crate) fn subtree<'a>(
+    tree: &'a Tree,
+    root: &'a str,
+) -> impl Iterator<Item = (&'a String, &'a Entry)> {
     let own = tree.get_key_value(root).filter(|_| !root.is_empty());
     // Descendants are the keys from `root/` up to (excluding) `root0`: '0' follows '/'.
     let below = if root.is_empty() {
@@ -204,7 +198,7 @@ pub fn subtree<'a>(tree: &'a Tree, root: &'a str) -> impl Iterator<Item = (&'a S
 }
 
 /// Removes every entry at or below `root`.
-pub fn remove_subtree(tree: &mut Tree, root: &str) {
+pub(crate) fn remove_subtree(tree: &mut Tree, root: &str) {
     if root.is_empty() {
         tree.clear();
         return;
@@ -313,8 +307,6 @@ mod tests {
     fn paths_know_their_ancestors() {
         assert_eq!(ancestors("a/b/c").collect::<Vec<_>>(), ["a/b", "a"]);
         assert_eq!(ancestors("a").count(), 0);
-        assert!(within("a/b", "a") && within("a", "a") && within("x", ""));
-        assert!(!within("ab", "a"));
         assert_eq!(join("", "a"), "a");
         assert_eq!(join("a", "b"), "a/b");
     }

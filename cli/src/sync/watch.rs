@@ -22,7 +22,7 @@ use super::scan::relative;
 
 /// One batch of local changes.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Changes {
+pub(crate) struct Changes {
     /// Paths where something changed (relative to the root).
     pub paths: BTreeSet<String>,
     /// Paths that appeared (created, or renamed to): a directory among them is walked
@@ -66,7 +66,7 @@ enum Note {
 
 /// Adds a watch on one directory; cheap to clone and callable from any thread.
 #[derive(Clone)]
-pub struct DirWatches {
+pub(crate) struct DirWatches {
     watcher: Arc<Mutex<RecommendedWatcher>>,
     problems: Arc<Mutex<Vec<String>>>,
     full: Arc<AtomicBool>,
@@ -74,7 +74,7 @@ pub struct DirWatches {
 
 impl DirWatches {
     /// Watches `dir` (not recursively: every synced directory gets its own watch).
-    pub fn add(&self, dir: &Path) {
+    pub(crate) fn add(&self, dir: &Path) {
         let mut watcher = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
             // One report is enough: at the limit every later directory fails the same way.
@@ -91,7 +91,7 @@ impl DirWatches {
 }
 
 /// The local watcher of one synced directory.
-pub struct Watcher {
+pub(crate) struct Watcher {
     watches: DirWatches,
     notes: mpsc::Receiver<Note>,
     overflow: Arc<AtomicBool>,
@@ -99,7 +99,7 @@ pub struct Watcher {
 
 impl Watcher {
     /// Starts watching notifications under `root` (watches are added with [`Watcher::dirs`]).
-    pub fn start(root: &Path) -> Result<Watcher, SyncError> {
+    pub(crate) fn start(root: &Path) -> Result<Watcher, SyncError> {
         let (tx, notes) = mpsc::channel(WATCH_QUEUE);
         let overflow = Arc::new(AtomicBool::new(false));
         let root_owned: PathBuf = root.to_path_buf();
@@ -129,12 +129,12 @@ impl Watcher {
     }
 
     /// The handle that adds directory watches.
-    pub fn dirs(&self) -> DirWatches {
+    pub(crate) fn dirs(&self) -> DirWatches {
         self.watches.clone()
     }
 
     /// Watch failures not yet reported.
-    pub fn take_problems(&self) -> Vec<String> {
+    pub(crate) fn take_problems(&self) -> Vec<String> {
         std::mem::take(
             &mut *self
                 .watches
@@ -145,7 +145,7 @@ impl Watcher {
     }
 
     /// Waits for the next batch; `None` if the watcher stopped.
-    pub async fn next(&mut self) -> Option<Changes> {
+    pub(crate) async fn next(&mut self) -> Option<Changes> {
         let mut changes = Changes::default();
         changes.add(self.notes.recv().await?);
         let deadline = Instant::now() + MAX_BATCH_DELAY;
@@ -163,7 +163,7 @@ impl Watcher {
     }
 
     /// Drops the notifications queued so far (a rescan is about to cover them).
-    pub fn drain(&mut self) {
+    pub(crate) fn drain(&mut self) {
         while self.notes.try_recv().is_ok() {}
         self.overflow.store(false, Ordering::Relaxed);
     }

@@ -1,7 +1,7 @@
 //! A fake Daytona: the REST API under `/api` (`Authorization: Bearer <key>`, NestJS error
 //! bodies, 200 on POSTs, `{items, nextCursor}` lists, JSON `labels` filters, 409 on a taken
 //! name, 400 for resources with a snapshot), snapshots made from registry images
-//! ([`snapshot_api`], [`snapshots`]), and the preview proxy ([`preview`]): one local listener per sandbox port,
+//! (`snapshot_api`, `snapshots`), and the preview proxy (`preview`): one local listener per sandbox port,
 //! demanding `X-Daytona-Preview-Token` and answering 307 without it, like Daytona's proxy.
 //!
 //! A snapshot's entrypoint is started as Daytona's daemon does, with the sandbox's `env`: the

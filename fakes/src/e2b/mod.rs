@@ -3,8 +3,8 @@
 //! `{port}-{sandboxID}.{domain}` Host or by `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers —
 //! all on one listener, told apart per request as E2B's proxy does.
 //!
-//! Templates are built as E2B's v2 build system builds them ([`templates`], [`template_api`],
-//! [`storage`], [`builder`]): the base pulled from a registry, the COPY steps' files uploaded
+//! Templates are built as E2B's v2 build system builds them (`templates`, `template_api`,
+//! `storage`, `builder`): the base pulled from a registry, the COPY steps' files uploaded
 //! to a storage URL the fake serves, ENV, WORKDIR and USER applied, the status and log
 //! polled.
 //!
@@ -38,7 +38,7 @@ use crate::images::Images;
 use crate::sandboxes::Sandboxes;
 
 /// envd's port inside every sandbox.
-pub const ENVD_PORT: u16 = 49983;
+pub(crate) const ENVD_PORT: u16 = 49983;
 /// Where uploaded COPY files (and build scratch space) live, under the data directory.
 const FILES_DIR: &str = "e2b-files";
 /// How often expired sandboxes are looked for.

@@ -3,7 +3,7 @@
 //! Each enum has an exhaustive `*_name` function (no `_` arm), so adding a variant stops the
 //! build here until it gets a name and a sample; `codec.rs` then checks that the samples cover
 //! exactly the variants serde knows, so a name without a sample fails a test.
-#![allow(dead_code)] // each test file uses a different part
+#![allow(dead_code, reason = "each test file uses a different part")]
 
 use std::collections::BTreeMap;
 
@@ -15,7 +15,7 @@ use tether_proto::op::{
 use tether_proto::{Channel, ErrorCode, ProcessId, StreamId};
 
 /// The wire name (`"type"`) of a control message.
-pub fn control_name(c: &Control) -> &'static str {
+pub(crate) fn control_name(c: &Control) -> &'static str {
     match c {
         Control::Hello { .. } => "hello",
         Control::Welcome { .. } => "welcome",
@@ -35,7 +35,7 @@ pub fn control_name(c: &Control) -> &'static str {
 }
 
 /// The wire name (`"op"`) of an operation.
-pub fn op_name(op: &Op) -> &'static str {
+pub(crate) fn op_name(op: &Op) -> &'static str {
     match op {
         Op::Exec(_) => "exec",
         Op::Attach { .. } => "attach",
@@ -65,7 +65,7 @@ pub fn op_name(op: &Op) -> &'static str {
 }
 
 /// The wire name (`"reply"`) of a reply.
-pub fn reply_name(r: &Reply) -> &'static str {
+pub(crate) fn reply_name(r: &Reply) -> &'static str {
     match r {
         Reply::Ok => "ok",
         Reply::Stat(_) => "stat",
@@ -82,7 +82,7 @@ pub fn reply_name(r: &Reply) -> &'static str {
 }
 
 /// The wire name (`"kind"`) of a watch event.
-pub fn event_name(e: &WatchEvent) -> &'static str {
+pub(crate) fn event_name(e: &WatchEvent) -> &'static str {
     match e {
         WatchEvent::Create { .. } => "create",
         WatchEvent::Modify { .. } => "modify",
@@ -93,7 +93,7 @@ pub fn event_name(e: &WatchEvent) -> &'static str {
 }
 
 /// The wire name of an error code, written out independently of `ErrorCode::as_str`.
-pub fn code_name(c: ErrorCode) -> &'static str {
+pub(crate) fn code_name(c: ErrorCode) -> &'static str {
     match c {
         ErrorCode::NotFound => "not_found",
         ErrorCode::PermissionDenied => "permission_denied",
@@ -111,7 +111,7 @@ pub fn code_name(c: ErrorCode) -> &'static str {
 }
 
 /// Every error code.
-pub fn codes() -> Vec<ErrorCode> {
+pub(crate) fn codes() -> Vec<ErrorCode> {
     vec![
         ErrorCode::NotFound,
         ErrorCode::PermissionDenied,
@@ -134,7 +134,7 @@ fn s(v: &str) -> String {
 
 /// Every operation, with the options that matter set, plus variants of the nested enums
 /// (`command`, `if_exists`).
-pub fn ops() -> Vec<Op> {
+pub(crate) fn ops() -> Vec<Op> {
     let mut env = BTreeMap::new();
     env.insert(s("RUST_LOG"), s("debug"));
     vec![
@@ -292,7 +292,7 @@ fn stat(path: &str, kind: FileKind, size: u64, mode: u32, target: Option<&str>) 
 }
 
 /// Every reply, covering every file kind.
-pub fn replies() -> Vec<Reply> {
+pub(crate) fn replies() -> Vec<Reply> {
     vec![
         Reply::Ok,
         Reply::Stat(stat("Cargo.toml", FileKind::File, 1234, 0o644, None)),
@@ -371,7 +371,7 @@ pub fn replies() -> Vec<Reply> {
 }
 
 /// Every watch event.
-pub fn events() -> Vec<WatchEvent> {
+pub(crate) fn events() -> Vec<WatchEvent> {
     vec![
         WatchEvent::Create {
             path: s("src/new.rs"),
@@ -394,7 +394,7 @@ pub fn events() -> Vec<WatchEvent> {
 
 /// Every control message: each op inside an `open`, each reply inside a `reply`, each event
 /// inside an `event`, each error code inside an `error`, every channel inside an `eof`.
-pub fn controls() -> Vec<Control> {
+pub(crate) fn controls() -> Vec<Control> {
     let st = StreamId(1);
     let mut all = vec![
         Control::Hello {
@@ -503,7 +503,9 @@ pub fn controls() -> Vec<Control> {
 
 /// The variant names serde accepts for a tag, read from its "unknown variant" error, so a
 /// test can compare them with the samples. `json` must name an unknown variant.
-pub fn serde_variants<T: serde::de::DeserializeOwned + std::fmt::Debug>(json: &str) -> Vec<String> {
+pub(crate) fn serde_variants<T: serde::de::DeserializeOwned + std::fmt::Debug>(
+    json: &str,
+) -> Vec<String> {
     let err = serde_json::from_str::<T>(json).expect_err("the variant must be unknown");
     let msg = err.to_string();
     let (_, expected) = msg
@@ -519,7 +521,7 @@ pub fn serde_variants<T: serde::de::DeserializeOwned + std::fmt::Debug>(json: &s
 
 /// Exhaustive over the nested enums, so a new command form, write mode, file kind or channel
 /// is noticed here.
-pub fn nested_names(c: &Control) -> Vec<&'static str> {
+pub(crate) fn nested_names(c: &Control) -> Vec<&'static str> {
     let mut names = Vec::new();
     match c {
         Control::Open {

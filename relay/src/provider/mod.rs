@@ -1,5 +1,5 @@
 //! The provider trait: how the relay creates, finds, deletes and reaches sandboxes, whatever
-//! runs them. Each provider lives in its own module and registers in [`build`], the one place
+//! runs them. Each provider lives in its own module and registers in `build`, the one place
 //! that names them all.
 
 #[cfg(feature = "cloud")]
@@ -29,7 +29,7 @@ pub trait AgentIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> AgentIo for T {}
 
 /// An upgraded WebSocket to a sandbox's agent, authenticated with the sandbox's token.
-pub type AgentSocket = tokio_tungstenite::WebSocketStream<Pin<Box<dyn AgentIo>>>;
+pub(crate) type AgentSocket = tokio_tungstenite::WebSocketStream<Pin<Box<dyn AgentIo>>>;
 
 /// What a provider reports back from a create; the relay persists it in the registry.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -130,7 +130,7 @@ pub struct ProviderContext {
 
 /// Builds every provider that can be configured on this host, keyed by name.
 /// This is the one place providers are registered.
-pub fn build(ctx: &ProviderContext) -> BTreeMap<&'static str, Arc<dyn Provider>> {
+pub(crate) fn build(ctx: &ProviderContext) -> BTreeMap<&'static str, Arc<dyn Provider>> {
     #[cfg_attr(
         not(feature = "cloud"),
         expect(unused_mut, reason = "only the cloud providers are added")

@@ -14,7 +14,7 @@ pub(super) struct Tunnels {
 
 impl Tunnels {
     /// Counts a tunnel to `id` as open until the guard drops.
-    pub fn open(self: &Arc<Self>, id: SandboxId) -> TunnelGuard {
+    pub(super) fn open(self: &Arc<Self>, id: SandboxId) -> TunnelGuard {
         *self.lock().entry(id.clone()).or_default() += 1;
         TunnelGuard {
             tunnels: self.clone(),
@@ -23,12 +23,12 @@ impl Tunnels {
     }
 
     /// Whether any tunnel to `id` is open.
-    pub fn is_open(&self, id: &SandboxId) -> bool {
+    pub(super) fn is_open(&self, id: &SandboxId) -> bool {
         self.lock().contains_key(id)
     }
 
     /// Every sandbox with an open tunnel.
-    pub fn open_ids(&self) -> Vec<SandboxId> {
+    pub(super) fn open_ids(&self) -> Vec<SandboxId> {
         self.lock().keys().cloned().collect()
     }
 
@@ -46,7 +46,7 @@ pub(super) struct TunnelGuard {
 
 impl TunnelGuard {
     /// The sandbox the tunnel goes to.
-    pub fn id(&self) -> &SandboxId {
+    pub(super) fn id(&self) -> &SandboxId {
         &self.id
     }
 }

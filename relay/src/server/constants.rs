@@ -10,7 +10,7 @@ pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr
 /// How often the reaper looks for expired and idle sandboxes, unless configured.
 pub const DEFAULT_REAP_INTERVAL: Duration = Duration::from_secs(1);
 /// The provider used when a create names none.
-pub const DEFAULT_PROVIDER: &str = "local";
+pub(crate) const DEFAULT_PROVIDER: &str = "local";
 
 /// The database file under the data directory.
 pub(super) const DB_FILE: &str = "relay.db";

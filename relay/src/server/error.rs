@@ -14,7 +14,7 @@ use tether_client::api::{ErrorBody, ErrorDetail};
 
 /// A failed request. Each message is a sentence the user can act on.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(super) enum ApiError {
     /// No token, or one this relay does not know.
     #[error(
         "{reason}: set TETHER_TOKEN to a token from `tether token create`, or to the admin \
@@ -54,14 +54,14 @@ pub enum ApiError {
 
 impl ApiError {
     /// The tenant has no sandbox `id` (or another tenant has it: not revealed).
-    pub fn no_sandbox(id: &SandboxId) -> ApiError {
+    pub(super) fn no_sandbox(id: &SandboxId) -> ApiError {
         ApiError::NotFound(format!(
             "sandbox {id} not found; `tether ls` lists your sandboxes"
         ))
     }
 
     /// The relay deleted the tenant's sandbox on its own; `entry` says when and why.
-    pub fn deleted(entry: &Destroyed) -> ApiError {
+    pub(super) fn deleted(entry: &Destroyed) -> ApiError {
         let why = match entry.reason {
             DestroyReason::Ttl => "its TTL ran out",
             DestroyReason::Idle => "no client was connected for its idle timeout",
@@ -78,7 +78,7 @@ impl ApiError {
     }
 
     /// Maps a provider's failure on sandbox `id` (if there is one yet) to a response.
-    pub fn provider(provider: &str, id: Option<&SandboxId>, err: ProviderError) -> ApiError {
+    pub(super) fn provider(provider: &str, id: Option<&SandboxId>, err: ProviderError) -> ApiError {
         match err {
             ProviderError::Unavailable(msg) => {
                 ApiError::Unavailable(format!("provider `{provider}` is unavailable: {msg}"))

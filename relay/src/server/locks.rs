@@ -14,7 +14,7 @@ pub(super) struct KeyedLocks {
 
 impl KeyedLocks {
     /// Waits for the lock on `key`; it is released when the guard drops.
-    pub async fn lock(&self, key: String) -> OwnedMutexGuard<()> {
+    pub(super) async fn lock(&self, key: String) -> OwnedMutexGuard<()> {
         let lock = {
             let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
             // An entry only the map holds is unused. Sweeping here (rather than on guard

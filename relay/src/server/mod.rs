@@ -2,7 +2,7 @@
 //! the registry, and tunnels client sessions to each sandbox's agent.
 //!
 //! # Layout
-//! - this file: [`start`], [`run`] and shutting down ([`RunningRelay`]);
+//! - this file: [`start`] and shutting down ([`RunningRelay`]);
 //! - `state`: what all handlers share; `routes`: the router, health, tokens;
 //! - `sandboxes`: the lifecycle routes; `tunnel`: the WebSocket data path;
 //! - `auth`: API tokens, the admin token file, the caller's tenant and role;
@@ -47,8 +47,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-pub use constants::{DEFAULT_LISTEN, DEFAULT_PROVIDER, DEFAULT_REAP_INTERVAL};
-pub use policy::{ConfigError, PolicyConfig};
+pub use constants::{DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL};
+pub use policy::PolicyConfig;
 pub use tls::{TlsError, TlsFiles};
 
 use constants::{ADMIN_TOKEN_FILE, DB_FILE, LOCK_FILE, SHUTDOWN_GRACE};
@@ -75,20 +75,6 @@ pub struct RelayConfig {
     pub tls: Option<TlsFiles>,
 }
 
-impl RelayConfig {
-    /// A configuration with the default address, reap interval and policy.
-    pub fn new(data_dir: PathBuf, agent_binary: PathBuf) -> RelayConfig {
-        RelayConfig {
-            listen: DEFAULT_LISTEN,
-            data_dir,
-            agent_binary,
-            reap_interval: DEFAULT_REAP_INTERVAL,
-            policy: PolicyConfig::default(),
-            tls: None,
-        }
-    }
-}
-
 /// A relay that is serving. Dropping it starts a shutdown without waiting for it;
 /// [`RunningRelay::shutdown`] waits.
 pub struct RunningRelay {
@@ -113,7 +99,7 @@ pub async fn start(config: RelayConfig) -> anyhow::Result<RunningRelay> {
 }
 
 /// Starts a relay with the given providers (tests and embedders bring their own).
-pub async fn start_with(
+pub(crate) async fn start_with(
     config: RelayConfig,
     providers: BTreeMap<&'static str, Arc<dyn Provider>>,
 ) -> anyhow::Result<RunningRelay> {
@@ -181,11 +167,6 @@ pub async fn start_with(
         server: Some(server),
         reaper: Some(reaper),
     })
-}
-
-/// Runs a relay until SIGINT or SIGTERM, then shuts it down gracefully.
-pub async fn run(config: RelayConfig) -> anyhow::Result<()> {
-    start(config).await?.wait().await
 }
 
 impl RunningRelay {

@@ -48,7 +48,7 @@ pub(super) struct Relay {
 
 impl Relay {
     /// The scheme of the relay's own URLs: `https` when it serves TLS.
-    pub fn scheme(&self) -> &'static str {
+    pub(crate) fn scheme(&self) -> &'static str {
         if self.tls {
             "https"
         } else {
@@ -57,7 +57,7 @@ impl Relay {
     }
 
     /// The provider called `name`; an unknown name is the caller's mistake.
-    pub fn provider(&self, name: &str) -> Result<Arc<dyn Provider>, ApiError> {
+    pub(super) fn provider(&self, name: &str) -> Result<Arc<dyn Provider>, ApiError> {
         self.providers.get(name).cloned().ok_or_else(|| {
             ApiError::Invalid(format!(
                 "unknown provider `{name}`; this relay has: {}",
@@ -67,7 +67,10 @@ impl Relay {
     }
 
     /// The provider running `sandbox`; missing means the relay's configuration changed.
-    pub fn provider_of(&self, sandbox: &SandboxRecord) -> Result<Arc<dyn Provider>, ApiError> {
+    pub(super) fn provider_of(
+        &self,
+        sandbox: &SandboxRecord,
+    ) -> Result<Arc<dyn Provider>, ApiError> {
         self.providers
             .get(sandbox.provider.as_str())
             .cloned()
@@ -94,7 +97,7 @@ impl Relay {
     /// Asks the provider for `sandbox`'s state and records a change. A provider that cannot
     /// answer makes it `unknown` (and is logged): a read should not fail for it, and only the
     /// provider's positive answer makes a sandbox `gone`.
-    pub async fn refresh_state(&self, provider: &dyn Provider, sandbox: &mut SandboxRecord) {
+    pub(super) async fn refresh_state(&self, provider: &dyn Provider, sandbox: &mut SandboxRecord) {
         let state = match provider.state(&sandbox.handle()).await {
             Ok(state) => state,
             Err(ProviderError::Gone(_)) => SandboxState::Gone,
@@ -113,7 +116,7 @@ impl Relay {
 
     /// Deletes `sandbox` at its provider, then forgets it. A provider failure keeps the
     /// record, so the delete can be retried.
-    pub async fn destroy(
+    pub(super) async fn destroy(
         &self,
         provider: &dyn Provider,
         sandbox: &SandboxRecord,
@@ -128,7 +131,7 @@ impl Relay {
 
     /// Runs `work` to completion even if the client disconnects: a create or delete cut off
     /// between the provider and the registry would leak a sandbox or keep a dead one.
-    pub async fn detached<T, F>(&self, work: F) -> Result<T, ApiError>
+    pub(super) async fn detached<T, F>(&self, work: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: Future<Output = Result<T, ApiError>> + Send + 'static,
@@ -140,7 +143,7 @@ impl Relay {
     }
 
     /// A 401 that says what to do.
-    pub fn unauthorized(&self, reason: &'static str) -> ApiError {
+    pub(super) fn unauthorized(&self, reason: &'static str) -> ApiError {
         ApiError::Unauthorized {
             reason,
             admin_token_file: self.admin_token_file.clone(),

@@ -17,7 +17,7 @@ use super::{Registry, RegistryError, SandboxId, SandboxRecord, Tenant};
 
 /// Why the relay destroyed a sandbox on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DestroyReason {
+pub(crate) enum DestroyReason {
     /// Its TTL ran out.
     Ttl,
     /// No client was connected for its idle timeout.
@@ -28,7 +28,7 @@ pub enum DestroyReason {
 
 impl DestroyReason {
     /// The name stored in the journal.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DestroyReason::Ttl => "ttl",
             DestroyReason::Idle => "idle",
@@ -54,7 +54,7 @@ impl fmt::Display for DestroyReason {
 
 /// One journal entry.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Destroyed {
+pub(crate) struct Destroyed {
     /// When, in milliseconds since the Unix epoch.
     pub at_ms: i64,
     /// The sandbox.
@@ -75,7 +75,7 @@ pub struct Destroyed {
 
 impl Destroyed {
     /// An entry for `sandbox`, destroyed now.
-    pub fn of(
+    pub(crate) fn of(
         sandbox: &SandboxRecord,
         at_ms: i64,
         reason: DestroyReason,
@@ -97,7 +97,7 @@ impl Destroyed {
 impl Registry {
     /// Forgets the sandbox of `entry` and journals why, in one transaction. Returns whether
     /// the sandbox was there.
-    pub async fn remove_journaled(&self, entry: Destroyed) -> Result<bool, RegistryError> {
+    pub(crate) async fn remove_journaled(&self, entry: Destroyed) -> Result<bool, RegistryError> {
         let labels = serde_json::to_string(&entry.labels)?;
         self.call(move |db| {
             let tx = db.transaction()?;
@@ -123,7 +123,7 @@ impl Registry {
     }
 
     /// The latest journal entry of the tenant's sandbox `id`, if the relay destroyed it.
-    pub async fn destroyed(
+    pub(crate) async fn destroyed(
         &self,
         tenant: &Tenant,
         id: &SandboxId,

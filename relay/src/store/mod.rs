@@ -27,11 +27,10 @@ use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::de::DeserializeOwned;
 
-pub use journal::{DestroyReason, Destroyed};
+pub(crate) use journal::{DestroyReason, Destroyed};
 pub(crate) use record::{millis, state_name};
-pub use record::{InvalidTenant, Role, SandboxId, SandboxRecord, Tenant, TokenRecord};
-pub use schema::SCHEMA_VERSION;
-pub use secret::{SecretError, KEY_FILE};
+pub(crate) use record::{Role, SandboxId, SandboxRecord, Tenant, TokenRecord};
+pub(crate) use secret::{SecretError, KEY_FILE};
 
 use secret::SecretKey;
 use subtle::ConstantTimeEq;
@@ -105,7 +104,7 @@ pub struct Registry {
 
 impl Registry {
     /// Opens (creating if needed, mode 0600) and migrates the database at `path`, with the
-    /// relay's key in [`KEY_FILE`] beside it (created if needed, mode 0600).
+    /// relay's key in `KEY_FILE` beside it (created if needed, mode 0600).
     pub fn open(path: &Path) -> Result<Registry, RegistryError> {
         let open_err = |source: Box<dyn std::error::Error + Send + Sync>| RegistryError::Open {
             path: path.to_path_buf(),
@@ -132,7 +131,7 @@ impl Registry {
 
     /// A registry that lives in memory only, for tests.
     #[cfg(test)]
-    pub fn open_in_memory() -> Result<Registry, RegistryError> {
+    pub(crate) fn open_in_memory() -> Result<Registry, RegistryError> {
         Self::setup(Connection::open_in_memory()?, SecretKey::random(), true)
     }
 
@@ -179,7 +178,7 @@ impl Registry {
     }
 
     /// Stores a new sandbox.
-    pub async fn insert(&self, sandbox: SandboxRecord) -> Result<(), RegistryError> {
+    pub(crate) async fn insert(&self, sandbox: SandboxRecord) -> Result<(), RegistryError> {
         let labels = serde_json::to_string(&sandbox.labels)?;
         let spec = serde_json::to_string(&sandbox.spec)?;
         let meta = serde_json::to_string(&sandbox.meta)?;
@@ -218,7 +217,7 @@ impl Registry {
     }
 
     /// The tenant's sandbox `id`; another tenant's is reported as absent.
-    pub async fn get(
+    pub(crate) async fn get(
         &self,
         tenant: &Tenant,
         id: &SandboxId,
@@ -238,7 +237,7 @@ impl Registry {
     }
 
     /// The tenant's sandboxes carrying every label in `labels` (and maybe more), oldest first.
-    pub async fn list(
+    pub(crate) async fn list(
         &self,
         tenant: &Tenant,
         labels: &BTreeMap<String, String>,
@@ -261,7 +260,7 @@ impl Registry {
     }
 
     /// The tenant's oldest sandbox, not known to be gone, whose labels are exactly `labels`.
-    pub async fn find_by_labels(
+    pub(crate) async fn find_by_labels(
         &self,
         tenant: &Tenant,
         labels: &BTreeMap<String, String>,
@@ -295,7 +294,7 @@ impl Registry {
     }
 
     /// How many sandboxes `tenant` has that are not known to be gone.
-    pub async fn count(&self, tenant: &Tenant) -> Result<u64, RegistryError> {
+    pub(crate) async fn count(&self, tenant: &Tenant) -> Result<u64, RegistryError> {
         let tenant = tenant.clone();
         self.call(move |db| {
             Ok(db.query_row(
@@ -309,7 +308,7 @@ impl Registry {
 
     /// Sandboxes whose TTL has run out, whose idle timeout has passed at `now_ms` (open
     /// tunnels are the caller's to check), or that are known to be gone.
-    pub async fn due(&self, now_ms: i64) -> Result<Vec<SandboxRecord>, RegistryError> {
+    pub(crate) async fn due(&self, now_ms: i64) -> Result<Vec<SandboxRecord>, RegistryError> {
         let key = self.key.clone();
         self.call(move |db| {
             let sql = format!(
@@ -323,7 +322,10 @@ impl Registry {
     }
 
     /// Every sandbox, of every tenant, last seen in `state`.
-    pub async fn in_state(&self, state: SandboxState) -> Result<Vec<SandboxRecord>, RegistryError> {
+    pub(crate) async fn in_state(
+        &self,
+        state: SandboxState,
+    ) -> Result<Vec<SandboxRecord>, RegistryError> {
         let key = self.key.clone();
         self.call(move |db| {
             let sql = format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE state = ?1");
@@ -333,7 +335,7 @@ impl Registry {
     }
 
     /// Forgets a sandbox. Returns whether it was there.
-    pub async fn remove(&self, id: &SandboxId) -> Result<bool, RegistryError> {
+    pub(crate) async fn remove(&self, id: &SandboxId) -> Result<bool, RegistryError> {
         let id = id.clone();
         self.call(move |db| {
             Ok(db.execute("DELETE FROM sandboxes WHERE id = ?1", [id.as_str()])? > 0)
@@ -342,7 +344,11 @@ impl Registry {
     }
 
     /// Records client activity on `ids` at `now_ms`.
-    pub async fn touch(&self, ids: Vec<SandboxId>, now_ms: i64) -> Result<(), RegistryError> {
+    pub(crate) async fn touch(
+        &self,
+        ids: Vec<SandboxId>,
+        now_ms: i64,
+    ) -> Result<(), RegistryError> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -363,7 +369,7 @@ impl Registry {
     }
 
     /// Records the state a provider reported.
-    pub async fn set_state(
+    pub(crate) async fn set_state(
         &self,
         id: &SandboxId,
         state: SandboxState,
@@ -380,7 +386,7 @@ impl Registry {
     }
 
     /// Sets a new TTL, running out at `expires_ms`.
-    pub async fn set_ttl(
+    pub(crate) async fn set_ttl(
         &self,
         id: &SandboxId,
         ttl: Duration,
@@ -398,7 +404,7 @@ impl Registry {
     }
 
     /// Stores an API token by its hash (replacing the grant of a token with the same hash).
-    pub async fn insert_token(
+    pub(crate) async fn insert_token(
         &self,
         hash: String,
         token: TokenRecord,
@@ -419,7 +425,7 @@ impl Registry {
 
     /// What the token with this hash grants, if it exists. The index finds the row; the hash
     /// is then compared in constant time, so no timing depends on how much of it matched.
-    pub async fn token(&self, hash: String) -> Result<Option<TokenRecord>, RegistryError> {
+    pub(crate) async fn token(&self, hash: String) -> Result<Option<TokenRecord>, RegistryError> {
         self.call(move |db| {
             let found = db
                 .query_row(

@@ -24,7 +24,7 @@ pub struct SandboxId(String);
 
 impl SandboxId {
     /// A fresh random id.
-    pub fn generate() -> SandboxId {
+    pub(crate) fn generate() -> SandboxId {
         let mut rng = rand::rng();
         let random: String = (0..ID_RANDOM_LEN)
             .map(|_| ID_ALPHABET[rng.random_range(0..ID_ALPHABET.len())] as char)
@@ -58,14 +58,14 @@ pub struct Tenant(String);
 /// Why a tenant name was refused.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid tenant name {0:?}: use 1 to 64 letters, digits, `-`, `_` or `.`, e.g. `team-a`")]
-pub struct InvalidTenant(pub String);
+pub(crate) struct InvalidTenant(pub String);
 
 impl Tenant {
     /// The tenant of the admin token a relay creates on first start.
-    pub const DEFAULT: &'static str = "default";
+    pub(crate) const DEFAULT: &'static str = "default";
 
     /// Checks a tenant name.
-    pub fn parse(name: &str) -> Result<Tenant, InvalidTenant> {
+    pub(crate) fn parse(name: &str) -> Result<Tenant, InvalidTenant> {
         let valid = !name.is_empty()
             && name.len() <= MAX_TENANT_LEN
             && name
@@ -79,7 +79,7 @@ impl Tenant {
     }
 
     /// The `default` tenant.
-    pub fn default_tenant() -> Tenant {
+    pub(crate) fn default_tenant() -> Tenant {
         Tenant(Self::DEFAULT.to_string())
     }
 
@@ -135,7 +135,7 @@ pub struct SandboxRecord {
 
 impl SandboxRecord {
     /// What the provider needs for every call after create.
-    pub fn handle(&self) -> SandboxHandle {
+    pub(crate) fn handle(&self) -> SandboxHandle {
         SandboxHandle {
             id: self.id.to_string(),
             provider_ref: self.provider_ref.clone(),
@@ -145,13 +145,13 @@ impl SandboxRecord {
     }
 
     /// Whether its TTL has run out at `now_ms`.
-    pub fn expired(&self, now_ms: i64) -> bool {
+    pub(crate) fn expired(&self, now_ms: i64) -> bool {
         self.expires_ms.is_some_and(|at| at <= now_ms)
     }
 
     /// Whether it has had no client activity for its idle timeout at `now_ms` (ignoring
     /// tunnels that are open right now, which the caller knows about).
-    pub fn idle(&self, now_ms: i64) -> bool {
+    pub(crate) fn idle(&self, now_ms: i64) -> bool {
         self.idle_timeout
             .is_some_and(|t| self.last_active_ms.saturating_add(millis(t)) <= now_ms)
     }
@@ -159,7 +159,7 @@ impl SandboxRecord {
 
 /// What an API token grants.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TokenRecord {
+pub(crate) struct TokenRecord {
     /// The tenant it acts for.
     pub tenant: Tenant,
     /// What it may do beyond using the tenant's sandboxes.
@@ -168,7 +168,7 @@ pub struct TokenRecord {
 
 /// How much a token is trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Role {
+pub(crate) enum Role {
     /// Uses its tenant's sandboxes within the tenant's policy.
     Member,
     /// An admin of its tenant: mints member tokens for that tenant only, and may use what
@@ -182,7 +182,7 @@ pub enum Role {
 
 impl Role {
     /// Whether the policy's admin-only options are open to it.
-    pub fn is_admin(self) -> bool {
+    pub(crate) fn is_admin(self) -> bool {
         self != Role::Member
     }
 }

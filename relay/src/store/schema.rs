@@ -50,10 +50,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+pub(crate) const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 /// Brings `db` up to [`SCHEMA_VERSION`], each step in its own transaction.
-pub fn migrate(db: &mut Connection) -> Result<(), RegistryError> {
+pub(super) fn migrate(db: &mut Connection) -> Result<(), RegistryError> {
     let found: u32 = db.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     if found > SCHEMA_VERSION {
         return Err(RegistryError::TooNew {

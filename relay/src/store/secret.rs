@@ -15,14 +15,14 @@ use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 
 /// The key file, beside the database.
-pub const KEY_FILE: &str = "relay.key";
+pub(crate) const KEY_FILE: &str = "relay.key";
 /// Bytes in the key: XChaCha20-Poly1305's 256 bits.
 const KEY_BYTES: usize = 32;
 /// Bytes in a nonce: XChaCha20's 192 bits, large enough to draw at random.
 const NONCE_BYTES: usize = 24;
 /// What a sealed token starts with: the format's version. Anything else in the column is a
 /// token from before sealing, which [`super::Registry`] seals when it opens the database.
-pub const SEALED_PREFIX: &str = "x1:";
+pub(super) const SEALED_PREFIX: &str = "x1:";
 
 /// Why the key could not be loaded or a token opened.
 #[derive(Debug, thiserror::Error)]
@@ -52,13 +52,13 @@ pub enum SecretError {
 }
 
 /// The relay's key.
-pub struct SecretKey {
+pub(super) struct SecretKey {
     cipher: XChaCha20Poly1305,
 }
 
 impl SecretKey {
     /// Reads the key in `path`, or creates one there (mode 0600). Returns whether it is new.
-    pub fn load_or_create(path: &Path) -> Result<(SecretKey, bool), SecretError> {
+    pub(super) fn load_or_create(path: &Path) -> Result<(SecretKey, bool), SecretError> {
         let io = |what, source| SecretError::Io {
             what,
             path: path.to_path_buf(),
@@ -92,7 +92,7 @@ impl SecretKey {
 
     /// A fresh key that lives in memory only.
     #[cfg(test)]
-    pub fn random() -> SecretKey {
+    pub(super) fn random() -> SecretKey {
         SecretKey::from_bytes(&rand::random::<[u8; KEY_BYTES]>())
     }
 
@@ -103,7 +103,7 @@ impl SecretKey {
     }
 
     /// `token` sealed for `context`: [`SEALED_PREFIX`], then hex of nonce and ciphertext.
-    pub fn seal(&self, context: &str, token: &str) -> String {
+    pub(super) fn seal(&self, context: &str, token: &str) -> String {
         let nonce: [u8; NONCE_BYTES] = rand::random();
         let payload = Payload {
             msg: token.as_bytes(),
@@ -121,7 +121,7 @@ impl SecretKey {
     }
 
     /// The value sealed for `context`.
-    pub fn open(&self, context: &str, sealed: &str) -> Result<String, SecretError> {
+    pub(super) fn open(&self, context: &str, sealed: &str) -> Result<String, SecretError> {
         let wrong = || SecretError::WrongKey(context.to_string());
         let bytes = sealed
             .strip_prefix(SEALED_PREFIX)
@@ -142,7 +142,7 @@ impl SecretKey {
 }
 
 /// Whether a stored agent token is sealed (rather than left from before sealing).
-pub fn is_sealed(stored: &str) -> bool {
+pub(super) fn is_sealed(stored: &str) -> bool {
     stored.starts_with(SEALED_PREFIX)
 }
 

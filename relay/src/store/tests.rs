@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::schema::SCHEMA_VERSION;
 use super::*;
 use crate::provider::{NetworkPolicy, SandboxSpec, SandboxState};
 

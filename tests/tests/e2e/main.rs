@@ -5,6 +5,7 @@
 //! Tests here share one process, so none may change process-wide state that another could
 //! see (environment variables, the working directory, signal dispositions, rlimits): a test
 //! that must do so lives in a binary of its own beside this one (`tests/tests/hostile.rs`).
+#![allow(clippy::unwrap_used, reason = "test code; a panic fails the test")]
 
 mod agent_exec;
 mod agent_files;

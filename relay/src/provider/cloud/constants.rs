@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// The TCP port `tether-agent` listens on inside a cloud sandbox (`--listen 0.0.0.0:7421`).
 /// Images bake it into their entrypoint; the providers open it through their edge.
-pub const AGENT_PORT: u16 = 7421;
+pub(crate) const AGENT_PORT: u16 = 7421;
 
 /// The agent's command line in a cloud sandbox, after the program name. The token comes from
 /// `TETHER_AGENT_TOKEN`, which the agent removes from its environment at once.

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use crate::provider::ProviderError;
 
 /// The config file under the relay's data directory.
-pub const CONFIG_FILE: &str = "config.toml";
+pub(crate) const CONFIG_FILE: &str = "config.toml";
 
 /// A snapshot of the relay's environment and config file.
 #[derive(Clone, Debug, Default)]

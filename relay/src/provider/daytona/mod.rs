@@ -44,7 +44,7 @@ const PREVIEW_TOKEN: &str = "x-daytona-preview-token";
 
 /// Runs sandboxes on Daytona.
 #[derive(Debug)]
-pub struct DaytonaProvider {
+pub(crate) struct DaytonaProvider {
     /// `Err` when no key is configured: every call reports it.
     api: Result<ControlPlane, String>,
     /// The freshest preview URL and token per Daytona sandbox (tokens change at each start).

@@ -53,7 +53,7 @@ struct Endpoints {
 
 /// Runs sandboxes on E2B.
 #[derive(Clone, Debug)]
-pub struct E2bProvider {
+pub(crate) struct E2bProvider {
     /// `Err` when no key is configured: every call reports it.
     endpoints: Result<Endpoints, String>,
 }

@@ -6,7 +6,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 /// The hidden first argument that turns the relay binary into a sandbox init.
-pub const INIT_SUBCOMMAND: &str = "__sandbox-init";
+pub(crate) const INIT_SUBCOMMAND: &str = "__sandbox-init";
 
 /// The provider's folder under the relay's data directory.
 pub(super) const PROVIDER_DIR: &str = "local";

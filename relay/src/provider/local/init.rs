@@ -49,7 +49,7 @@ pub fn run_if_sandbox_init() {
 }
 
 /// The sandbox init's entry point (see the module docs). Reads its configuration from stdin.
-pub fn sandbox_init_main() -> ! {
+pub(crate) fn sandbox_init_main() -> ! {
     // Clean signals for the sandbox, whatever the relay inherited (`nohup`, a shell, a mask).
     sys::reset_signal_dispositions();
     // Own session: a signal to the relay's process group or terminal never reaches sandboxes.

@@ -58,8 +58,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-pub use constants::INIT_SUBCOMMAND;
-pub use init::{run_if_sandbox_init, sandbox_init_main};
+pub use init::run_if_sandbox_init;
 
 use self::config::InitConfig;
 use self::constants::{IMAGE_CACHE_DIR, IMAGE_CACHE_KEEP_UNUSED, PROVIDER_DIR};
@@ -67,7 +66,7 @@ use self::error::LocalError;
 use self::hierarchy::Hierarchy;
 use self::layout::Layout;
 use self::meta::Meta;
-use self::own_binary::{InitProgram, OwnBinary};
+use self::own_binary::OwnBinary;
 use self::plan::Rootfs;
 use self::process::Liveness;
 use self::teardown::{CreateGuard, Teardown};
@@ -81,7 +80,6 @@ use tether_oci::{self as image, PreparedImage};
 #[derive(Clone, Debug)]
 pub struct LocalProvider {
     ctx: ProviderContext,
-    init_program: Option<PathBuf>,
 }
 
 impl LocalProvider {
@@ -90,27 +88,7 @@ impl LocalProvider {
     /// process), so sandboxes still start after the file is replaced on disk.
     pub fn new(ctx: ProviderContext) -> Self {
         let _ = OwnBinary::get();
-        LocalProvider {
-            ctx,
-            init_program: None,
-        }
-    }
-
-    /// Like [`LocalProvider::new`], but sandboxes are started by `program __sandbox-init`
-    /// instead of the current executable: for callers, such as tests, whose own binary does not
-    /// call [`run_if_sandbox_init`]. `program` must be one that does (the `tether` binary).
-    pub fn with_init_program(ctx: ProviderContext, program: PathBuf) -> Self {
-        LocalProvider {
-            ctx,
-            init_program: Some(program),
-        }
-    }
-
-    fn init_program(&self) -> Result<InitProgram, LocalError> {
-        match &self.init_program {
-            Some(program) => Ok(InitProgram::at(program)),
-            None => own_binary::own_program(),
-        }
+        LocalProvider { ctx }
     }
 
     /// The data directory as an absolute path: the sandbox init runs in `/`.
@@ -192,7 +170,7 @@ impl LocalProvider {
             Some(agent) => agent,
             None => self.agent_binary()?,
         };
-        let program = self.init_program()?;
+        let program = own_binary::own_program()?;
         let cgroup = Hierarchy::detect()?.sandbox(id);
 
         let layout = Layout::new(&self.data_dir(), id);

@@ -13,7 +13,7 @@
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
@@ -93,16 +93,6 @@ impl OwnBinary {
         match std::fs::metadata(&self.path) {
             Ok(meta) => (meta.dev(), meta.ino()) != self.identity,
             Err(_) => true,
-        }
-    }
-}
-
-impl InitProgram {
-    /// A program given by path (see `LocalProvider::with_init_program`).
-    pub(super) fn at(path: &Path) -> InitProgram {
-        InitProgram {
-            path: path.to_path_buf(),
-            name: path.display().to_string(),
         }
     }
 }

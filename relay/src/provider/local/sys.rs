@@ -2,7 +2,10 @@
 //! wraps safely (fork, an interface-flags ioctl, capability sets, `close_range`, resetting a
 //! signal disposition, owning a duplicated descriptor). Each wrapper is small, checks its
 //! result and documents its invariant.
-#![allow(unsafe_code)]
+#![expect(
+    unsafe_code,
+    reason = "the one module of this crate that needs unsafe; each block says why it is sound"
+)]
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 

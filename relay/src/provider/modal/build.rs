@@ -38,7 +38,7 @@ const AGENT_CONTEXT_FILE: &str = "/tether-agent";
 const AGENT_MODE: &str = "755";
 
 /// Builds `req` on Modal and publishes it under `req.name`.
-pub async fn build(
+pub(crate) async fn build(
     req: &RemoteBuild,
     events: &(dyn Fn(Event) + Send + Sync),
 ) -> Result<RemoteBuilt, TargetError> {

@@ -35,18 +35,18 @@ use crate::store::Tenant;
 mod builtin {
     use std::time::Duration;
 
-    pub const NETWORK_HOST: bool = false;
-    pub const MAX_SANDBOXES: u64 = 32;
-    pub const MEMORY: u64 = 1 << 30; // 1 GiB
-    pub const MAX_MEMORY: u64 = 16 << 30; // 16 GiB
-    pub const CPUS: f64 = 1.0;
-    pub const MAX_CPUS: f64 = 8.0;
-    pub const PIDS: u64 = 1024;
-    pub const MAX_PIDS: u64 = 32768;
-    pub const DISK: u64 = 10 << 30; // 10 GiB
-    pub const MAX_DISK: u64 = 100 << 30; // 100 GiB
-    pub const TTL: Duration = Duration::from_secs(24 * 3600); // 24 h
-    pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600); // 7 days
+    pub(super) const NETWORK_HOST: bool = false;
+    pub(super) const MAX_SANDBOXES: u64 = 32;
+    pub(super) const MEMORY: u64 = 1 << 30; // 1 GiB
+    pub(super) const MAX_MEMORY: u64 = 16 << 30; // 16 GiB
+    pub(super) const CPUS: f64 = 1.0;
+    pub(super) const MAX_CPUS: f64 = 8.0;
+    pub(super) const PIDS: u64 = 1024;
+    pub(super) const MAX_PIDS: u64 = 32768;
+    pub(super) const DISK: u64 = 10 << 30; // 10 GiB
+    pub(super) const MAX_DISK: u64 = 100 << 30; // 100 GiB
+    pub(super) const TTL: Duration = Duration::from_secs(24 * 3600); // 24 h
+    pub(super) const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600); // 7 days
 }
 
 /// Why the policy file was refused.
@@ -111,7 +111,7 @@ struct TenantTable {
 
 /// What one tenant may use, every value resolved.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Providers it may use; `None` is every provider of the relay.
     pub providers: Option<BTreeSet<String>>,
     /// Whether its member tokens may ask for the host's network.
@@ -142,7 +142,7 @@ pub struct Limits {
 
 impl PolicyFile {
     /// Reads and checks the file at `path`.
-    pub fn load(path: &Path) -> Result<PolicyFile, ConfigError> {
+    pub(crate) fn load(path: &Path) -> Result<PolicyFile, ConfigError> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: shown.clone(),
@@ -152,7 +152,7 @@ impl PolicyFile {
     }
 
     /// Parses and checks `text`; `path` is for messages.
-    pub fn parse(text: &str, path: &str) -> Result<PolicyFile, ConfigError> {
+    pub(crate) fn parse(text: &str, path: &str) -> Result<PolicyFile, ConfigError> {
         let file: PolicyFile = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_string(),
             message: e.to_string().trim().replace('\n', " "),
@@ -179,7 +179,7 @@ impl PolicyFile {
     }
 
     /// Every provider name the file mentions.
-    pub fn provider_names(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn provider_names(&self) -> impl Iterator<Item = &str> {
         std::iter::once(&self.defaults)
             .chain(self.tenants.values())
             .filter_map(|t| t.providers.as_ref())
@@ -188,7 +188,7 @@ impl PolicyFile {
     }
 
     /// What `tenant` may use (`None`: the defaults alone).
-    pub fn resolve(&self, tenant: Option<&str>) -> Limits {
+    pub(crate) fn resolve(&self, tenant: Option<&str>) -> Limits {
         let own = tenant.and_then(|t| self.tenants.get(t));
         let d = &self.defaults;
         macro_rules! pick {

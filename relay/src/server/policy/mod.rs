@@ -22,7 +22,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use config::{ConfigError, Limits, PolicyFile};
+pub(crate) use config::ConfigError;
+pub(crate) use config::{Limits, PolicyFile};
 
 use super::auth::Caller;
 use super::error::ApiError;
@@ -88,7 +89,7 @@ impl Drop for Reservation {
 
 impl Policy {
     /// The policy of a relay with data directory `data_dir` (which exists) and `providers`.
-    pub fn new<'a>(
+    pub(super) fn new<'a>(
         config: &PolicyConfig,
         data_dir: &Path,
         mut providers: impl Iterator<Item = &'a str> + Clone,
@@ -110,13 +111,13 @@ impl Policy {
     }
 
     /// What `tenant` may use.
-    pub fn limits(&self, tenant: &Tenant) -> Limits {
+    pub(super) fn limits(&self, tenant: &Tenant) -> Limits {
         self.file.resolve(Some(tenant.as_str()))
     }
 
     /// Checks a create request for `provider` from `caller`, and completes it: defaults filled
     /// in, a host directory image replaced by its resolved path.
-    pub fn admit(
+    pub(super) fn admit(
         &self,
         caller: &Caller,
         provider: &dyn Provider,
@@ -184,7 +185,7 @@ impl Policy {
     }
 
     /// A renewed TTL within the tenant's maximum.
-    pub fn check_renew(&self, tenant: &Tenant, ttl: Duration) -> Result<(), ApiError> {
+    pub(super) fn check_renew(&self, tenant: &Tenant, ttl: Duration) -> Result<(), ApiError> {
         let limits = self.limits(tenant);
         if ttl > limits.max_ttl {
             return Err(over_max(
@@ -199,7 +200,7 @@ impl Policy {
 
     /// Takes a place in `tenant`'s sandbox count, or refuses with 403 when it has its
     /// maximum already.
-    pub async fn reserve(
+    pub(super) async fn reserve(
         &self,
         registry: &Registry,
         tenant: &Tenant,

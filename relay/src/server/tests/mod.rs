@@ -66,16 +66,16 @@ pub(super) struct FakeProvider {
 
 impl FakeProvider {
     /// Loses a sandbox behind the relay's back, as a host reboot would.
-    pub fn lose(&self, id: &str) {
+    pub(super) fn lose(&self, id: &str) {
         self.sandboxes.lock().unwrap().remove(id);
     }
 
-    pub fn has(&self, id: &str) -> bool {
+    pub(super) fn has(&self, id: &str) -> bool {
         self.sandboxes.lock().unwrap().contains_key(id)
     }
 
     /// Every live sandbox's agent token.
-    pub fn agent_tokens(&self) -> Vec<String> {
+    pub(super) fn agent_tokens(&self) -> Vec<String> {
         self.sandboxes.lock().unwrap().values().cloned().collect()
     }
 
@@ -175,8 +175,10 @@ async fn serve_echo_agent(listener: TcpListener, provider: Arc<FakeProvider>) {
     while let Ok((tcp, _)) = listener.accept().await {
         let provider = provider.clone();
         tokio::spawn(async move {
-            // The callback's signature is tungstenite's.
-            #[allow(clippy::result_large_err)]
+            #[expect(
+                clippy::result_large_err,
+                reason = "the callback's signature is tungstenite's"
+            )]
             let check = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
                 let token = req
                     .headers()
@@ -226,12 +228,12 @@ pub(super) struct TestRelay {
 }
 
 impl TestRelay {
-    pub async fn start() -> TestRelay {
+    pub(super) async fn start() -> TestRelay {
         TestRelay::start_with_policy(PolicyConfig::default(), false).await
     }
 
     /// A relay with `policy`, whose fake provider plays a local one if `runs_here`.
-    pub async fn start_with_policy(policy: PolicyConfig, runs_here: bool) -> TestRelay {
+    pub(super) async fn start_with_policy(policy: PolicyConfig, runs_here: bool) -> TestRelay {
         let provider = Arc::new(FakeProvider::default());
         provider.runs_here.store(runs_here, Ordering::SeqCst);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -248,7 +250,7 @@ impl TestRelay {
         relay
     }
 
-    pub async fn start_relay(&self) -> anyhow::Result<RunningRelay> {
+    pub(super) async fn start_relay(&self) -> anyhow::Result<RunningRelay> {
         let config = RelayConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             data_dir: self.dir.path().join("data"),
@@ -262,7 +264,7 @@ impl TestRelay {
     }
 
     /// Shuts the relay down and starts a new one on the same data directory.
-    pub async fn restart(&mut self) {
+    pub(super) async fn restart(&mut self) {
         if let Some(relay) = self.relay.take() {
             relay.shutdown().await;
         }
@@ -273,21 +275,21 @@ impl TestRelay {
         self.relay.as_ref().expect("relay running")
     }
 
-    pub fn admin(&self) -> String {
+    pub(super) fn admin(&self) -> String {
         self.running().admin_token.clone()
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(super) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.running().url())
     }
 
     /// Mints a token for `tenant` with the admin token.
-    pub async fn token_for(&self, tenant: &str) -> String {
+    pub(super) async fn token_for(&self, tenant: &str) -> String {
         self.mint(&self.admin(), tenant, false).await
     }
 
     /// Mints a token for `tenant` (an admin token if `admin`) with `by`; panics unless 201.
-    pub async fn mint(&self, by: &str, tenant: &str, admin: bool) -> String {
+    pub(super) async fn mint(&self, by: &str, tenant: &str, admin: bool) -> String {
         let (status, body) = self
             .call(
                 "POST",
@@ -301,7 +303,7 @@ impl TestRelay {
     }
 
     /// One request; returns the status and the JSON body (`null` when empty).
-    pub async fn call(
+    pub(super) async fn call(
         &self,
         method: &str,
         path: &str,
@@ -327,14 +329,14 @@ impl TestRelay {
     }
 
     /// Creates a sandbox; panics unless it answers 201.
-    pub async fn create(&self, token: &str, body: serde_json::Value) -> SandboxInfo {
+    pub(super) async fn create(&self, token: &str, body: serde_json::Value) -> SandboxInfo {
         let (status, body) = self.call("POST", "/v1/sandboxes", token, Some(body)).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
         serde_json::from_value(body).unwrap()
     }
 
     /// Opens a tunnel to sandbox `id`.
-    pub async fn tunnel(
+    pub(super) async fn tunnel(
         &self,
         id: &str,
         token: &str,

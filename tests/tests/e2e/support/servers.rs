@@ -1,7 +1,5 @@
 //! Servers run inside a sandbox for the forward and preview tests (python3 from the host's
 //! `/usr`, standard library only), and a raw HTTP/1.1 client to talk to them.
-// Each test crate that includes this module uses a different part of it.
-#![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const READY: Duration = Duration::from_secs(30);
 
 /// Starts `argv` in the background inside the sandbox and waits until `port` listens.
-pub async fn start(s: &Session, argv: &[&str], port: u16) {
+pub(crate) async fn start(s: &Session, argv: &[&str], port: u16) {
     let spec = ExecSpec {
         command: Command::Argv(argv.iter().map(|a| a.to_string()).collect()),
         background: true,
@@ -36,7 +34,7 @@ pub async fn start(s: &Session, argv: &[&str], port: u16) {
 }
 
 /// `python3 -m http.server` serving `html` as `/index.html` on `port`.
-pub async fn http_site(s: &Session, port: u16, html: &str) {
+pub(crate) async fn http_site(s: &Session, port: u16, html: &str) {
     let dir = format!("/workspace/site-{port}");
     s.write_file(&format!("{dir}/index.html"), html.as_bytes())
         .await
@@ -56,7 +54,7 @@ pub async fn http_site(s: &Session, port: u16, html: &str) {
 }
 
 /// A WebSocket echo server on `port`.
-pub async fn ws_echo(s: &Session, port: u16) {
+pub(crate) async fn ws_echo(s: &Session, port: u16) {
     script(
         s,
         "ws_echo.py",
@@ -67,7 +65,7 @@ pub async fn ws_echo(s: &Session, port: u16) {
 }
 
 /// A server that reads to the end, then answers `got N bytes`, on `port`.
-pub async fn count_then_reply(s: &Session, port: u16) {
+pub(crate) async fn count_then_reply(s: &Session, port: u16) {
     script(
         s,
         "count_then_reply.py",
@@ -88,7 +86,7 @@ async fn script(s: &Session, name: &str, source: &str, port: u16) {
 
 /// An HTTP response, as read off the wire.
 #[derive(Debug)]
-pub struct Response {
+pub(crate) struct Response {
     /// The status code.
     pub status: u16,
     /// The header block, lowercase.
@@ -99,7 +97,7 @@ pub struct Response {
 
 /// `GET path` from `addr` with this `Host` and extra header lines; the connection is closed
 /// after the response.
-pub async fn get(addr: &str, host: &str, path: &str, extra: &[(&str, &str)]) -> Response {
+pub(crate) async fn get(addr: &str, host: &str, path: &str, extra: &[(&str, &str)]) -> Response {
     let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let mut request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     for (name, value) in extra {

@@ -54,7 +54,7 @@ enum Source<'a> {
 }
 
 /// Builds `req` as a Daytona snapshot.
-pub async fn build(
+pub(crate) async fn build(
     req: &RemoteBuild,
     events: &(dyn Fn(Event) + Send + Sync),
 ) -> Result<RemoteBuilt, TargetError> {

@@ -39,7 +39,7 @@ const POLL_INTERVAL: Duration = Duration::from_millis(200);
 const BUILD_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// Builds `req` as an E2B template, reporting progress to `events`.
-pub async fn build(
+pub(crate) async fn build(
     req: &RemoteBuild,
     events: &(dyn Fn(Event) + Send + Sync),
 ) -> Result<RemoteBuilt, TargetError> {
