@@ -19,7 +19,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::{debug, warn};
 
 use tether_proto::limits::{INITIAL_WINDOW, MAX_WINDOW, PING_INTERVAL_SECS};
-use tether_proto::{auth, frame, Channel, Control, ErrorCode, Frame, StreamId, PROTOCOL_VERSION};
+use tether_proto::{
+    auth, frame, writer, Channel, Control, ErrorCode, Frame, StreamId, PROTOCOL_VERSION,
+};
 
 use crate::agent::Agent;
 use crate::ops;
@@ -70,35 +72,9 @@ where
     let writer_close_code = close_code.clone();
 
     let writer = tokio::spawn(async move {
-        let close_code = writer_close_code;
-        // The first ping is due one period from now; `interval` would fire at once.
-        let period = Duration::from_secs(PING_INTERVAL_SECS - 5);
-        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        loop {
-            tokio::select! {
-                next = queue.recv() => {
-                    let Some(first) = next else { break };
-                    if sink.feed(Message::Binary(first)).await.is_err() {
-                        break;
-                    }
-                    // Batch whatever else is already queued into one flush.
-                    while let Ok(more) = queue.try_recv() {
-                        if sink.feed(Message::Binary(more)).await.is_err() {
-                            return;
-                        }
-                    }
-                    if sink.flush().await.is_err() {
-                        break;
-                    }
-                }
-                _ = ping.tick() => {
-                    if sink.send(Message::Ping(Bytes::new())).await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let code = CloseCode::from(close_code.load(Ordering::Acquire));
+        // Whether the queue closed or the peer went away, try to say goodbye with the code.
+        let _ = writer::write_frames(&mut sink, &mut queue).await;
+        let code = CloseCode::from(writer_close_code.load(Ordering::Acquire));
         let _ = sink
             .send(Message::Close(Some(CloseFrame {
                 code,

@@ -1,6 +1,7 @@
 //! The agent's only unsafe code: adopting inherited file descriptors, reading into
-//! uninitialised buffers, terminal ioctls, signal dispositions, what a child does between fork
-//! and exec, and guarding the agent's own process (not dumpable, its token scrubbed from memory).
+//! uninitialised buffers, terminal ioctls, what a child does between fork and exec (its signal
+//! dispositions through `tether_signals`), and guarding the agent's own process (not dumpable,
+//! its token scrubbed from memory).
 #![expect(
     unsafe_code,
     reason = "the one module of this crate that needs unsafe; each block says why it is sound"
@@ -137,7 +138,7 @@ impl ChildSetup {
         unsafe {
             cmd.pre_exec(move || {
                 if self.default_signals {
-                    default_signal_dispositions();
+                    tether_signals::restore_default_dispositions(&[]);
                 }
                 if self.reset_oom {
                     reset_oom_score();
@@ -215,75 +216,10 @@ pub(crate) fn scrub_env(name: &CStr) {
     std::env::remove_var(OsStr::from_bytes(name.to_bytes()));
 }
 
-/// The highest signal number Linux has (`_NSIG - 1`: 31 standard and 33 real-time signals).
-const LAST_SIGNAL: libc::c_int = 64;
-
-/// The kernel's `struct sigaction` (x86-64 and arm64 share it), which `rt_sigaction` takes.
-/// Not libc's: libc refuses the real-time signals it keeps for itself (32 to 34), which can
-/// be inherited ignored all the same.
-#[repr(C)]
-struct KernelSigaction {
-    handler: libc::sighandler_t,
-    flags: libc::c_ulong,
-    restorer: usize,
-    mask: u64,
-}
-
-/// The default action, to install.
-const DEFAULT_ACTION: KernelSigaction = KernelSigaction {
-    handler: libc::SIG_DFL,
-    flags: 0,
-    restorer: 0,
-    mask: 0,
-};
-
 /// True when a child would inherit an ignored signal from this process, so it must restore
 /// the defaults itself. SIGPIPE does not count: the Rust runtime ignores it, and `Command`
 /// restores it in every child. Under glibc always true: its `posix_spawn` leaves the
 /// real-time signals glibc keeps for itself ignored in the child.
 pub(crate) fn children_inherit_ignored_signals() -> bool {
-    if cfg!(target_env = "gnu") {
-        return true;
-    }
-    (1..=LAST_SIGNAL)
-        .filter(|&signal| signal != libc::SIGPIPE)
-        .any(|signal| {
-            let mut current = DEFAULT_ACTION;
-            // SAFETY: a null new action only reads the current one into `current`, a valid
-            // kernel sigaction with an 8-byte mask, as the last argument says.
-            let read = unsafe {
-                libc::syscall(
-                    libc::SYS_rt_sigaction,
-                    signal,
-                    std::ptr::null::<KernelSigaction>(),
-                    &mut current,
-                    std::mem::size_of::<u64>(),
-                )
-            };
-            read == 0 && current.handler == libc::SIG_IGN
-        })
-}
-
-/// Restores every signal's default action and unblocks every signal. Async-signal-safe: only
-/// raw rt_sigaction and sigprocmask calls on stack values. Failures are ignored: they are
-/// EINVAL for SIGKILL and SIGSTOP, which cannot be ignored.
-fn default_signal_dispositions() {
-    // SAFETY: sigset_t is plain old data; all-zero is a valid (empty) set.
-    let mut empty: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: every pointer is to a value that outlives its call, the kernel sigaction's mask
-    // is 8 bytes as the last argument says, and installing SIG_DFL runs no handler code. The
-    // child is single-threaded, so libc's handlers for its own signals are not needed.
-    unsafe {
-        for signal in 1..=LAST_SIGNAL {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                signal,
-                &DEFAULT_ACTION,
-                std::ptr::null_mut::<KernelSigaction>(),
-                std::mem::size_of::<u64>(),
-            );
-        }
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-    }
+    cfg!(target_env = "gnu") || tether_signals::any_ignored(&[libc::SIGPIPE])
 }

@@ -2,7 +2,9 @@
 //! (`TETHER_TOKEN`, else the admin token a relay on this machine wrote), and where such a
 //! relay keeps its files: the convention the relay writes by and the client reads by.
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 
 /// The file in the data directory that holds the local relay's admin token.
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
@@ -25,6 +27,22 @@ pub fn data_dir() -> PathBuf {
 /// The local relay's admin token file.
 pub fn admin_token_path() -> PathBuf {
     data_dir().join(ADMIN_TOKEN_FILE)
+}
+
+/// Writes a token file as the relay (`admin.token`) and `tether mcp` leave theirs: mode 0600,
+/// synced, and atomically, so a reader sees the old file or the whole new one, never a
+/// partial token. The temporary file beside it is created 0600 and removed if anything fails.
+pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let mut file = tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o600))
+        .tempfile_in(dir)?;
+    file.write_all(contents.as_bytes())?;
+    file.as_file().sync_all()?;
+    file.persist(path).map(drop).map_err(|e| e.error)
 }
 
 /// The relay named by `flag`, else by `TETHER_RELAY`, else [`DEFAULT_RELAY`](crate::DEFAULT_RELAY).
@@ -53,5 +71,34 @@ pub fn check_relay_address(base: &str) -> Result<String, String> {
         Err(format!(
             "the relay address `{base}` must start with http:// or https://"
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_files_are_private_whole_and_never_written_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.token");
+        write_private(&path, "first\n").unwrap();
+        write_private(&path, "second\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "second\n");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+
+        // A link planted where the token goes is replaced, not followed.
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        write_private(&path, "third\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "third\n");
+
+        // Nothing but the two files is left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 }

@@ -20,13 +20,12 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 use tether_proto::control::ExitStatus;
-use tether_proto::limits::{
-    DATA_CHUNK, HEADER_LEN, INITIAL_WINDOW, MAX_PAYLOAD, PING_INTERVAL_SECS,
-};
+use tether_proto::limits::{DATA_CHUNK, HEADER_LEN, INITIAL_WINDOW, MAX_PAYLOAD};
 use tether_proto::op::{Op, Reply, WatchEvent};
 use tether_proto::window::RecvWindow;
 use tether_proto::{
-    frame, ByteOffset, Channel, Control, ErrorCode, Frame, ProcessId, StreamId, PROTOCOL_VERSION,
+    frame, writer, ByteOffset, Channel, Control, ErrorCode, Frame, ProcessId, StreamId,
+    PROTOCOL_VERSION,
 };
 
 use super::ClientError;
@@ -319,35 +318,11 @@ async fn write_loop<S>(mut sink: S, mut queue: mpsc::Receiver<Bytes>)
 where
     S: futures_util::Sink<Message> + Unpin,
 {
-    // The first ping is due one period from now; `interval` would fire at once and cost a
-    // timer-wheel tick before the first frame goes out.
-    let period = Duration::from_secs(PING_INTERVAL_SECS - 5);
-    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    loop {
-        tokio::select! {
-            next = queue.recv() => {
-                let Some(first) = next else { break };
-                if sink.feed(Message::Binary(first)).await.is_err() {
-                    return;
-                }
-                while let Ok(more) = queue.try_recv() {
-                    if sink.feed(Message::Binary(more)).await.is_err() {
-                        return;
-                    }
-                }
-                if sink.flush().await.is_err() {
-                    return;
-                }
-            }
-            _ = ping.tick() => {
-                if sink.send(Message::Ping(Bytes::new())).await.is_err() {
-                    return;
-                }
-            }
-        }
+    // A sink that failed is gone: only a queue that closed (the session dropped) says goodbye.
+    if writer::write_frames(&mut sink, &mut queue).await.is_ok() {
+        let _ = sink.send(Message::Close(None)).await;
+        let _ = sink.close().await;
     }
-    let _ = sink.send(Message::Close(None)).await;
-    let _ = sink.close().await;
 }
 
 async fn read_loop<S>(mut source: S, inner: std::sync::Weak<Inner>)

@@ -187,6 +187,11 @@ impl Sandboxes {
     }
 }
 
+/// A random version-4 UUID, as Daytona's ids and E2B's build ids are.
+pub fn uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
 /// `n` random bytes as lower-case hex.
 pub(crate) fn random_hex(n: usize) -> String {
     use rand::Rng;

@@ -11,9 +11,12 @@
 //! - [`window`]: credit accounting for per-stream flow control.
 //! - [`auth`]: constant-time token comparison.
 //! - [`limits`]: every tunable of the protocol, with its unit.
+//! - `writer` (feature `ws`): the WebSocket writer loop the agent and the client both run,
+//!   batching queued frames and pinging.
 //!
-//! The crate has no sockets, no processes and no async runtime: it is shared by the agent, the
-//! relay and the client, and `PROTOCOL.md` beside it is its specification.
+//! Without the `ws` feature the crate has no sockets, no processes and no async code: it is
+//! shared by the agent, the relay and the client, and `PROTOCOL.md` beside it is its
+//! specification.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -25,6 +28,8 @@ mod ids;
 pub mod limits;
 pub mod op;
 pub mod window;
+#[cfg(feature = "ws")]
+pub mod writer;
 
 pub use control::{Control, ExitStatus};
 pub use error::{ErrorCode, ProtoError};

@@ -8,7 +8,7 @@
 
 use std::io::IsTerminal;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 use clap::Args;
@@ -18,6 +18,7 @@ use tokio_util::io::SyncIoBridge;
 use tether_proto::op::{FileKind, IfExists, Op, WriteSpec};
 use tether_proto::ErrorCode;
 
+use super::location::Location;
 use super::remote::Remote;
 use tether_client::escape::escape_str;
 use tether_client::hostfs::{self, HostFsError, ModePolicy};
@@ -49,31 +50,6 @@ pub(super) struct CpArgs {
     /// Keep the setuid, setgid and sticky bits of files from the sandbox (dropped by default).
     #[arg(long)]
     preserve_mode: bool,
-}
-
-/// One side of a copy.
-#[derive(Debug, PartialEq, Eq)]
-enum Location {
-    Local(PathBuf),
-    Remote { id: String, path: String },
-}
-
-impl Location {
-    /// `ID:PATH` is remote when `ID` is non-empty and has no slash (as in scp); write a local
-    /// path containing a colon as `./a:b`.
-    fn parse(s: &str) -> Location {
-        match s.split_once(':') {
-            Some((id, path)) if !id.is_empty() && !id.contains('/') => Location::Remote {
-                id: id.to_string(),
-                path: if path.is_empty() {
-                    ".".into()
-                } else {
-                    path.to_string()
-                },
-            },
-            _ => Location::Local(PathBuf::from(s)),
-        }
-    }
 }
 
 pub(super) async fn run(remote: Remote, args: CpArgs) -> anyhow::Result<()> {
@@ -229,26 +205,5 @@ impl Progress {
 
     fn finish(&self) {
         self.bar.finish_and_clear();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn remote_sides_look_like_scp() {
-        let remote = |id: &str, path: &str| Location::Remote {
-            id: id.into(),
-            path: path.into(),
-        };
-        assert_eq!(
-            Location::parse("sb-1:/etc/hosts"),
-            remote("sb-1", "/etc/hosts")
-        );
-        assert_eq!(Location::parse("sb-1:"), remote("sb-1", "."));
-        assert_eq!(Location::parse("./a:b"), Location::Local("./a:b".into()));
-        assert_eq!(Location::parse("/x/y"), Location::Local("/x/y".into()));
-        assert_eq!(Location::parse(":x"), Location::Local(":x".into()));
     }
 }

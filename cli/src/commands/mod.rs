@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //! - [`remote`](self::remote): where the relay is, the token, and actionable error sentences;
-//! - `serve`; `lifecycle` (create, ls, rm, info); `exec`; `shell`; `cp`; `run` (and
+//! - `serve`; `lifecycle` (create, ls, rm, info); `exec`; `shell`; `cp` and `sync` (both
+//!   sides written as a [`location`](self::location)); `run` (and
 //!   `embedded`, the in-process relay it falls back to); `token`; `bench`;
 //! - `attach`: a running remote process wired to this process's stdio, signals and terminal;
 //!   `terminal`: raw mode and the window size; `output`: tables and `--json`.
@@ -23,6 +24,7 @@ mod exec;
 mod forward;
 mod image;
 mod lifecycle;
+mod location;
 mod output;
 mod remote;
 mod run;

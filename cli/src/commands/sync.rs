@@ -1,13 +1,13 @@
 //! `tether sync`: a local directory mirrored into a sandbox, once or (`--watch`) as it
 //! changes, or a sandbox directory pulled here once. The engine is [`crate::sync`]; this
-//! file parses the two sides, chooses compression, and wires Ctrl-C.
+//! file checks the two sides ([`super::location`]), chooses compression, and wires Ctrl-C.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
+use super::location::Location;
 use super::remote::Remote;
 use crate::sync::{self, Format, Reporter, SyncSpec};
 use tether_client::hostfs::ModePolicy;
@@ -62,31 +62,6 @@ pub(super) enum Compress {
     Never,
 }
 
-/// One side of a sync.
-#[derive(Debug, PartialEq, Eq)]
-enum Side {
-    Local(PathBuf),
-    Remote { id: String, path: String },
-}
-
-impl Side {
-    /// `ID:PATH` is remote when `ID` is non-empty and has no slash, as in `tether cp`; write
-    /// a local path containing a colon as `./a:b`.
-    fn parse(s: &str) -> Side {
-        match s.split_once(':') {
-            Some((id, path)) if !id.is_empty() && !id.contains('/') => Side::Remote {
-                id: id.to_string(),
-                path: if path.is_empty() {
-                    ".".into()
-                } else {
-                    path.to_string()
-                },
-            },
-            _ => Side::Local(PathBuf::from(s)),
-        }
-    }
-}
-
 pub(super) async fn run(remote: Remote, args: SyncArgs) -> anyhow::Result<()> {
     let reporter = Reporter::new(if args.json {
         Format::Json
@@ -94,8 +69,8 @@ pub(super) async fn run(remote: Remote, args: SyncArgs) -> anyhow::Result<()> {
         Format::Human
     });
     let rest = remote.rest()?;
-    match (Side::parse(&args.src), Side::parse(&args.dst)) {
-        (Side::Local(local), Side::Remote { id, path }) => {
+    match (Location::parse(&args.src), Location::parse(&args.dst)) {
+        (Location::Local(local), Location::Remote { id, path }) => {
             let spec = SyncSpec {
                 sandbox: id.clone(),
                 local,
@@ -118,7 +93,7 @@ pub(super) async fn run(remote: Remote, args: SyncArgs) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        (Side::Remote { id, path }, Side::Local(local)) => {
+        (Location::Remote { id, path }, Location::Local(local)) => {
             anyhow::ensure!(
                 !args.watch,
                 "--watch pushes local changes; a pull is one-shot"
@@ -135,10 +110,10 @@ pub(super) async fn run(remote: Remote, args: SyncArgs) -> anyhow::Result<()> {
             sync::pull(&session, &spec, &reporter).await?;
             Ok(())
         }
-        (Side::Remote { .. }, Side::Remote { .. }) => {
+        (Location::Remote { .. }, Location::Remote { .. }) => {
             anyhow::bail!("both sides are in sandboxes: one side of a sync is a local directory")
         }
-        (Side::Local(_), Side::Local(_)) => anyhow::bail!(
+        (Location::Local(_), Location::Local(_)) => anyhow::bail!(
             "neither side is in a sandbox: write one side as ID:/path (see `tether ls`)"
         ),
     }
@@ -179,19 +154,6 @@ fn is_loopback(url: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sides_parse_as_cp_does() {
-        assert_eq!(
-            Side::parse("sb-1:/w"),
-            Side::Remote {
-                id: "sb-1".into(),
-                path: "/w".into()
-            }
-        );
-        assert_eq!(Side::parse("./a:b"), Side::Local("./a:b".into()));
-        assert_eq!(Side::parse("dir"), Side::Local("dir".into()));
-    }
 
     #[test]
     fn loopback_relays_are_recognised() {

@@ -4,7 +4,7 @@
 //! relay's data directory, whose path is printed.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
-use tether_client::local::data_dir as default_data_dir;
+use tether_client::local::{self, data_dir as default_data_dir};
 
 use super::constants::{HTTP_PATH, TOKEN_FILE};
 use super::tools::Tools;
@@ -57,21 +57,12 @@ fn check_token(token: &str, source: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_private(path: &PathBuf, token: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+fn write_private(path: &Path, token: &str) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let _ = std::fs::remove_file(path);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| anyhow::anyhow!("cannot write the MCP token to {}: {e}", path.display()))?;
-    file.write_all(token.as_bytes())?;
-    Ok(())
+    local::write_private(path, token)
+        .map_err(|e| anyhow::anyhow!("cannot write the MCP token to {}: {e}", path.display()))
 }
 
 /// Serves until `stop` is cancelled.

@@ -7,7 +7,7 @@
 //! next `tether sync` or `tether dev` knows it too. A lost or stale baseline is safe: it only
 //! makes the plan keep more conflict copies than needed.
 
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -95,15 +95,12 @@ impl Baseline {
         }
         let dir = self.file.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(SyncError::local(dir))?;
-        let tmp = self
-            .file
-            .with_extension(format!("tmp.{}", std::process::id()));
         let write = || -> std::io::Result<()> {
-            let mut out = BufWriter::new(std::fs::File::create(&tmp)?);
+            let mut out = BufWriter::new(tempfile::NamedTempFile::new_in(dir)?);
             let entries: Vec<(&String, &Entry)> = self.tree.iter().collect();
             serde_json::to_writer(&mut out, &entries)?;
-            out.flush()?;
-            std::fs::rename(&tmp, &self.file)
+            let file = out.into_inner().map_err(|e| e.into_error())?;
+            file.persist(&self.file).map(drop).map_err(|e| e.error)
         };
         write().map_err(SyncError::local(&self.file))?;
         self.dirty = false;

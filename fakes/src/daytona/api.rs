@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::snapshot_api;
 use super::snapshots::Boot;
 use super::{error, preview, Daytona, Sandbox};
-use crate::sandboxes::{random_hex, random_id};
+use crate::sandboxes::{random_id, uuid};
 use crate::serve::rfc3339;
 
 /// The organization every sandbox belongs to.
@@ -77,19 +77,6 @@ struct CreateSandbox {
     auto_delete_interval: Option<i64>,
     ttl_minutes: Option<i64>,
     build_info: Option<Value>,
-}
-
-/// A UUIDv4, as Daytona's ids are.
-pub(super) fn uuid() -> String {
-    let hex = random_hex(16);
-    format!(
-        "{}-{}-4{}-a{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[13..16],
-        &hex[17..20],
-        &hex[20..32]
-    )
 }
 
 async fn create(State(fake): State<Arc<Daytona>>, body: axum::body::Bytes) -> Response {

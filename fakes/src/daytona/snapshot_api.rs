@@ -19,9 +19,10 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::api::{uuid, ORGANIZATION};
+use super::api::ORGANIZATION;
 use super::snapshots::{pull, Snapshot, SnapshotState};
 use super::{error, Daytona};
+use crate::sandboxes::uuid;
 use crate::serve::rfc3339;
 
 /// Daytona's resources for a snapshot that names none (vCPU, GiB, GiB).

@@ -15,10 +15,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::builder::{self, BuildStart};
-use super::templates::{
-    clean, new_id, parse_name, uuid, Build, LogEntry, Status, Template, DEFAULT_TAG,
-};
+use super::templates::{clean, new_id, parse_name, Build, LogEntry, Status, Template, DEFAULT_TAG};
 use super::{error, E2b};
+use crate::sandboxes::uuid;
 use crate::serve::rfc3339;
 
 /// A template's size when the request gives none (`e2b template create`'s defaults).

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use crate::sandboxes::{random_hex, random_id};
+use crate::sandboxes::random_id;
 
 /// Template ids: 20 characters of `[a-z0-9]`, as E2B makes them.
 const ID_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
@@ -183,20 +183,6 @@ pub(super) fn clean(value: &str, what: &str, extra: &[u8]) -> Result<String, Str
     }
 }
 
-/// A random version-4 UUID, as E2B's build ids are.
-pub(super) fn uuid() -> String {
-    let hex = random_hex(16).into_bytes();
-    let part = |a: usize, b: usize| String::from_utf8_lossy(&hex[a..b]).into_owned();
-    format!(
-        "{}-{}-4{}-a{}-{}",
-        part(0, 8),
-        part(8, 12),
-        part(13, 16),
-        part(17, 20),
-        part(20, 32)
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,12 +199,5 @@ mod tests {
         );
         assert!(parse_name("a b").is_err());
         assert!(parse_name("x:").is_err());
-    }
-
-    #[test]
-    fn build_ids_look_like_uuids() {
-        let id = uuid();
-        assert_eq!(id.len(), 36);
-        assert_eq!(id.matches('-').count(), 4);
     }
 }

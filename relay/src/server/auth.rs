@@ -9,8 +9,6 @@
 //! mints tokens for any tenant and mints admin tokens; a tenant's admin token mints member
 //! tokens of its own tenant.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -19,6 +17,7 @@ use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use sha2::{Digest, Sha256};
+use tether_client::local;
 use tether_proto::auth;
 use tracing::info;
 
@@ -112,26 +111,10 @@ pub(super) async fn ensure_admin_token(registry: &Registry, path: &Path) -> anyh
     registry
         .insert_token(hash_token(&token), admin, now_ms())
         .await?;
-    write_private(path, &format!("{token}\n"))
+    local::write_private(path, &format!("{token}\n"))
         .with_context(|| format!("cannot write the admin token to {}", path.display()))?;
     info!("wrote a new admin token to {}", path.display());
     Ok(token)
-}
-
-/// Writes `contents` to `path` with mode 0600, atomically: readers see the old file or the
-/// whole new one, never a partial token.
-fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    // A leftover from a crash may have another mode; start afresh.
-    let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(contents.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]
@@ -162,6 +145,8 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), first);
+        // Written through a temporary file, which is gone.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
         let rec = registry.token(hash_token(&first)).await.unwrap().unwrap();
         assert!(rec.role == Role::RelayAdmin && rec.tenant == Tenant::default_tenant());
 

@@ -33,7 +33,7 @@ fn parse_retry_after(value: &str) -> Option<Duration> {
     if let Ok(secs) = value.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
-    let when = httpdate(value)?;
+    let when = httpdate::parse_http_date(value).ok()?;
     Some(when.duration_since(SystemTime::now()).unwrap_or_default())
 }
 
@@ -77,38 +77,6 @@ impl Backoff {
     }
 }
 
-/// Parses an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the only form servers send now.
-fn httpdate(value: &str) -> Option<SystemTime> {
-    let parts: Vec<&str> = value.split_whitespace().collect();
-    let [_, day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    let month = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ]
-    .iter()
-    .position(|m| m == month)? as i64
-        + 1;
-    let (day, year): (i64, i64) = (day.parse().ok()?, year.parse().ok()?);
-    let hms: Vec<i64> = time
-        .split(':')
-        .map(|p| p.parse().ok())
-        .collect::<Option<_>>()?;
-    let [h, m, s] = hms.as_slice() else {
-        return None;
-    };
-    // Days since the epoch (Howard Hinnant's days_from_civil).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + h * 3600 + m * 60 + s;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,9 +91,12 @@ mod tests {
             "Sun, 06 Nov 1994 08:49:37 GMT".parse().unwrap(),
         );
         assert_eq!(retry_after(&headers), Some(Duration::ZERO));
-        assert_eq!(
-            httpdate("Sun, 06 Nov 1994 08:49:37 GMT"),
-            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777))
+        let soon = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(30));
+        headers.insert(RETRY_AFTER, soon.parse().unwrap());
+        let wait = retry_after(&headers).unwrap();
+        assert!(
+            wait > Duration::from_secs(28) && wait <= Duration::from_secs(30),
+            "{wait:?}"
         );
         headers.insert(RETRY_AFTER, "soon".parse().unwrap());
         assert_eq!(retry_after(&headers), None);

@@ -51,7 +51,9 @@ pub fn run_if_sandbox_init() {
 /// The sandbox init's entry point (see the module docs). Reads its configuration from stdin.
 pub(crate) fn sandbox_init_main() -> ! {
     // Clean signals for the sandbox, whatever the relay inherited (`nohup`, a shell, a mask).
-    sys::reset_signal_dispositions();
+    // SIGPIPE stays ignored, as the Rust runtime set it, while the init writes to pipes;
+    // `sys::reset_sigpipe` restores it right before the agent's exec.
+    tether_signals::restore_default_dispositions(&[libc::SIGPIPE]);
     // Own session: a signal to the relay's process group or terminal never reaches sandboxes.
     let _ = setsid();
     let status = match take_status_pipe() {

@@ -1,7 +1,7 @@
 //! The local provider's only `unsafe` code: the few system calls that neither `std` nor `nix`
-//! wraps safely (fork, an interface-flags ioctl, capability sets, `close_range`, resetting a
-//! signal disposition, owning a duplicated descriptor). Each wrapper is small, checks its
-//! result and documents its invariant.
+//! wraps safely (fork, an interface-flags ioctl, capability sets, `close_range`, restoring
+//! SIGPIPE, owning a duplicated descriptor); the other signals' dispositions are reset through
+//! `tether_signals`. Each wrapper is small, checks its result and documents its invariant.
 #![expect(
     unsafe_code,
     reason = "the one module of this crate that needs unsafe; each block says why it is sound"
@@ -139,59 +139,6 @@ pub(super) fn cloexec_from(first: RawFd) -> nix::Result<()> {
 pub(super) fn reset_sigpipe() -> nix::Result<()> {
     // SAFETY: installing SIG_DFL runs no handler code, so no signal-safety rule applies.
     unsafe { nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigDfl) }.map(drop)
-}
-
-/// The highest signal number Linux has (`_NSIG - 1`: 31 standard and 33 real-time signals).
-const LAST_SIGNAL: libc::c_int = 64;
-
-/// The kernel's `struct sigaction` (x86-64 and arm64 share it), which `rt_sigaction` takes.
-/// Not libc's: libc refuses the real-time signals it keeps for itself (32 and 33 for glibc),
-/// which a glibc parent's `posix_spawn` leaves ignored in every child.
-#[repr(C)]
-struct KernelSigaction {
-    handler: libc::sighandler_t,
-    flags: libc::c_ulong,
-    restorer: usize,
-    mask: u64,
-}
-
-/// Restores the default action of every signal but SIGPIPE and unblocks every signal, as
-/// `posix_spawn` with `POSIX_SPAWN_SETSIGDEF` would: what the relay inherited (`nohup` ignores
-/// SIGHUP, a shell adds SIGINT and SIGQUIT, a service manager may block some, glibc's
-/// `posix_spawn` ignores its own) must not reach the agent and every command it runs. SIGPIPE
-/// stays ignored, as the Rust runtime set it, while the init writes to pipes;
-/// [`reset_sigpipe`] restores it right before the agent's exec.
-pub(super) fn reset_signal_dispositions() {
-    let default = KernelSigaction {
-        handler: libc::SIG_DFL,
-        flags: 0,
-        restorer: 0,
-        mask: 0,
-    };
-    for signal in 1..=LAST_SIGNAL {
-        if [libc::SIGKILL, libc::SIGSTOP, libc::SIGPIPE].contains(&signal) {
-            continue;
-        }
-        // SAFETY: `default` is a valid kernel sigaction that outlives the call, its mask is
-        // 8 bytes as the last argument says, and SIG_DFL runs no handler code. The init is
-        // single-threaded, so libc's handlers for its own signals are not needed. The call
-        // cannot fail for a signal number in range other than SIGKILL and SIGSTOP.
-        unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                signal,
-                &default,
-                std::ptr::null_mut::<KernelSigaction>(),
-                std::mem::size_of::<u64>(),
-            )
-        };
-    }
-    // An empty mask is always a valid argument: this cannot fail.
-    let _ = nix::sys::signal::sigprocmask(
-        nix::sys::signal::SigmaskHow::SIG_SETMASK,
-        Some(&nix::sys::signal::SigSet::empty()),
-        None,
-    );
 }
 
 /// Duplicates `fd` to a new close-on-exec descriptor numbered `min` or higher, so it cannot

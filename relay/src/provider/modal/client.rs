@@ -251,19 +251,10 @@ fn to_provider_error(what: &str, status: Status, tries: u32) -> ProviderError {
 
 /// A random idempotency key (a UUIDv4).
 fn idempotency_key() -> MetadataValue<tonic::metadata::Ascii> {
-    use rand::Rng;
-    let b: [u8; 16] = rand::rng().random();
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-4{}-a{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[13..16],
-        &hex[17..20],
-        &hex[20..32]
-    )
-    .parse()
-    .expect("hex is ASCII")
+    uuid::Uuid::new_v4()
+        .to_string()
+        .parse()
+        .expect("a UUID is ASCII")
 }
 
 /// How long a JWT lives from now, from its `exp` claim (the signature is Modal's business).
