@@ -37,7 +37,8 @@ command -v python3 >/dev/null || { echo "compare.sh needs python3" >&2; exit 1; 
 
 if [ -z "${TETHER_BIN:-}" ]; then
     step "building tether (release)"
-    cargo build --release -q --manifest-path "$repo/Cargo.toml" -p tether-cli -p tether-agent
+    cargo build --release -q --manifest-path "$repo/Cargo.toml" -p tether-agent
+    cargo build --release -q --manifest-path "$repo/Cargo.toml" -p tether-cli
     TETHER_BIN="$repo/target/release/tether"
     if [ -z "${TETHER_AGENT_BIN:-}" ] && rustup target list --installed 2>/dev/null \
         | grep -qx x86_64-unknown-linux-musl; then

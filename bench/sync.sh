@@ -24,7 +24,8 @@ samples=200 runs=5
 if [[ "${1:-}" == "--quick" ]]; then samples=50 runs=1; fi
 
 if [[ -z "${TETHER_BIN:-}" || -z "${TETHER_AGENT_BIN:-}" ]]; then
-    cargo build --release -q -p tether-cli -p tether-agent
+    cargo build --release -q -p tether-agent
+    cargo build --release -q -p tether-cli
     TETHER_BIN=$PWD/target/release/tether
     TETHER_AGENT_BIN=$PWD/target/release/tether-agent
 fi
