@@ -5,7 +5,7 @@
     TETHER_IMAGE=ghcr.io/you/tether-sandbox:1 python images/modal/sandbox.py
 
 It prints the agent's WebSocket URL and token; connect with the Rust client
-(`tether_relay::client::Session::connect(url, Some(token))`). To let a Tether relay create
+(`tether_client::Session::connect(url, Some(token))`). To let a Tether relay create
 and manage sandboxes instead, use `tether create --provider modal --image IMAGE`.
 """
 

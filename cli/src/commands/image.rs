@@ -146,7 +146,9 @@ pub(super) struct PullArgs {
 }
 
 pub(super) async fn run(cmd: ImageCommand) -> anyhow::Result<()> {
-    super::init_tracing(Some("tether_relay::image=warn"));
+    // Warnings of the image code (a docker config entry it cannot use, say) and of the
+    // providers' image builds; nothing else.
+    super::init_tracing(Some("tether_oci=warn,tether_relay::provider=warn"));
     match cmd {
         ImageCommand::Build(args) => build_image(args).await,
         ImageCommand::Push(args) => push_image(args).await,
