@@ -9,6 +9,8 @@
 #[cfg(feature = "rustls")]
 pub use with_rustls::load_ca_file;
 #[cfg(feature = "rustls")]
+pub use with_rustls::pem_reason;
+#[cfg(feature = "rustls")]
 pub(crate) use with_rustls::{explain, trust};
 
 /// The variable naming a PEM file of extra CA certificates to trust.
@@ -129,7 +131,8 @@ mod with_rustls {
         Ok(certs)
     }
 
-    fn pem_reason(e: &pem::Error) -> String {
+    /// What is wrong with a PEM file, in a sentence (the relay's certificate and key too).
+    pub fn pem_reason(e: &pem::Error) -> String {
         match e {
             pem::Error::MissingSectionEnd { end_marker } => {
                 let label = String::from_utf8_lossy(end_marker);

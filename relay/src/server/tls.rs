@@ -21,6 +21,7 @@ use tracing::debug;
 use super::admission::Admitting;
 use super::constants::{MAX_TLS_HANDSHAKES, PLAINTEXT_HEAD_BYTES, TLS_HANDSHAKE_TIMEOUT};
 use tether_client::api::{ErrorBody, ErrorDetail};
+use tether_client::tls::pem_reason;
 
 /// The first byte of a TLS record carrying a handshake message (a ClientHello, here).
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
@@ -149,21 +150,6 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
             hint: KEY_HINT,
         },
     })
-}
-
-fn pem_reason(e: &pem::Error) -> String {
-    match e {
-        pem::Error::MissingSectionEnd { end_marker } => {
-            let label = String::from_utf8_lossy(end_marker);
-            format!("a `-----BEGIN {label}-----` block has no `-----END {label}-----` line")
-        }
-        pem::Error::IllegalSectionStart { line } => format!(
-            "a block's first line `{}` is malformed",
-            String::from_utf8_lossy(line)
-        ),
-        pem::Error::Base64Decode(e) => format!("a block's base64 is invalid: {e}"),
-        other => format!("{other:?}"),
-    }
 }
 
 /// The relay's listener under TLS: accepts as [`Admitting`] does, and hands on each
