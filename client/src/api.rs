@@ -164,6 +164,69 @@ pub enum NetworkPolicy {
     None,
     /// The host's network, shared (an explicit opt-in).
     Host,
+    /// Only the host names and networks in the spec's `egress` (and the hosts its `secrets`
+    /// are bound to): through the relay's egress proxy for local sandboxes, through the
+    /// provider's own egress controls for cloud sandboxes.
+    Allowlist,
+}
+
+/// What a sandbox with [`NetworkPolicy::Allowlist`] may reach.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressSpec {
+    /// Host names it may reach by name: exact (`api.openai.com`), or `*.pypi.org` for every
+    /// name below `pypi.org` (not `pypi.org` itself).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
+    /// Networks it may reach by address, as CIDRs (`10.1.0.0/16`, `192.0.2.7/32`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_cidrs: Vec<String>,
+}
+
+impl EgressSpec {
+    /// Whether nothing is allowed by this spec itself.
+    pub fn is_empty(&self) -> bool {
+        self.allow_hosts.is_empty() && self.allow_cidrs.is_empty()
+    }
+}
+
+/// A secret the sandbox uses without ever holding it: the sandbox's environment variable
+/// `name` holds a placeholder, which the egress proxy replaces with the real value in requests
+/// to `hosts` only.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretSpec {
+    /// The environment variable inside the sandbox, and the secret's name in the relay's store.
+    pub name: String,
+    /// Hosts the real value may be sent to (exact, or `*.` for the names below a domain).
+    pub hosts: Vec<String>,
+    /// The value, from the caller (for example its own environment); absent: the relay's
+    /// secret store. Sent once at create, never stored in the sandbox, never returned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<SecretValue>,
+}
+
+/// A secret's value: serialized only on its way to the relay, never printed.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SecretValue(String);
+
+impl SecretValue {
+    /// Wraps a value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value itself, for the one place that must send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretValue(<redacted>)")
+    }
 }
 
 /// What a caller asks for when creating a sandbox.
@@ -200,6 +263,12 @@ pub struct SandboxSpec {
     /// Network access.
     #[serde(default)]
     pub network: NetworkPolicy,
+    /// With [`NetworkPolicy::Allowlist`]: the hosts and networks the sandbox may reach.
+    #[serde(default)]
+    pub egress: EgressSpec,
+    /// Secrets by placeholder (with [`NetworkPolicy::Allowlist`]); their hosts are allowed.
+    #[serde(default)]
+    pub secrets: Vec<SecretSpec>,
     /// Run user code without the seccomp filter (admin tokens only).
     #[serde(default)]
     pub seccomp_unconfined: bool,

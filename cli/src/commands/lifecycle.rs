@@ -87,6 +87,7 @@ impl CreateArgs {
             },
             disk_bytes: self.disk,
             seccomp_unconfined: self.no_seccomp,
+            ..SandboxSpec::default()
         };
         Ok(CreateRequest {
             provider: self.provider.clone(),

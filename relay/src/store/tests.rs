@@ -25,6 +25,7 @@ fn record(tenant: &str, created_ms: i64, pairs: &[(&str, &str)]) -> SandboxRecor
         disk_bytes: Some(1 << 30),
         network: NetworkPolicy::Host,
         seccomp_unconfined: false,
+        ..SandboxSpec::default()
     };
     let id = SandboxId::generate();
     SandboxRecord {

@@ -330,7 +330,7 @@ fn prepare_pid1(
 ) -> Result<(), InitError> {
     namespaces::enter_sandbox_namespaces(config.network)?;
     sethostname(&config.id).step(|| format!("setting the hostname to {}", config.id))?;
-    if config.network == NetworkPolicy::None {
+    if config.network != NetworkPolicy::Host {
         net::bring_up_loopback()?;
     }
     rootfs::assemble(config)?;

@@ -42,7 +42,7 @@ pub(super) fn new_pid_namespace() -> Result<(), InitError> {
 /// namespace unless the network is shared with the host.
 pub(super) fn enter_sandbox_namespaces(network: NetworkPolicy) -> Result<(), InitError> {
     let mut flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWUTS | CloneFlags::CLONE_NEWIPC;
-    if network == NetworkPolicy::None {
+    if network != NetworkPolicy::Host {
         flags |= CloneFlags::CLONE_NEWNET;
     }
     unshare_or_explain(flags)

@@ -308,7 +308,7 @@ impl Provider for ModalProvider {
         tags.insert(ID_TAG.into(), id.into());
         let network = match spec.network {
             // BLOCKED would forbid open ports; an empty allowlist blocks all outbound traffic.
-            NetworkPolicy::None => NetworkAccessType::Allowlist,
+            NetworkPolicy::None | NetworkPolicy::Allowlist => NetworkAccessType::Allowlist,
             NetworkPolicy::Host => NetworkAccessType::Open,
         };
         let definition = pb::Sandbox {

@@ -145,6 +145,14 @@ impl Policy {
                  the policy file does)"
             )));
         }
+        if spec.network == NetworkPolicy::Allowlist
+            || !spec.egress.is_empty()
+            || !spec.secrets.is_empty()
+        {
+            return Err(ApiError::Invalid(
+                "allowlisted egress and secrets are not available yet".into(),
+            ));
+        }
         if spec.seccomp_unconfined && !admin {
             return Err(ApiError::Forbidden(
                 "seccomp_unconfined lifts the system call filter and is for admin tokens only; \
