@@ -7,10 +7,12 @@
 //!   each with its image build ([`provider::image`]: `tether image build --target`).
 //! - [`store`]: sandboxes and tokens in SQLite.
 //! - [`server`]: the relay itself: REST API, tunnels, previews, policy.
+//! - [`egress`]: what sandboxes with an allowlist may reach.
 //!
 //! The REST contract it serves is [`tether_client::api`]; images come from [`tether_oci`].
 #![warn(missing_docs)]
 
+pub mod egress;
 pub mod provider;
 pub mod server;
 pub mod store;

@@ -1,0 +1,3 @@
+//! Egress control for sandboxes with `"network": "allowlist"`: which host names and networks
+//! a sandbox may reach ([`policy`]).
+pub mod policy;
