@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use tether_client::api::SandboxSpec;
+use tether_client::api::{SandboxSpec, SecretValue};
 
 use crate::provider::NetworkPolicy;
 
@@ -156,6 +156,20 @@ impl Allowlist {
     pub fn allows_addr(&self, addr: IpAddr) -> bool {
         self.networks.iter().any(|n| n.contains(&addr))
     }
+}
+
+/// A secret bound to a sandbox at create: the sandbox's environment holds `placeholder` under
+/// `name`; the egress proxy puts `value` in its place in requests to `hosts` only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundSecret {
+    /// The environment variable, and the secret's name in the relay's store.
+    pub name: String,
+    /// What the sandbox sees instead of the value: `tether-secret-` and 32 random hex digits.
+    pub placeholder: String,
+    /// The real value, which never enters the sandbox.
+    pub value: SecretValue,
+    /// Hosts the value may be sent to.
+    pub hosts: Vec<HostPattern>,
 }
 
 /// A CIDR (`10.1.0.0/16`) or a single address (as /32 or /128), with host bits refused so a
