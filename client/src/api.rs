@@ -70,6 +70,41 @@ pub struct SandboxInfo {
     /// Whether it was just created (false when get-or-create found an existing one).
     #[serde(default)]
     pub created: bool,
+    /// What it may reach on the network, and what enforces that on its provider (absent from
+    /// relays older than this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkInfo>,
+}
+
+/// A sandbox's network access as created, and the guarantees its provider gives for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkInfo {
+    /// The mode asked for.
+    pub mode: NetworkPolicy,
+    /// With [`NetworkPolicy::Allowlist`]: the hosts and networks allowed.
+    #[serde(default)]
+    pub egress: EgressSpec,
+    /// The secrets bound to it: names and hosts only, never values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretBinding>,
+    /// Who enforces the mode: `relay` (the relay's own egress proxy and rules) or the
+    /// provider's name (its native egress controls).
+    pub enforced_by: String,
+    /// What holds for this sandbox, one sentence each.
+    #[serde(default)]
+    pub guarantees: Vec<String>,
+    /// What does not hold, or is not enforced, one sentence each.
+    #[serde(default)]
+    pub not_guaranteed: Vec<String>,
+}
+
+/// A secret bound to a sandbox, as shown to clients: never its value.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretBinding {
+    /// The environment variable holding the placeholder.
+    pub name: String,
+    /// Hosts the real value is sent to.
+    pub hosts: Vec<String>,
 }
 
 /// `POST /v1/sandboxes/{id}/renew`.

@@ -12,6 +12,7 @@ pub mod image;
 pub mod local;
 #[cfg(feature = "modal")]
 pub(crate) mod modal;
+pub mod network;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -21,7 +22,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-pub use tether_client::api::{NetworkPolicy, SandboxSpec};
+pub use tether_client::api::{NetworkInfo, NetworkPolicy, SandboxSpec};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// A byte stream to a sandbox's agent, before the WebSocket handshake.
@@ -117,6 +118,12 @@ pub trait Provider: Send + Sync + 'static {
     async fn renew(&self, sandbox: &SandboxHandle, ttl: Duration) -> Result<(), ProviderError>;
     /// Opens a new, authenticated WebSocket to the sandbox's agent.
     async fn connect(&self, sandbox: &SandboxHandle) -> Result<AgentSocket, ProviderError>;
+    /// What a sandbox created from `spec` may reach, who enforces it and which guarantees hold
+    /// (`tether info`). By default the relay's own: a provider whose sandboxes the relay does
+    /// not fence in itself states its own controls.
+    fn network_info(&self, spec: &SandboxSpec) -> NetworkInfo {
+        network::relay_enforced(spec)
+    }
 }
 
 /// Settings every provider may read.

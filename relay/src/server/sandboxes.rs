@@ -35,7 +35,7 @@ pub(super) async fn create(
                 get_or_create(relay, provider, caller.tenant, req.spec).await
             } else {
                 let sandbox = create_new(relay, provider, caller.tenant, req.spec).await?;
-                Ok((StatusCode::CREATED, info(&sandbox, true)))
+                Ok((StatusCode::CREATED, info(relay, &sandbox, true)))
             }
         })
         .await?;
@@ -50,7 +50,7 @@ pub(super) async fn list(
 ) -> Result<Json<Vec<SandboxInfo>>, ApiError> {
     let labels = label_filters(query.as_deref().unwrap_or(""))?;
     let found = relay.registry.list(&caller.tenant, &labels).await?;
-    Ok(Json(found.iter().map(|s| info(s, false)).collect()))
+    Ok(Json(found.iter().map(|s| info(&relay, s, false)).collect()))
 }
 
 /// `GET /v1/sandboxes/{id}`, with the state fresh from the provider.
@@ -63,7 +63,7 @@ pub(super) async fn get(
     if let Ok(provider) = relay.provider_of(&sandbox) {
         relay.refresh_state(&*provider, &mut sandbox).await;
     }
-    Ok(Json(info(&sandbox, false)))
+    Ok(Json(info(&relay, &sandbox, false)))
 }
 
 /// `DELETE /v1/sandboxes/{id}`: idempotent, so an unknown id also answers 204.
@@ -107,7 +107,7 @@ pub(super) async fn renew(
     let expires_ms = now_ms().saturating_add(millis(ttl));
     relay.registry.set_ttl(&sandbox.id, ttl, expires_ms).await?;
     (sandbox.ttl, sandbox.expires_ms) = (Some(ttl), Some(expires_ms));
-    Ok(Json(info(&sandbox, false)))
+    Ok(Json(info(&relay, &sandbox, false)))
 }
 
 /// The caller's sandbox `id`, or a 404 that does not reveal other tenants' sandboxes.
@@ -149,11 +149,11 @@ async fn get_or_create(
             relay.refresh_state(&*found_provider, &mut found).await;
         }
         if found.state != SandboxState::Gone {
-            return Ok((StatusCode::OK, info(&found, false)));
+            return Ok((StatusCode::OK, info(relay, &found, false)));
         }
     }
     let sandbox = create_new(relay, provider, tenant, spec).await?;
-    Ok((StatusCode::CREATED, info(&sandbox, true)))
+    Ok((StatusCode::CREATED, info(relay, &sandbox, true)))
 }
 
 /// Creates a sandbox at the provider and records it.
@@ -283,8 +283,8 @@ fn label_filters(query: &str) -> Result<BTreeMap<String, String>, ApiError> {
     Ok(labels)
 }
 
-/// A sandbox as clients see it.
-pub(super) fn info(sandbox: &SandboxRecord, created: bool) -> SandboxInfo {
+/// A sandbox as clients see it, with what its provider guarantees of its network.
+pub(super) fn info(relay: &Relay, sandbox: &SandboxRecord, created: bool) -> SandboxInfo {
     SandboxInfo {
         id: sandbox.id.to_string(),
         provider: sandbox.provider.clone(),
@@ -300,6 +300,10 @@ pub(super) fn info(sandbox: &SandboxRecord, created: bool) -> SandboxInfo {
             .idle_timeout
             .map(|d| d.as_millis().div_ceil(1000) as u64),
         created,
+        network: relay
+            .providers
+            .get(sandbox.provider.as_str())
+            .map(|p| p.network_info(&sandbox.spec)),
     }
 }
 

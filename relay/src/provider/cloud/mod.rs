@@ -6,6 +6,7 @@
 //! - [`retry`]: which failures are passing and how long to wait before the next try;
 //! - [`http`]: the JSON-over-HTTPS client with those retries and errors;
 //! - [`websocket`]: opening the agent's WebSocket through a provider's edge;
+//! - [`egress`]: what the providers' allowlist mappings share (refusing secrets);
 //! - [`constants`]: the agent's port and every shared tunable.
 //!
 //! Credentials stay on the relay: they authenticate the relay to the provider's control plane
@@ -19,6 +20,7 @@
 )]
 
 pub(crate) mod constants;
+pub(crate) mod egress;
 pub(crate) mod http;
 pub(crate) mod retry;
 pub(crate) mod settings;

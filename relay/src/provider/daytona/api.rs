@@ -25,6 +25,12 @@ pub(super) struct CreateSandbox<'a> {
     pub public: bool,
     /// No outbound network.
     pub network_block_all: bool,
+    /// IPv4 CIDRs allowed out, comma-separated (excludes `domainAllowList`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_allow_list: Option<String>,
+    /// Host names allowed out, comma-separated (excludes `networkAllowList`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain_allow_list: Option<String>,
     /// Minutes without activity before Daytona stops it (0: never).
     pub auto_stop_interval: u64,
     /// Minutes after a stop before Daytona deletes it (0: at once; -1: never).

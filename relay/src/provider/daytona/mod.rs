@@ -8,9 +8,12 @@
 //!   `error`/`build_failed`) and for the agent to answer on its preview URL.
 //! - Connect: the preview URL with its token. A 307 means the token was refused (it changes
 //!   at every start): fetch a fresh one. A stopped sandbox is started again first.
+//! - Network: `--network` and allowlists as Daytona's `networkBlockAll`, `networkAllowList`
+//!   and `domainAllowList` ([`egress`]); what Daytona cannot express is refused.
 //! - Settings: `DAYTONA_API_KEY`; `DAYTONA_API_URL` (default `https://app.daytona.io/api`).
 
 mod api;
+mod egress;
 pub(crate) mod snapshot;
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,7 +30,7 @@ use super::cloud::http::{self, ControlPlane};
 use super::cloud::settings::Settings;
 use super::cloud::websocket::{self, EdgeError};
 use super::{
-    AgentSocket, Created, NetworkPolicy, Provider, ProviderError, SandboxHandle, SandboxSpec,
+    AgentSocket, Created, NetworkInfo, Provider, ProviderError, SandboxHandle, SandboxSpec,
     SandboxState,
 };
 
@@ -219,6 +222,7 @@ impl Provider for DaytonaProvider {
         spec: &SandboxSpec,
     ) -> Result<Created, ProviderError> {
         let snapshot = check_spec(spec)?;
+        let outbound = egress::outbound(spec)?;
         let api = self.api()?;
         let mut labels: BTreeMap<String, String> = spec.labels.clone();
         labels.insert(ID_LABEL.into(), id.into());
@@ -230,7 +234,9 @@ impl Provider for DaytonaProvider {
             env: &env,
             labels: &labels,
             public: false,
-            network_block_all: spec.network == NetworkPolicy::None,
+            network_block_all: outbound.block_all,
+            network_allow_list: outbound.network_allow_list,
+            domain_allow_list: outbound.domain_allow_list,
             // The relay deletes idle sandboxes itself; Daytona's stop is the backstop, and a
             // stopped sandbox of ours is deleted, not kept.
             auto_stop_interval: spec.idle_timeout.map_or(0, minutes),
@@ -353,6 +359,10 @@ impl Provider for DaytonaProvider {
         self.open_when_ready(id, &preview, &sandbox.agent_token)
             .await
             .map_err(|e| edge_failure(id, e))
+    }
+
+    fn network_info(&self, spec: &SandboxSpec) -> NetworkInfo {
+        egress::info(spec)
     }
 }
 

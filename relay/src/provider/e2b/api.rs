@@ -24,16 +24,22 @@ pub(super) struct NewSandbox<'a> {
     pub env_vars: &'a BTreeMap<String, String>,
     /// Outbound internet access (E2B spells this one in snake case).
     pub allow_internet_access: bool,
-    /// Inbound traffic rules.
+    /// Inbound and outbound traffic rules.
     pub network: Network,
 }
 
-/// `network` of a new sandbox.
+/// `network` of a new sandbox (E2B's `SandboxNetworkConfig`).
 #[derive(Debug, Serialize)]
 pub(super) struct Network {
     /// `false`: the edge demands the traffic access token for every port but envd's.
     #[serde(rename = "allowPublicTraffic")]
     pub allow_public_traffic: bool,
+    /// Destinations allowed out: addresses, CIDRs, host names; wins over `denyOut`.
+    #[serde(rename = "allowOut", skip_serializing_if = "Vec::is_empty")]
+    pub allow_out: Vec<String>,
+    /// Destinations denied out: addresses and CIDRs only.
+    #[serde(rename = "denyOut", skip_serializing_if = "Vec::is_empty")]
+    pub deny_out: Vec<String>,
 }
 
 /// What `create` and `connect` answer.

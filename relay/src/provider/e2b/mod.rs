@@ -7,11 +7,14 @@
 //! - Connect: a WebSocket to the agent's port through the edge, with the traffic access token
 //!   when the sandbox has one. A paused sandbox is resumed (`/connect`), and an agent that is
 //!   not listening (after a reboot) is started again.
+//! - Network: `--network` and allowlists as E2B's `allow_internet_access`, `allowOut` and
+//!   `denyOut` ([`egress`]); what E2B cannot express is refused.
 //! - Settings: `E2B_API_KEY`; `E2B_DOMAIN` (default `e2b.app`); `E2B_API_URL` (default
 //!   `https://api.{domain}`); `E2B_SANDBOX_URL` sends all sandbox traffic to one URL with
 //!   `E2b-Sandbox-Id`/`-Port` routing headers, as E2B's SDKs do (a local edge or proxy).
 
 mod api;
+mod egress;
 mod envd;
 pub(crate) mod template;
 
@@ -28,7 +31,7 @@ use super::cloud::http::{self, ControlPlane};
 use super::cloud::settings::Settings;
 use super::cloud::websocket::{self, EdgeError};
 use super::{
-    AgentSocket, Created, NetworkPolicy, Provider, ProviderError, SandboxHandle, SandboxSpec,
+    AgentSocket, Created, NetworkInfo, Provider, ProviderError, SandboxHandle, SandboxSpec,
     SandboxState,
 };
 
@@ -203,6 +206,7 @@ impl Provider for E2bProvider {
         spec: &SandboxSpec,
     ) -> Result<Created, ProviderError> {
         let template = check_spec(spec)?;
+        let outbound = egress::outbound(spec)?;
         let e2b = self.ready()?;
         let timeout = spec.ttl.unwrap_or(DEFAULT_TIMEOUT).as_secs().max(1);
         let mut metadata: BTreeMap<String, String> = spec.labels.clone();
@@ -212,10 +216,12 @@ impl Provider for E2bProvider {
             timeout,
             metadata: &metadata,
             env_vars: &spec.env,
-            allow_internet_access: spec.network == NetworkPolicy::Host,
-            // The agent checks its own token too; this keeps strangers off its port at all.
+            allow_internet_access: outbound.allow_internet_access,
             network: api::Network {
+                // The agent checks its own token too; this keeps strangers off its port at all.
                 allow_public_traffic: false,
+                allow_out: outbound.allow_out,
+                deny_out: outbound.deny_out,
             },
         };
         // E2B's idempotency keys are `[a-z0-9-]`; relay ids are too, once lower-cased.
@@ -299,6 +305,10 @@ impl Provider for E2bProvider {
         e2b.open_agent(id, &meta, &sandbox.agent_token)
             .await
             .map_err(|e| edge_failure(id, e))
+    }
+
+    fn network_info(&self, spec: &SandboxSpec) -> NetworkInfo {
+        egress::info(spec)
     }
 }
 

@@ -15,6 +15,7 @@
 //!   and resolving images), [`names`] (Modal's image names), [`tunnel`] (finding and opening
 //!   the agent's tunnel), `modal.proto` and `messages.proto` (the part of Modal's API we use,
 //!   compiled by `build.rs`).
+//! - Network: `--network` and allowlists as Modal's `network_access` ([`egress`]).
 //! - `--image` is an image published on Modal under that name (`tether image build --target
 //!   modal` makes one; looked up with `ImageGetByTag`), else a registry tag.
 //! - Image builds (for `tether image build --target modal`): [`ModalProvider::build_image`]
@@ -25,6 +26,7 @@
 
 pub(crate) mod build;
 mod client;
+mod egress;
 mod image;
 mod names;
 mod tunnel;
@@ -56,13 +58,12 @@ use tokio::sync::OnceCell;
 use tonic::Code;
 
 use self::client::Modal;
-use self::pb::network_access::NetworkAccessType;
 use super::cloud::constants::{AGENT_ARGS, AGENT_PORT, AGENT_PROGRAM, AGENT_TOKEN_ENV};
 use super::cloud::http;
 use super::cloud::settings::Settings;
 use super::cloud::websocket::{self, EdgeError};
 use super::{
-    AgentSocket, Created, NetworkPolicy, Provider, ProviderError, SandboxHandle, SandboxSpec,
+    AgentSocket, Created, NetworkInfo, Provider, ProviderError, SandboxHandle, SandboxSpec,
     SandboxState,
 };
 
@@ -291,6 +292,7 @@ impl Provider for ModalProvider {
         spec: &SandboxSpec,
     ) -> Result<Created, ProviderError> {
         let (image, timeout) = check_spec(spec)?;
+        let network_access = egress::network_access(spec)?;
         let modal = self.modal()?;
         let app = self.app(modal).await?;
         let app_id = app.id.clone();
@@ -306,11 +308,6 @@ impl Provider for ModalProvider {
         env.insert(AGENT_TOKEN_ENV.into(), agent_token.into());
         let mut tags: BTreeMap<String, String> = spec.labels.clone();
         tags.insert(ID_TAG.into(), id.into());
-        let network = match spec.network {
-            // BLOCKED would forbid open ports; an empty allowlist blocks all outbound traffic.
-            NetworkPolicy::None | NetworkPolicy::Allowlist => NetworkAccessType::Allowlist,
-            NetworkPolicy::Host => NetworkAccessType::Open,
-        };
         let definition = pb::Sandbox {
             entrypoint_args: std::iter::once(AGENT_PROGRAM)
                 .chain(AGENT_ARGS)
@@ -324,9 +321,7 @@ impl Provider for ModalProvider {
                     unencrypted: false,
                 }],
             }),
-            network_access: Some(pb::NetworkAccess {
-                network_access_type: network as i32,
-            }),
+            network_access: Some(network_access),
             name: Some(id.to_string()),
             idle_timeout_secs: spec.idle_timeout.map(|d| d.as_secs().max(1) as u32),
             environment_variables: Some(pb::StringMap {
@@ -453,6 +448,10 @@ impl Provider for ModalProvider {
                 _ => Err(edge_failure(&sandbox.provider_ref, e)),
             },
         }
+    }
+
+    fn network_info(&self, spec: &SandboxSpec) -> NetworkInfo {
+        egress::info(spec)
     }
 }
 
