@@ -33,3 +33,30 @@ print("stopped and started")
 daytona.delete(sandbox)
 assert list(daytona.list(ListSandboxesQuery(labels={"fidelity": "daytona"}))) == []
 print("deleted")
+
+# Network limits as the SDK sends them (networkAllowList / domainAllowList), kept and read back.
+fenced = daytona.create(
+    CreateSandboxFromSnapshotParams(labels={"fidelity": "daytona-egress"}, network_allow_list="10.1.0.0/16,192.0.2.7/32")
+)
+assert daytona.get(fenced.id).network_allow_list == "10.1.0.0/16,192.0.2.7/32", fenced
+daytona.delete(fenced)
+named = daytona.create(
+    CreateSandboxFromSnapshotParams(labels={"fidelity": "daytona-egress"}, domain_allow_list="api.example.com,*.pypi.org")
+)
+assert daytona.get(named.id).domain_allow_list == "api.example.com,*.pypi.org", named
+daytona.delete(named)
+print("network limits kept")
+
+# Daytona's own refusals: more than 10 networks, both lists at once.
+eleven = ",".join(f"10.{i}.0.0/16" for i in range(11))
+for bad, says in [
+    (CreateSandboxFromSnapshotParams(network_allow_list=eleven), "more than 10 networks"),
+    (CreateSandboxFromSnapshotParams(network_allow_list="10.0.0.0/8", domain_allow_list="a.example.com"), "mutually exclusive"),
+]:
+    try:
+        daytona.create(bad)
+    except Exception as e:  # DaytonaError carrying Daytona's message
+        assert says in str(e), (bad, e)
+        print("refused:", says)
+    else:
+        raise AssertionError(f"the fake accepted {bad}")

@@ -5,6 +5,10 @@ MODAL_SERVER_URL (plain http://: the SDK's grpclib speaks HTTP/2 without TLS to 
 at `tether-fake modal`. Exits non-zero, with the reason, on any mismatch.
 """
 
+import json
+import os
+import urllib.request
+
 import modal
 
 app = modal.App.lookup("tether-fidelity", create_if_missing=True)
@@ -23,3 +27,20 @@ sb.wait(raise_on_termination=False)
 assert sb.returncode is not None, sb.returncode
 assert [s.object_id for s in modal.Sandbox.list(app_id=app.app_id)] == []
 print("terminated", sb.returncode)
+
+# Outbound allowlists as the SDK builds them (network_access ALLOWLIST with CIDRs and domains),
+# as the fake received them (GET /__fake/sandboxes: Modal has no call that reads them back).
+fenced = modal.Sandbox.create(
+    "sleep", "infinity", app=app, image=image, timeout=120,
+    outbound_cidr_allowlist=["10.1.0.0/16"], outbound_domain_allowlist=["api.example.com", "*.pypi.org"],
+)
+with urllib.request.urlopen(os.environ["MODAL_SERVER_URL"] + "/__fake/sandboxes") as answer:
+    seen = {s["id"]: s for s in json.load(answer)}
+network = seen[fenced.object_id]["network_access"]
+assert network == {
+    "network_access_type": "ALLOWLIST",
+    "allowed_cidrs": ["10.1.0.0/16"],
+    "allowed_domains": ["api.example.com", "*.pypi.org"],
+}, network
+fenced.terminate()
+print("allowlist kept", network)

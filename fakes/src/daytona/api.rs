@@ -68,6 +68,8 @@ struct CreateSandbox {
     public: bool,
     #[serde(default)]
     network_block_all: bool,
+    network_allow_list: Option<String>,
+    domain_allow_list: Option<String>,
     cpu: Option<i64>,
     memory: Option<i64>,
     disk: Option<i64>,
@@ -109,6 +111,13 @@ async fn create(State(fake): State<Arc<Daytona>>, body: axum::body::Bytes) -> Re
             "Cannot specify Sandbox resources when using a snapshot",
         );
     }
+    if let Err(message) = super::egress::validate(
+        req.network_block_all,
+        req.network_allow_list.as_deref(),
+        req.domain_allow_list.as_deref(),
+    ) {
+        return error(StatusCode::BAD_REQUEST, PATH, &message);
+    }
     let snapshot = req.snapshot.filter(|s| !s.is_empty());
     let boot = match snapshot.as_deref() {
         None => Boot::default_snapshot(),
@@ -137,6 +146,8 @@ async fn create(State(fake): State<Arc<Daytona>>, body: axum::body::Bytes) -> Re
         labels: req.labels,
         public: req.public,
         network_block_all: req.network_block_all,
+        network_allow_list: req.network_allow_list,
+        domain_allow_list: req.domain_allow_list,
         auto_stop_interval: req.auto_stop_interval.unwrap_or(AUTO_STOP),
         auto_archive_interval: req.auto_archive_interval.unwrap_or(AUTO_ARCHIVE),
         auto_delete_interval: req.auto_delete_interval.unwrap_or(AUTO_DELETE),
@@ -187,6 +198,8 @@ fn sandbox_json(s: &Sandbox, full: bool) -> Value {
         "labels": s.labels,
         "public": s.public,
         "networkBlockAll": s.network_block_all,
+        "networkAllowList": s.network_allow_list,
+        "domainAllowList": s.domain_allow_list,
         "kvm": false,
         "target": "us",
         "cpu": 1, "gpu": 0, "memory": 1, "disk": 3,

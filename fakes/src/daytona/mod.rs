@@ -14,6 +14,7 @@
 //! token. `ttlMinutes` is enforced.
 
 mod api;
+mod egress;
 mod preview;
 mod snapshot_api;
 mod snapshots;
@@ -60,6 +61,8 @@ struct Sandbox {
     labels: BTreeMap<String, String>,
     public: bool,
     network_block_all: bool,
+    network_allow_list: Option<String>,
+    domain_allow_list: Option<String>,
     auto_stop_interval: i64,
     auto_archive_interval: i64,
     auto_delete_interval: i64,

@@ -69,6 +69,10 @@ struct NewSandbox {
 struct Network {
     #[serde(default)]
     allow_public_traffic: Option<bool>,
+    #[serde(default)]
+    allow_out: Option<Vec<String>>,
+    #[serde(default)]
+    deny_out: Option<Vec<String>>,
 }
 
 async fn create_v1(
@@ -118,6 +122,19 @@ async fn create(fake: Arc<E2b>, headers: HeaderMap, body: axum::body::Bytes, v2:
         .unwrap_or(true);
     if !public && !secure {
         return error(StatusCode::BAD_REQUEST, "You cannot create a sandbox without public access unless you enable secure envd access via 'secure' flag.");
+    }
+    let allow_out = req
+        .network
+        .as_ref()
+        .and_then(|n| n.allow_out.clone())
+        .unwrap_or_default();
+    let deny_out = req
+        .network
+        .as_ref()
+        .and_then(|n| n.deny_out.clone())
+        .unwrap_or_default();
+    if let Err(message) = super::egress::validate(&allow_out, &deny_out) {
+        return error(StatusCode::BAD_REQUEST, &message);
     }
     let key = headers
         .get("idempotency-key")
@@ -183,6 +200,8 @@ async fn create(fake: Arc<E2b>, headers: HeaderMap, body: axum::body::Bytes, v2:
         envd_access_token: random_hex(16),
         traffic_access_token: (!public).then(|| random_hex(16)),
         allow_internet_access: req.allow_internet_access.unwrap_or(true),
+        allow_out,
+        deny_out,
     };
     // Unsecured (v1 without `secure`) sandboxes have no envd token in E2B; the fake keeps one
     // internally but reports none, and envd then accepts requests without it.
@@ -288,6 +307,11 @@ async fn detail(State(fake): State<Arc<E2b>>, Path(id): Path<String>) -> Respons
         json!((!s.envd_access_token.is_empty()).then_some(&s.envd_access_token));
     body["domain"] = json!(fake.config.domain);
     body["allowInternetAccess"] = json!(s.allow_internet_access);
+    body["network"] = json!({
+        "allowPublicTraffic": s.traffic_access_token.is_none(),
+        "allowOut": s.allow_out,
+        "denyOut": s.deny_out,
+    });
     body["lifecycle"] = json!({ "autoResume": false, "onTimeout": "kill" });
     Json(body).into_response()
 }

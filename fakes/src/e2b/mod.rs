@@ -14,6 +14,7 @@
 
 mod api;
 mod builder;
+mod egress;
 mod envd;
 mod ready;
 mod storage;
@@ -68,6 +69,9 @@ struct Sandbox {
     envd_access_token: String,
     traffic_access_token: Option<String>,
     allow_internet_access: bool,
+    /// `network.allowOut` and `network.denyOut`, as given.
+    allow_out: Vec<String>,
+    deny_out: Vec<String>,
 }
 
 /// The fake's state.

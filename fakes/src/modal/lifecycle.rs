@@ -18,6 +18,37 @@ use super::{result, Modal, Sandbox};
 use crate::edge::{self, PortListener};
 use crate::sandboxes::random_id;
 
+/// Refuses a `network_access` Modal would not run: allowlists outside `ALLOWLIST`, a CIDR
+/// that is not one, open ports on a `BLOCKED` sandbox (which the SDK refuses before sending).
+fn check_network(def: &super::pb::Sandbox) -> Result<(), Status> {
+    use super::pb::network_access::NetworkAccessType;
+    let Some(network) = &def.network_access else {
+        return Ok(());
+    };
+    let kind = NetworkAccessType::try_from(network.network_access_type)
+        .map_err(|_| Status::invalid_argument("unknown network access type"))?;
+    let lists = !network.allowed_cidrs.is_empty() || !network.allowed_domains.is_empty();
+    if lists && kind != NetworkAccessType::Allowlist {
+        return Err(Status::invalid_argument(
+            "allowed CIDRs and domains need network access type ALLOWLIST",
+        ));
+    }
+    if let Some(bad) = network
+        .allowed_cidrs
+        .iter()
+        .find(|c| c.parse::<ipnet::IpNet>().is_err())
+    {
+        return Err(Status::invalid_argument(format!("invalid CIDR: {bad}")));
+    }
+    let ports = def.open_ports.as_ref().is_some_and(|p| !p.ports.is_empty());
+    if kind == NetworkAccessType::Blocked && ports {
+        return Err(Status::invalid_argument(
+            "Cannot specify open ports when `block_network` is enabled",
+        ));
+    }
+    Ok(())
+}
+
 impl Service {
     /// Creates a sandbox (V1 and V2 alike) and starts its entrypoint.
     pub(super) async fn create(
@@ -37,6 +68,7 @@ impl Service {
             return Err(Status::not_found(format!("App {} not found", app_id)));
         }
         let def = definition.ok_or_else(|| Status::invalid_argument("definition is required"))?;
+        check_network(&def)?;
         let root = super::images::sandbox_root(fake, &def.image_id)?;
         let id = format!("sb-{}", random_id(22, BASE62));
         {
@@ -69,6 +101,7 @@ impl Service {
                     },
                     result: None,
                     tunnels: Vec::new(),
+                    network_access: def.network_access.clone(),
                 },
             );
         }

@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::extract::{Request, State};
 use axum::response::Response;
-use axum::Router;
+use axum::{Json, Router};
 
 use crate::edge::PortListener;
 use crate::faults::Faults;
@@ -67,6 +67,8 @@ struct Sandbox {
     /// Set once it has finished.
     result: Option<pb::GenericResult>,
     tunnels: Vec<(pb::TunnelData, PortListener)>,
+    /// The definition's `network_access`, as given.
+    network_access: Option<pb::NetworkAccess>,
 }
 
 /// The fake's state.
@@ -103,7 +105,9 @@ impl Modal {
         })
     }
 
-    /// The gRPC service plus `/__fake/faults`, and the reaper of timed-out sandboxes.
+    /// The gRPC service plus `/__fake/faults` and `/__fake/sandboxes` (what each sandbox was
+    /// created with, which Modal's API does not read back), and the reaper of timed-out
+    /// sandboxes.
     pub fn router(self: &Arc<Self>) -> Router {
         tokio::spawn(reap(Arc::downgrade(self)));
         let grpc = tonic::service::Routes::new(
@@ -116,6 +120,7 @@ impl Modal {
                 "/__fake/faults",
                 axum::routing::post(control).delete(control),
             )
+            .route("/__fake/sandboxes", axum::routing::get(inspect))
             .with_state(self.clone());
         grpc.merge(controls)
     }
@@ -140,6 +145,28 @@ impl Modal {
 
 async fn control(State(fake): State<Arc<Modal>>, req: Request) -> Response {
     fake.faults.control(req).await
+}
+
+/// `GET /__fake/sandboxes`: every sandbox's id, name and `network_access` (its type by name).
+async fn inspect(State(fake): State<Arc<Modal>>) -> Json<serde_json::Value> {
+    use pb::network_access::NetworkAccessType;
+    let table = fake.table.lock().expect("sandbox table");
+    let list: Vec<serde_json::Value> = table
+        .iter()
+        .map(|(id, s)| {
+            let network = s.network_access.as_ref().map(|n| {
+                let kind = NetworkAccessType::try_from(n.network_access_type)
+                    .map_or("UNKNOWN", |t| t.as_str_name());
+                serde_json::json!({
+                    "network_access_type": kind,
+                    "allowed_cidrs": n.allowed_cidrs,
+                    "allowed_domains": n.allowed_domains,
+                })
+            });
+            serde_json::json!({ "id": id, "name": s.name, "network_access": network })
+        })
+        .collect();
+    Json(serde_json::Value::Array(list))
 }
 
 /// A finished sandbox's result.
