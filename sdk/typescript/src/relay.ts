@@ -4,7 +4,7 @@
 
 import { HTTP_ATTEMPTS, HTTP_BACKOFF_MAX_MS, HTTP_BACKOFF_MS, HTTP_TIMEOUT_MS } from "./constants.js";
 import { ConfigurationError, errorFromCode, NotFoundError, PermissionDeniedError, SandboxGoneError, TetherError, UnavailableError } from "./errors.js";
-import type { PreviewInfo, SandboxInfo } from "./types.js";
+import type { NetworkInfo, NetworkMode, PreviewInfo, SandboxInfo, Secret } from "./types.js";
 
 /** Where the relay is and how to authenticate. */
 export interface RelayOptions {
@@ -82,7 +82,9 @@ export interface CreateBody {
   memory_bytes?: number;
   pids?: number;
   disk_bytes?: number;
-  network?: "none" | "host";
+  network?: NetworkMode;
+  egress?: { allow_hosts?: string[]; allow_cidrs?: string[] };
+  secrets?: Secret[];
   seccomp_unconfined?: boolean;
   get_or_create?: boolean;
 }
@@ -244,5 +246,25 @@ function parseSandboxInfo(value: unknown): SandboxInfo {
     expiresMs: num(v["expires_ms"]),
     idleTimeoutSecs: num(v["idle_timeout_secs"]),
     created: v["created"] === true,
+    network: parseNetworkInfo(v["network"]),
+  };
+}
+
+function parseNetworkInfo(value: unknown): NetworkInfo | undefined {
+  if (typeof value !== "object" || value === null) return undefined;
+  const v = value as Record<string, unknown>;
+  const strings = (x: unknown): string[] => (Array.isArray(x) ? x.filter((s): s is string => typeof s === "string") : []);
+  const egress = (typeof v["egress"] === "object" && v["egress"] !== null ? v["egress"] : {}) as Record<string, unknown>;
+  const secrets = Array.isArray(v["secrets"]) ? (v["secrets"] as unknown[]) : [];
+  return {
+    mode: typeof v["mode"] === "string" ? v["mode"] : "",
+    allowHosts: strings(egress["allow_hosts"]),
+    allowCidrs: strings(egress["allow_cidrs"]),
+    secrets: secrets
+      .filter((s): s is Record<string, unknown> => typeof s === "object" && s !== null)
+      .map((s) => ({ name: typeof s["name"] === "string" ? s["name"] : "", hosts: strings(s["hosts"]) })),
+    enforcedBy: typeof v["enforced_by"] === "string" ? v["enforced_by"] : "",
+    guarantees: strings(v["guarantees"]),
+    notGuaranteed: strings(v["not_guaranteed"]),
   };
 }

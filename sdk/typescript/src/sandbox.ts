@@ -9,7 +9,7 @@ import { Pty } from "./pty.js";
 import { Connection } from "./protocol/connection.js";
 import { expectReply, str, uint } from "./protocol/fields.js";
 import { type CreateBody, RelayClient, RelayConfig, type RelayOptions } from "./relay.js";
-import type { AgentInfo, SandboxInfo } from "./types.js";
+import type { AgentInfo, NetworkMode, SandboxInfo, Secret } from "./types.js";
 
 /** What a new sandbox looks like. Durations are seconds, sizes bytes; the relay's policy
  * fills in what is left out. */
@@ -29,7 +29,15 @@ export interface CreateOptions extends RelayOptions {
   memoryBytes?: number;
   pids?: number;
   diskBytes?: number;
-  network?: "none" | "host";
+  /** `allowlist` (implied by `allowHosts`, `allowCidrs` and `secrets`): the sandbox reaches
+   * only those; `info.network` says what enforces it on its provider. */
+  network?: NetworkMode;
+  /** Host names it may reach: `api.openai.com`, or `*.pypi.org` for the names below it. */
+  allowHosts?: string[];
+  /** Networks it may reach, as CIDRs (`10.1.0.0/16`). */
+  allowCidrs?: string[];
+  /** Secrets by placeholder; their hosts are allowed. */
+  secrets?: Secret[];
   /** Run without the system call filter (admin tokens only). */
   seccompUnconfined?: boolean;
 }
@@ -46,7 +54,20 @@ function createBody(options: CreateOptions, getOrCreate: boolean): CreateBody {
   if (options.memoryBytes !== undefined) body.memory_bytes = options.memoryBytes;
   if (options.pids !== undefined) body.pids = options.pids;
   if (options.diskBytes !== undefined) body.disk_bytes = options.diskBytes;
-  if (options.network !== undefined) body.network = options.network;
+  const fenced = (options.allowHosts?.length ?? 0) + (options.allowCidrs?.length ?? 0) + (options.secrets?.length ?? 0) > 0;
+  if (fenced && options.network !== undefined && options.network !== "allowlist") {
+    throw new TypeError(`allowHosts, allowCidrs and secrets need network "allowlist", not "${options.network}"`);
+  }
+  const network = fenced ? "allowlist" : options.network;
+  if (network !== undefined) body.network = network;
+  if (options.allowHosts?.length || options.allowCidrs?.length) {
+    body.egress = {};
+    if (options.allowHosts?.length) body.egress.allow_hosts = [...options.allowHosts];
+    if (options.allowCidrs?.length) body.egress.allow_cidrs = [...options.allowCidrs];
+  }
+  if (options.secrets?.length) {
+    body.secrets = options.secrets.map((s) => (s.value === undefined ? { name: s.name, hosts: [...s.hosts] } : { name: s.name, hosts: [...s.hosts], value: s.value }));
+  }
   if (options.seccompUnconfined === true) body.seccomp_unconfined = true;
   if (getOrCreate) body.get_or_create = true;
   return body;

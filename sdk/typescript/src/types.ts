@@ -19,6 +19,33 @@ export interface SandboxInfo {
   idleTimeoutSecs: number | undefined;
   /** Whether it was just created (false when get-or-create found an existing one). */
   created: boolean;
+  /** Its network access and what enforces it (undefined from relays that do not say). */
+  network: NetworkInfo | undefined;
+}
+
+/** A sandbox's network mode: its own loopback only, the host's network, or an allowlist. */
+export type NetworkMode = "none" | "host" | "allowlist";
+
+/** A secret the sandbox uses without holding it: its environment variable `name` holds a
+ * placeholder, replaced with the value by the relay's egress proxy in requests to `hosts`
+ * only. `value` (absent: the relay's secret store) is sent once, at create. */
+export interface Secret {
+  name: string;
+  hosts: string[];
+  value?: string;
+}
+
+/** A sandbox's network as created, and what its provider guarantees for it. */
+export interface NetworkInfo {
+  mode: string;
+  allowHosts: string[];
+  allowCidrs: string[];
+  /** Secrets bound to it: names and hosts, never values. */
+  secrets: { name: string; hosts: string[] }[];
+  /** `relay` (the relay's own egress proxy and rules), or the provider's name. */
+  enforcedBy: string;
+  guarantees: string[];
+  notGuaranteed: string[];
 }
 
 /** How a browser reaches ports inside a sandbox. */

@@ -5,7 +5,7 @@ lazily and re-opened after a drop."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -18,9 +18,41 @@ from ._protocol import Connection, Message, Stream, expect_reply
 from ._pty import AsyncPty
 from ._relay import AsyncRelayClient, RelayConfig
 from .errors import ProtocolError
-from .types import AgentInfo, CommandResult, SandboxInfo
+from .types import AgentInfo, CommandResult, NetworkMode, SandboxInfo, Secret
 
 Language = Literal["python", "node", "bash"]
+
+
+def egress_fields(
+    network: NetworkMode | None,
+    allow_hosts: Sequence[str] | None,
+    allow_cidrs: Sequence[str] | None,
+    secrets: Sequence[Secret] | None,
+) -> dict[str, Any]:
+    """The create body's ``network``, ``egress`` and ``secrets``. An allowlist (or a secret)
+    implies ``network="allowlist"``; any other mode with one is refused here."""
+    for name, given in (("allow_hosts", allow_hosts), ("allow_cidrs", allow_cidrs)):
+        if isinstance(given, str):
+            raise TypeError(f"{name} takes a list of strings, not one string")
+    body: dict[str, Any] = {}
+    fenced = bool(allow_hosts or allow_cidrs or secrets)
+    if fenced and network not in (None, "allowlist"):
+        raise ValueError(
+            f'allow_hosts, allow_cidrs and secrets need network="allowlist", not {network!r}'
+        )
+    mode = "allowlist" if fenced else network
+    if mode is not None:
+        body["network"] = mode
+    egress: dict[str, list[str]] = {}
+    if allow_hosts:
+        egress["allow_hosts"] = list(allow_hosts)
+    if allow_cidrs:
+        egress["allow_cidrs"] = list(allow_cidrs)
+    if egress:
+        body["egress"] = egress
+    if secrets:
+        body["secrets"] = [s.to_json() for s in secrets]
+    return body
 
 
 class AsyncSandbox:
@@ -69,7 +101,10 @@ class AsyncSandbox:
         memory_bytes: int | None = None,
         pids: int | None = None,
         disk_bytes: int | None = None,
-        network: Literal["none", "host"] | None = None,
+        network: NetworkMode | None = None,
+        allow_hosts: Sequence[str] | None = None,
+        allow_cidrs: Sequence[str] | None = None,
+        secrets: Sequence[Secret] | None = None,
         seccomp_unconfined: bool = False,
         get_or_create: bool = False,
         relay: str | None = None,
@@ -77,8 +112,12 @@ class AsyncSandbox:
     ) -> AsyncSandbox:
         """Creates a sandbox. ``ttl`` and ``idle_timeout`` are seconds; the relay's policy
         fills in limits left out. With ``get_or_create``, returns the tenant's sandbox with
-        exactly these ``labels`` if there is one (``info.created`` says which)."""
-        body: dict[str, Any] = {}
+        exactly these ``labels`` if there is one (``info.created`` says which).
+
+        ``allow_hosts`` (``api.openai.com``, ``*.pypi.org``), ``allow_cidrs``
+        (``10.1.0.0/16``) and ``secrets`` (:class:`Secret`) make ``network`` ``"allowlist"``:
+        the sandbox reaches only those; ``info.network`` says what enforces it."""
+        body: dict[str, Any] = egress_fields(network, allow_hosts, allow_cidrs, secrets)
         for name, value in (
             ("image", image),
             ("provider", provider),
@@ -88,7 +127,6 @@ class AsyncSandbox:
             ("memory_bytes", memory_bytes),
             ("pids", pids),
             ("disk_bytes", disk_bytes),
-            ("network", network),
         ):
             if value is not None:
                 body[name] = value

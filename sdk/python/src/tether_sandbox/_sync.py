@@ -11,7 +11,7 @@ import builtins
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 from ._commands import AsyncCommands, Command, OutputCallback
 from ._constants import DEFAULT_MAX_DOWNLOAD, DEFAULT_MAX_READ
@@ -38,9 +38,11 @@ from .types import (
     GlobResult,
     GrepResult,
     ListeningPort,
+    NetworkMode,
     ProcessInfo,
     ReadResult,
     SandboxInfo,
+    Secret,
     WriteResult,
 )
 
@@ -378,7 +380,10 @@ class Sandbox:
         memory_bytes: int | None = None,
         pids: int | None = None,
         disk_bytes: int | None = None,
-        network: Literal["none", "host"] | None = None,
+        network: NetworkMode | None = None,
+        allow_hosts: Sequence[str] | None = None,
+        allow_cidrs: Sequence[str] | None = None,
+        secrets: Sequence[Secret] | None = None,
         seccomp_unconfined: bool = False,
         get_or_create: bool = False,
         relay: str | None = None,
@@ -398,6 +403,9 @@ class Sandbox:
                     pids=pids,
                     disk_bytes=disk_bytes,
                     network=network,
+                    allow_hosts=allow_hosts,
+                    allow_cidrs=allow_cidrs,
+                    secrets=secrets,
                     seccomp_unconfined=seccomp_unconfined,
                     get_or_create=get_or_create,
                     relay=relay,

@@ -25,6 +25,69 @@ def _field(obj: dict[str, Any], name: str, typ: type, default: Any = ...) -> Any
     return value
 
 
+NetworkMode = Literal["none", "host", "allowlist"]
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A secret the sandbox uses without holding it: its environment variable ``name`` gets a
+    placeholder, which the relay's egress proxy replaces with the value in requests to
+    ``hosts`` only. ``value`` (absent: the relay's secret store) is sent once, at create; it
+    never appears in ``repr`` or in anything the relay returns."""
+
+    name: str
+    hosts: tuple[str, ...]
+    value: str | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": self.name, "hosts": list(self.hosts)}
+        if self.value is not None:
+            body["value"] = self.value
+        return body
+
+
+@dataclass(frozen=True)
+class SecretBinding:
+    """A secret bound to a sandbox, as the relay reports it: never its value."""
+
+    name: str
+    hosts: list[str]
+
+
+def _strings(items: Any) -> list[str]:
+    return [str(x) for x in (items or [])]
+
+
+@dataclass(frozen=True)
+class NetworkInfo:
+    """A sandbox's network access as created, and what its provider guarantees for it."""
+
+    mode: str
+    allow_hosts: list[str]
+    allow_cidrs: list[str]
+    secrets: list[SecretBinding]
+    enforced_by: str
+    """``relay`` (the relay's own egress proxy and rules), or the provider's name."""
+    guarantees: list[str]
+    not_guaranteed: list[str]
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> NetworkInfo:
+        egress = obj.get("egress") or {}
+        return cls(
+            mode=str(obj.get("mode", "")),
+            allow_hosts=_strings(egress.get("allow_hosts")),
+            allow_cidrs=_strings(egress.get("allow_cidrs")),
+            secrets=[
+                SecretBinding(name=str(s.get("name", "")), hosts=_strings(s.get("hosts")))
+                for s in obj.get("secrets") or []
+            ],
+            enforced_by=str(obj.get("enforced_by", "")),
+            guarantees=_strings(obj.get("guarantees")),
+            not_guaranteed=_strings(obj.get("not_guaranteed")),
+        )
+
+
 @dataclass(frozen=True)
 class SandboxInfo:
     """A sandbox as the relay knows it."""
@@ -40,9 +103,12 @@ class SandboxInfo:
     idle_timeout_secs: int | None
     created: bool
     """False when get-or-create found an existing sandbox."""
+    network: NetworkInfo | None = None
+    """Its network access and guarantees (None from relays that do not report them)."""
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> SandboxInfo:
+        network = obj.get("network")
         return cls(
             id=str(obj["id"]),
             provider=str(obj.get("provider", "")),
@@ -54,6 +120,7 @@ class SandboxInfo:
             expires_ms=obj.get("expires_ms"),
             idle_timeout_secs=obj.get("idle_timeout_secs"),
             created=bool(obj.get("created", False)),
+            network=NetworkInfo.from_json(network) if isinstance(network, dict) else None,
         )
 
 
