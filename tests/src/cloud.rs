@@ -193,6 +193,20 @@ pub fn tether(relay: &Relay, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Sandbox `id` as `tether ls --json` lists it (with `provider_ref`, and `network`: its mode,
+/// who enforces it and which guarantees hold).
+pub fn listed(relay: &Relay, id: &str) -> serde_json::Value {
+    let json = tether(relay, &["ls", "--json"]);
+    let all: serde_json::Value = serde_json::from_str(&json).expect("ls --json");
+    let found = all
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|s| s["id"] == id)
+        .unwrap_or_else(|| panic!("{id} is not listed: {json}"));
+    found.clone()
+}
+
 /// Runs `tether ARGS` expecting failure; returns stderr.
 pub fn tether_fails(relay: &Relay, args: &[&str]) -> String {
     let out = relay.tether().args(args).output().expect("run tether");

@@ -13,7 +13,7 @@ use tether_proto::op::{AgentInfo, ListeningPort};
 
 use super::output::{self, Table};
 use super::remote::Remote;
-use tether_client::api::{CreateRequest, PreviewInfo, SandboxInfo};
+use tether_client::api::{CreateRequest, NetworkInfo, PreviewInfo, SandboxInfo};
 use tether_client::escape::escape_str;
 use tether_client::size::parse_size;
 use tether_client::ClientError;
@@ -429,6 +429,9 @@ fn describe(info: &Info<'_>, now: i64) -> String {
             ("memory", output::bytes(a.memory_bytes)),
         ]);
     }
+    if let Some(n) = &s.network {
+        rows.extend(network_rows(n));
+    }
     let longest = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     let width = longest.max("preview token".len()) + 2;
     let mut out: String = rows
@@ -462,9 +465,58 @@ fn describe(info: &Info<'_>, now: i64) -> String {
     out
 }
 
+/// The sandbox's network, what enforces it and which guarantees hold, one row each.
+fn network_rows(n: &NetworkInfo) -> Vec<(&'static str, String)> {
+    let mode = serde_json::to_value(n.mode)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let mut rows = vec![("network", format!("{mode} (enforced by {})", n.enforced_by))];
+    let allowed: Vec<&str> = n
+        .egress
+        .allow_hosts
+        .iter()
+        .chain(&n.egress.allow_cidrs)
+        .map(String::as_str)
+        .collect();
+    if !allowed.is_empty() {
+        rows.push(("allowed", allowed.join(", ")));
+    }
+    for s in &n.secrets {
+        rows.push(("secret", format!("{} (sent to {})", s.name, s.hosts.join(", "))));
+    }
+    for (i, g) in n.guarantees.iter().enumerate() {
+        rows.push((if i == 0 { "guaranteed" } else { "" }, g.clone()));
+    }
+    for (i, g) in n.not_guaranteed.iter().enumerate() {
+        rows.push((if i == 0 { "not guaranteed" } else { "" }, g.clone()));
+    }
+    rows
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn network_guarantees_are_listed_and_secret_values_are_not_there_to_list() {
+        let n: NetworkInfo = serde_json::from_value(serde_json::json!({
+            "mode": "allowlist",
+            "egress": {"allow_hosts": ["*.pypi.org"], "allow_cidrs": ["10.1.0.0/16"]},
+            "secrets": [{"name": "OPENAI_API_KEY", "hosts": ["api.openai.com"]}],
+            "enforced_by": "e2b",
+            "guarantees": ["one", "two"],
+            "not_guaranteed": ["three"],
+        }))
+        .unwrap();
+        let rows = network_rows(&n);
+        assert_eq!(rows[0], ("network", "allowlist (enforced by e2b)".into()));
+        assert!(rows.contains(&("allowed", "*.pypi.org, 10.1.0.0/16".into())));
+        assert!(rows.contains(&("secret", "OPENAI_API_KEY (sent to api.openai.com)".into())));
+        assert!(rows.contains(&("guaranteed", "one".into())));
+        assert!(rows.contains(&("", "two".into())));
+        assert!(rows.contains(&("not guaranteed", "three".into())));
+    }
 
     #[derive(clap::Parser)]
     struct Create {

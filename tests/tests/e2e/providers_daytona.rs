@@ -57,6 +57,25 @@ async fn daytona_create_exec_cp_shell_forward_restart_and_rm() {
         listed.contains(&format!("\"tether.sandbox\":\"{id}\"")),
         "{listed}"
     );
+    // No network: Daytona's networkBlockAll, and the relay says Daytona enforces it.
+    let (_, detail) = http(
+        &fake.url,
+        "GET",
+        &format!("/api/sandbox/{daytona_id}"),
+        &[("Authorization", &auth)],
+        "",
+    );
+    let detail: serde_json::Value = serde_json::from_str(&detail).expect("detail");
+    assert_eq!(detail["networkBlockAll"], true, "{detail}");
+    assert_eq!(detail["networkAllowList"], serde_json::Value::Null, "{detail}");
+    let network = tether_e2e::cloud::listed(&relay, &id)["network"].clone();
+    assert_eq!(network["enforced_by"], "daytona", "{network}");
+    assert!(
+        network["not_guaranteed"][0]
+            .as_str()
+            .is_some_and(|n| n.contains("tiers 1 and 2")),
+        "{network}"
+    );
 
     tether_e2e::cloud::exercise(&relay, &id).await;
 

@@ -43,6 +43,31 @@ async fn e2b_create_exec_cp_shell_forward_and_rm() {
         "{listed}"
     );
 
+    // No network: E2B's internet access off, and the relay says E2B enforces it.
+    let e2b_id = tether_e2e::cloud::listed(&relay, &id)["provider_ref"]
+        .as_str()
+        .expect("the E2B id")
+        .to_string();
+    let (_, detail) = tether_e2e::cloud::http(
+        &fake.url,
+        "GET",
+        &format!("/sandboxes/{e2b_id}"),
+        &[("X-API-Key", KEY)],
+        "",
+    );
+    let detail: serde_json::Value = serde_json::from_str(&detail).expect("detail");
+    assert_eq!(detail["allowInternetAccess"], false, "{detail}");
+    assert_eq!(detail["network"]["allowOut"], serde_json::json!([]), "{detail}");
+    let network = tether_e2e::cloud::listed(&relay, &id)["network"].clone();
+    assert_eq!(network["mode"], "none", "{network}");
+    assert_eq!(network["enforced_by"], "e2b", "{network}");
+    assert!(
+        network["guarantees"][0]
+            .as_str()
+            .is_some_and(|g| g.contains("allow_internet_access")),
+        "{network}"
+    );
+
     tether_e2e::cloud::exercise(&relay, &id).await;
 
     // rm removes it at E2B too

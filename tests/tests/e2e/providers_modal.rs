@@ -41,6 +41,28 @@ async fn modal_create_exec_cp_shell_forward_and_rm() {
     let ls = tether(&relay, &["ls"]);
     assert!(ls.contains(&id) && ls.contains("modal"), "{ls}");
 
+    // No network: an empty allowlist (BLOCKED would close the agent's port), as the fake got it.
+    let (code, seen) = fake.request("GET", "/__fake/sandboxes", "");
+    assert_eq!(code, 200, "{seen}");
+    let seen: serde_json::Value = serde_json::from_str(&seen).expect("sandboxes");
+    let ours = seen
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == id.as_str())
+        .expect("the fake has it");
+    assert_eq!(
+        ours["network_access"],
+        serde_json::json!({
+            "network_access_type": "ALLOWLIST",
+            "allowed_cidrs": [],
+            "allowed_domains": [],
+        })
+    );
+    let network = tether_e2e::cloud::listed(&relay, &id)["network"].clone();
+    assert_eq!(network["enforced_by"], "modal", "{network}");
+    assert_eq!(network["mode"], "none", "{network}");
+
     tether_e2e::cloud::exercise(&relay, &id).await;
 
     tether(&relay, &["rm", &id]);
