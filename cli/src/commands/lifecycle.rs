@@ -483,7 +483,10 @@ fn network_rows(n: &NetworkInfo) -> Vec<(&'static str, String)> {
         rows.push(("allowed", allowed.join(", ")));
     }
     for s in &n.secrets {
-        rows.push(("secret", format!("{} (sent to {})", s.name, s.hosts.join(", "))));
+        rows.push((
+            "secret",
+            format!("{} (sent to {})", s.name, s.hosts.join(", ")),
+        ));
     }
     for (i, g) in n.guarantees.iter().enumerate() {
         rows.push((if i == 0 { "guaranteed" } else { "" }, g.clone()));

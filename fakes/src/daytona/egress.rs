@@ -95,9 +95,11 @@ pub(super) fn validate(
         ));
     }
     if !networks.is_empty() && !domains.is_empty() {
-        return Err("networkAllowList and domainAllowList are mutually exclusive and cannot be \
+        return Err(
+            "networkAllowList and domainAllowList are mutually exclusive and cannot be \
                     set at the same time. Provide only one of them."
-            .into());
+                .into(),
+        );
     }
     if block_all && !(networks.is_empty() && domains.is_empty()) {
         return Err("networkBlockAll: true cannot be combined with a non-empty \

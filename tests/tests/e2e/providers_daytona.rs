@@ -67,7 +67,11 @@ async fn daytona_create_exec_cp_shell_forward_restart_and_rm() {
     );
     let detail: serde_json::Value = serde_json::from_str(&detail).expect("detail");
     assert_eq!(detail["networkBlockAll"], true, "{detail}");
-    assert_eq!(detail["networkAllowList"], serde_json::Value::Null, "{detail}");
+    assert_eq!(
+        detail["networkAllowList"],
+        serde_json::Value::Null,
+        "{detail}"
+    );
     let network = tether_e2e::cloud::listed(&relay, &id)["network"].clone();
     assert_eq!(network["enforced_by"], "daytona", "{network}");
     assert!(

@@ -57,7 +57,11 @@ async fn e2b_create_exec_cp_shell_forward_and_rm() {
     );
     let detail: serde_json::Value = serde_json::from_str(&detail).expect("detail");
     assert_eq!(detail["allowInternetAccess"], false, "{detail}");
-    assert_eq!(detail["network"]["allowOut"], serde_json::json!([]), "{detail}");
+    assert_eq!(
+        detail["network"]["allowOut"],
+        serde_json::json!([]),
+        "{detail}"
+    );
     let network = tether_e2e::cloud::listed(&relay, &id)["network"].clone();
     assert_eq!(network["mode"], "none", "{network}");
     assert_eq!(network["enforced_by"], "e2b", "{network}");
