@@ -73,7 +73,7 @@ def test_create_sends_the_allowlist_and_secrets(recorder: _Recorder) -> None:
         provider="e2b",
         allow_hosts=["*.pypi.org"],
         allow_cidrs=["10.1.0.0/16"],
-        secrets=[secret, Secret("GITHUB_TOKEN", ("api.github.com",))],
+        secrets=[secret, Secret("GITHUB_TOKEN", ["api.github.com"])],
         relay=recorder.url,
         token="t",
     )

@@ -4,6 +4,7 @@ validated on the way in (:func:`_field`): a hostile agent gets an error, not a b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,7 +37,7 @@ class Secret:
     never appears in ``repr`` or in anything the relay returns."""
 
     name: str
-    hosts: tuple[str, ...]
+    hosts: Sequence[str]
     value: str | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
