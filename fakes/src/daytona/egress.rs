@@ -120,7 +120,8 @@ mod tests {
         assert!(validate(false, None, Some("*.pypi.org,api.openai.com")).is_ok());
         assert!(validate(true, Some(""), Some(" ")).is_ok());
         for (bad, says) in [
-            ("10.0.0.1", "Missing"),
+            ("10.0.0.1", "Must be CIDR notation"),
+            ("10.0.0.0/", "Missing"),
             ("10.0.0.0/33", "between 0 and 32"),
             ("2001:db8::/32", "IPv4"),
             ("10.0.0.0/x", "integer"),
