@@ -5,6 +5,8 @@
 //! - this file: [`start`] and shutting down ([`RunningRelay`]);
 //! - `state`: what all handlers share; `routes`: the router, health, tokens;
 //! - `sandboxes`: the lifecycle routes; `tunnel`: the WebSocket data path;
+//! - `secrets`: the tenants' secret store (values sealed by the store, bound to sandboxes by
+//!   [`crate::egress::secrets`]);
 //! - `auth`: API tokens, the admin token file, the caller's tenant and role;
 //! - `policy`: what each tenant may use (the policy file, image roots, value ranges);
 //! - `reaper`: TTL, idle timeout and reconciliation; `activity`: open tunnels;
@@ -25,6 +27,7 @@ mod preview;
 mod reaper;
 mod routes;
 mod sandboxes;
+mod secrets;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -48,6 +51,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 pub use constants::{DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL};
+pub use error::ApiError;
 pub use policy::PolicyConfig;
 pub use tls::{TlsError, TlsFiles};
 
@@ -108,6 +112,12 @@ pub(crate) async fn start_with(
     let (registry, dir_lock) = tokio::task::spawn_blocking(move || open_data_dir(&data_dir))
         .await
         .context("the task opening the data directory failed")??;
+    // Under the directory's lock and before any create: a bound secret without its sandbox
+    // is left from a create that failed (or a relay that stopped) after binding it.
+    let swept = registry.sweep_unbound_secrets().await?;
+    if swept > 0 {
+        info!("forgot {swept} secrets bound to sandboxes that were never created");
+    }
     let admin_token_file = config.data_dir.join(ADMIN_TOKEN_FILE);
     let admin_token = auth::ensure_admin_token(&registry, &admin_token_file).await?;
     let policy = policy::Policy::new(&config.policy, &config.data_dir, providers.keys().copied())?;

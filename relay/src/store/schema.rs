@@ -47,6 +47,28 @@ pub(super) const MIGRATIONS: &[&str] = &[
         evidence     TEXT NOT NULL   -- what the relay saw, in words
      ) STRICT;
      CREATE INDEX destroyed_by_sandbox ON destroyed (tenant, sandbox_id);",
+    // 4: tenants' named secrets, and the secrets bound to each sandbox (values sealed under
+    // the relay's key); a sandbox's bound secrets go with its row, whichever path deletes it.
+    "CREATE TABLE secrets (
+        tenant     TEXT NOT NULL,
+        name       TEXT NOT NULL,
+        value      TEXT NOT NULL,    -- sealed; context: the tenant and the name
+        created_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL,
+        PRIMARY KEY (tenant, name)
+     ) STRICT;
+     CREATE TABLE sandbox_secrets (
+        sandbox_id  TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        placeholder TEXT NOT NULL,
+        value       TEXT NOT NULL,   -- sealed; context: the sandbox and the name
+        hosts       TEXT NOT NULL,   -- JSON array of host patterns
+        PRIMARY KEY (sandbox_id, name)
+     ) STRICT;
+     CREATE TRIGGER sandbox_secrets_go_with_their_sandbox AFTER DELETE ON sandboxes
+     BEGIN
+        DELETE FROM sandbox_secrets WHERE sandbox_id = OLD.id;
+     END;",
 ];
 
 /// The schema version this build writes.

@@ -4,6 +4,7 @@
 mod api;
 mod lifecycle;
 mod policy;
+mod secrets;
 mod tunnel;
 
 use std::collections::HashMap;
