@@ -1,3 +1,5 @@
 //! Egress control for sandboxes with `"network": "allowlist"`: which host names and networks
-//! a sandbox may reach ([`policy`]).
+//! a sandbox may reach ([`policy`]), and secrets put into its requests on the way out
+//! ([`inject`]).
+pub mod inject;
 pub mod policy;
