@@ -76,6 +76,9 @@ const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const RESPONSE_HEAD_TIMEOUT: Duration = Duration::from_secs(600);
 /// Longest a body (either way) may go without a byte moving before the exchange is cut.
 const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Shortest secret value looked for in response headers: shorter ones would match ordinary
+/// text.
+const MIN_SCRUBBED_VALUE: usize = 8;
 /// Most hosts with a cached leaf certificate, per sandbox (wildcard bindings admit many).
 const MAX_CACHED_LEAVES: usize = 1024;
 /// How long a leaf certificate is valid.

@@ -185,6 +185,14 @@ impl Exchange {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
+                let echoed = self.secrets.scrub(&mut parts.headers);
+                if !echoed.is_empty() {
+                    debug!(
+                        "egress: the response from {host} repeated {} in its headers: put \
+                         back the placeholder",
+                        echoed.join(", ")
+                    );
+                }
                 parts.version = Version::HTTP_11;
                 Response::from_parts(parts, Idle::new(body).boxed())
             }

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, HOST, PROXY_AUTHORIZATION};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, HOST, PROXY_AUTHORIZATION};
 use hyper::http::request::Parts;
 use hyper::http::uri::{Authority, PathAndQuery};
 use hyper::{StatusCode, Uri};
@@ -15,6 +15,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use tether_client::api::SecretValue;
 
 use super::super::policy::BoundSecret;
+use super::MIN_SCRUBBED_VALUE;
 
 /// What every placeholder starts with; a head without it has nothing to replace.
 const PLACEHOLDER_PREFIX: &[u8] = b"tether-secret-";
@@ -102,6 +103,41 @@ impl Secrets {
             }
         }
         Ok(used)
+    }
+
+    /// Puts placeholders back where a response's header values carry a secret's value (as is or
+    /// percent-encoded: a redirect whose `Location` repeats the query, an error header that
+    /// echoes the credentials), so the sandbox does not learn it that way; returns the names of
+    /// the secrets found. Bodies are not searched (they may be compressed, and are streamed).
+    pub(super) fn scrub(&self, headers: &mut HeaderMap) -> Vec<&str> {
+        let mut found = Vec::new();
+        for value in headers.values_mut() {
+            let mut current = Cow::Borrowed(value.as_bytes());
+            for secret in &self.0 {
+                let plain = secret.value.expose();
+                if plain.len() < MIN_SCRUBBED_VALUE {
+                    continue;
+                }
+                let encoded = utf8_percent_encode(plain, UNRESERVED).to_string();
+                for needle in [plain, encoded.as_str()] {
+                    if find(&current, needle.as_bytes()).is_some() {
+                        let replaced =
+                            replace_all(&current, needle.as_bytes(), secret.placeholder.as_bytes());
+                        current = Cow::Owned(replaced);
+                        if !found.contains(&secret.name.as_str()) {
+                            found.push(secret.name.as_str());
+                        }
+                    }
+                }
+            }
+            if let Cow::Owned(bytes) = current {
+                // A placeholder is letters, digits and `-`: the result is a valid value.
+                if let Ok(scrubbed) = HeaderValue::from_bytes(&bytes) {
+                    *value = scrubbed;
+                }
+            }
+        }
+        found
     }
 
     /// A header value with the placeholders replaced, or `None` if it holds none.
@@ -412,6 +448,32 @@ mod tests {
         assert_eq!(refusal.status, StatusCode::BAD_GATEWAY);
         assert!(refusal.message.contains("secret NL"), "{}", refusal.message);
         assert!(!refusal.message.contains("hidden"), "{}", refusal.message);
+    }
+
+    #[test]
+    fn secret_values_in_response_headers_become_placeholders_again() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "location",
+            HeaderValue::from_static("/next?key=sk-real%2F%2B%3D%26value"),
+        );
+        headers.insert(
+            "x-echo",
+            HeaderValue::from_static("Bearer sk-real/+=&value"),
+        );
+        headers.insert("x-other", HeaderValue::from_static("other-real"));
+        let secrets = secrets("api.test");
+        assert_eq!(secrets.scrub(&mut headers), ["API_KEY"]);
+        assert_eq!(headers["location"], format!("/next?key={KEY}").as_str());
+        assert_eq!(headers["x-echo"], format!("Bearer {KEY}").as_str());
+        // Only the host's own secrets are looked for.
+        assert_eq!(headers["x-other"], "other-real");
+
+        // Values too short to tell from ordinary text are left alone.
+        let short = Secrets::for_host(&[bound("PIN", KEY, "1234", "api.test")], "api.test");
+        let mut headers = HeaderMap::new();
+        headers.insert("x-n", HeaderValue::from_static("1234"));
+        assert!(short.scrub(&mut headers).is_empty());
     }
 
     #[test]

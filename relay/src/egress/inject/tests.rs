@@ -46,12 +46,9 @@ struct Ca {
 impl Ca {
     fn new() -> Self {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        // As egress::ca makes them: leaves only, signing certificates and CRLs only.
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
         Self { issuer }
     }
@@ -172,6 +169,9 @@ async fn answer(
             .insert("content-length", total.to_string().parse().unwrap());
         return Ok(response);
     }
+    // What a careless upstream does: repeat credentials and the query in its headers.
+    let reflected = req.headers().get("authorization").cloned();
+    let location = format!("/next?{}", req.uri().query().unwrap_or(""));
     let mut echo = format!("{} {}\n", req.method(), req.uri());
     for (name, value) in req.headers() {
         echo.push_str(&format!(
@@ -182,11 +182,20 @@ async fn answer(
     let body = req.into_body().collect().await?.to_bytes();
     echo.push('\n');
     echo.push_str(&String::from_utf8_lossy(&body));
-    Ok(Response::new(
+    let mut response = Response::new(
         Full::new(Bytes::from(echo))
             .map_err(|never| match never {})
             .boxed(),
-    ))
+    );
+    if let Some(reflected) = reflected {
+        response
+            .headers_mut()
+            .insert("x-seen-authorization", reflected);
+    }
+    response
+        .headers_mut()
+        .insert("location", location.parse().unwrap());
+    Ok(response)
 }
 
 /// `left` bytes of `x` in 64 KiB frames, counting what hyper takes.
@@ -353,6 +362,15 @@ async fn secrets_reach_the_upstream_in_headers_basic_credentials_and_the_query()
         .await
         .unwrap();
     assert_eq!(echo.status(), 200);
+    // Echoed in the response's headers, the value goes back to being the placeholder.
+    assert_eq!(
+        echo.headers()["x-seen-authorization"],
+        format!("Bearer {API_KEY}").as_str()
+    );
+    assert_eq!(
+        echo.headers()["location"],
+        format!("/next?key={API_KEY}&x=1").as_str()
+    );
     let echo = echo.text().await.unwrap();
     assert!(
         echo.starts_with("GET /v1/models?key=sk-live-abc%2F123%2B%3D&x=1\n"),
