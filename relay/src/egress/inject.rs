@@ -18,7 +18,8 @@
 //! - in the request target's path and query, the value percent-encoded.
 //!
 //! Never in bodies: they stream through untouched, both ways, so a JSON payload that carries a
-//! placeholder reaches the upstream with the placeholder. Placeholders of secrets bound to other
+//! placeholder reaches the upstream with the placeholder; nor in what follows a protocol
+//! upgrade (WebSocket messages), only in the handshake's head. Placeholders of secrets bound to other
 //! hosts pass unchanged: they are random strings, worth nothing outside the relay.
 //!
 //! The request's `Host` (or absolute-form authority) must name the connection's host: a
@@ -33,6 +34,8 @@
 //! - [`leaf`]: the sandbox's CA as an issuer; a leaf certificate per host, cached.
 //! - [`rewrite`]: the policy above, on a request head.
 //! - [`forward`]: the HTTP exchange: the sandbox's side, the upstream's, and the 502s.
+//! - [`idle`]: bodies that give up when their source stalls.
+//! - [`upgrade`]: WebSocket (and other) upgrades: the handshake rewritten, then a byte tunnel.
 //! - [`roots`]: whom the relay trusts for real upstreams ([`upstream_tls`]).
 //!
 //! [`SecretValue`]: tether_client::api::SecretValue
@@ -51,11 +54,13 @@ use tracing::debug;
 use super::policy::BoundSecret;
 
 mod forward;
+mod idle;
 mod leaf;
 mod rewrite;
 mod roots;
 #[cfg(test)]
 mod tests;
+mod upgrade;
 
 pub use roots::upstream_tls;
 

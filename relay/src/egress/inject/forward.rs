@@ -5,35 +5,34 @@
 
 use std::convert::Infallible;
 use std::error::Error as StdError;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, UPGRADE};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
-use tokio::time::{Instant, Sleep};
+use tokio::task::JoinHandle;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::{self, ClientConfig};
 use tokio_rustls::TlsConnector;
 use tracing::debug;
 
+use super::idle::Idle;
 use super::rewrite::{self, Refusal, Secrets};
+use super::upgrade;
 use super::{
-    BODY_IDLE_TIMEOUT, MAX_HEADERS, MAX_REQUEST_HEAD, MAX_RESPONSE_HEAD, REQUEST_HEAD_TIMEOUT,
-    RESPONSE_HEAD_TIMEOUT, UPSTREAM_CONNECT_TIMEOUT,
+    MAX_HEADERS, MAX_REQUEST_HEAD, MAX_RESPONSE_HEAD, REQUEST_HEAD_TIMEOUT, RESPONSE_HEAD_TIMEOUT,
+    UPSTREAM_CONNECT_TIMEOUT,
 };
 
 type BoxError = Box<dyn StdError + Send + Sync>;
@@ -81,19 +80,28 @@ where
         upstream,
         secrets,
         sender: Mutex::new(None),
+        tunnel: std::sync::Mutex::new(None),
     });
+    let serving = exchange.clone();
     let service = service_fn(move |request| {
-        let exchange = exchange.clone();
+        let exchange = serving.clone();
         async move { Ok::<_, Infallible>(exchange.handle(request).await) }
     });
-    hyper::server::conn::http1::Builder::new()
+    let served = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(REQUEST_HEAD_TIMEOUT)
         .max_header_size(MAX_REQUEST_HEAD)
         .max_headers(MAX_HEADERS)
         .keep_alive(true)
         .serve_connection(TokioIo::new(io), service)
-        .await
+        .with_upgrades()
+        .await;
+    // An upgraded connection lives on in its tunnel: done means done with that too.
+    let tunnel = exchange.tunnel.lock().map(|mut t| t.take()).ok().flatten();
+    if let Some(tunnel) = tunnel {
+        let _ = tunnel.await;
+    }
+    served
 }
 
 /// One connection's state: requests on an HTTP/1.1 connection come one at a time, so one
@@ -102,6 +110,8 @@ struct Exchange {
     upstream: Upstream,
     secrets: Secrets,
     sender: Mutex<Option<SendRequest<RequestBody>>>,
+    /// The byte tunnel of an upgraded connection (the last request on it).
+    tunnel: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 /// Why a request did not get the upstream's response; the sentence is the 502's body.
@@ -156,7 +166,9 @@ enum Failure {
 }
 
 impl Exchange {
-    async fn handle(&self, request: Request<Incoming>) -> Response<ResponseBody> {
+    async fn handle(&self, mut request: Request<Incoming>) -> Response<ResponseBody> {
+        let upgrade = upgrade::requested(request.headers())
+            .map(|protocol| (protocol, hyper::upgrade::on(&mut request)));
         let (mut parts, body) = request.into_parts();
         let host = &self.upstream.host;
         if let Err(refusal) = rewrite::direct(&mut parts, host, self.upstream.port) {
@@ -178,11 +190,32 @@ impl Exchange {
             debug!("egress: {method} to {host} carries {}", used.join(", "));
         }
         strip_hop_by_hop(&mut parts.headers);
+        if let Some((protocol, _)) = &upgrade {
+            upgrade::restore(&mut parts.headers, protocol.clone());
+        }
         parts.version = Version::HTTP_11;
         let request = Request::from_parts(parts, Idle::new(body));
 
         match self.send(request).await {
-            Ok(response) => {
+            Ok(mut response) => {
+                let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+                let protocol = response.headers().get(UPGRADE).cloned();
+                let upgraded = match (switched, upgrade, protocol) {
+                    (false, _, _) => None,
+                    (true, Some((_, client)), Some(protocol)) => {
+                        let upstream = hyper::upgrade::on(&mut response);
+                        Some((protocol, client, upstream))
+                    }
+                    (true, _, _) => {
+                        return answer(Refusal {
+                            status: StatusCode::BAD_GATEWAY,
+                            message: format!(
+                                "{host} switched protocols without an upgrade being asked for \
+                                 (or without naming the protocol)"
+                            ),
+                        })
+                    }
+                };
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
                 let echoed = self.secrets.scrub(&mut parts.headers);
@@ -194,6 +227,14 @@ impl Exchange {
                     );
                 }
                 parts.version = Version::HTTP_11;
+                if let Some((protocol, client, upstream)) = upgraded {
+                    debug!("egress: {method} to {host} upgraded the connection");
+                    upgrade::restore(&mut parts.headers, protocol);
+                    let tunnel = upgrade::tunnel(client, upstream, host.clone());
+                    if let Ok(mut slot) = self.tunnel.lock() {
+                        *slot = Some(tunnel);
+                    }
+                }
                 Response::from_parts(parts, Idle::new(body).boxed())
             }
             Err(failure) => {
@@ -321,7 +362,7 @@ impl Exchange {
             // Ends when the upstream closes, or once the sender is dropped and the last
             // response body is done.
             tokio::spawn(async move {
-                if let Err(e) = connection.await {
+                if let Err(e) = connection.with_upgrades().await {
                     debug!("egress: the connection to {host} ended: {e}");
                 }
             });
@@ -381,69 +422,5 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     for name in HOP_BY_HOP {
         headers.remove(name);
-    }
-}
-
-/// A body that fails when no frame comes for [`BODY_IDLE_TIMEOUT`] while it is being read,
-/// so a stalled peer does not hold a connection forever. Time the reader spends not asking
-/// (the other side's backpressure) does not count.
-pub(super) struct Idle<B> {
-    inner: B,
-    timer: Pin<Box<Sleep>>,
-    waiting: bool,
-}
-
-impl<B> Idle<B> {
-    fn new(inner: B) -> Self {
-        Self {
-            inner,
-            timer: Box::pin(tokio::time::sleep(BODY_IDLE_TIMEOUT)),
-            waiting: false,
-        }
-    }
-}
-
-/// The error of a body that stalled.
-#[derive(Debug, thiserror::Error)]
-#[error("no body data for {BODY_IDLE_TIMEOUT:?}")]
-struct Stalled;
-
-impl<B> Body for Idle<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        if !this.waiting {
-            this.timer
-                .as_mut()
-                .reset(Instant::now() + BODY_IDLE_TIMEOUT);
-            this.waiting = true;
-        }
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(frame) => {
-                this.waiting = false;
-                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
-            }
-            Poll::Pending => match this.timer.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(Stalled.into()))),
-                Poll::Pending => Poll::Pending,
-            },
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }

@@ -136,6 +136,7 @@ async fn upstream(config: Arc<ServerConfig>) -> Upstream {
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tls), service)
+                    .with_upgrades()
                     .await;
             });
         }
@@ -152,9 +153,34 @@ async fn upstream(config: Arc<ServerConfig>) -> Upstream {
 type TestBody = http_body_util::combinators::BoxBody<Bytes, hyper::Error>;
 
 async fn answer(
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     streamed: Arc<AtomicU64>,
 ) -> Result<Response<TestBody>, hyper::Error> {
+    if let Some(protocol) = req.headers().get("upgrade").cloned() {
+        // Upgraded: say which credentials came with the handshake, then echo.
+        let seen = req.headers().get("authorization").cloned();
+        let upgrade = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            let mut io = TokioIo::new(upgrade.await.unwrap());
+            let seen = seen.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            io.write_all(format!("authorization: {}\n", seen.unwrap_or_default()).as_bytes())
+                .await
+                .unwrap();
+            let (mut r, mut w) = tokio::io::split(io);
+            let _ = tokio::io::copy(&mut r, &mut w).await;
+        });
+        let mut response = Response::new(
+            Full::new(Bytes::new())
+                .map_err(|never| match never {})
+                .boxed(),
+        );
+        *response.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
+        response.headers_mut().insert("upgrade", protocol);
+        response
+            .headers_mut()
+            .insert("connection", "upgrade".parse().unwrap());
+        return Ok(response);
+    }
     if let Some(bytes) = req.uri().query().and_then(|q| q.strip_prefix("bytes=")) {
         let total: u64 = bytes.parse().unwrap();
         let mut response = Response::new(
@@ -464,6 +490,43 @@ async fn a_request_naming_another_host_is_refused_before_anything_leaves() {
     );
     assert!(!answer.contains(API_VALUE), "{answer}");
     assert_eq!(up.requests.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_upgrade_handshake_carries_the_secret_then_bytes_flow_both_ways() {
+    let s = setup();
+    let up = upstream(s.upstream_ca.server(&["api.test"])).await;
+    let front = front(s.injector.clone(), "api.test", vec![up.addr]).await;
+    let mut tls = raw_tls(s.sandbox_ca.client(), "api.test", &front)
+        .await
+        .unwrap();
+    let request = format!(
+        "GET /v1/realtime HTTP/1.1\r\nhost: api.test\r\nconnection: Upgrade\r\n\
+         upgrade: tether-echo\r\nauthorization: Bearer {API_KEY}\r\n\r\n"
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.push(tls.read_u8().await.unwrap());
+    }
+    let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101 "), "{head}");
+    assert!(head.contains("\r\nupgrade: tether-echo\r\n"), "{head}");
+
+    let mut line = Vec::new();
+    while !line.ends_with(b"\n") {
+        line.push(tls.read_u8().await.unwrap());
+    }
+    assert_eq!(
+        String::from_utf8(line).unwrap(),
+        format!("authorization: Bearer {API_VALUE}\n")
+    );
+    // After the handshake nothing is rewritten: the placeholder goes through as it is.
+    let message = format!("ping {API_KEY}\n");
+    tls.write_all(message.as_bytes()).await.unwrap();
+    let mut echoed = vec![0u8; message.len()];
+    tls.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(echoed, message.as_bytes());
 }
 
 #[tokio::test]
