@@ -58,6 +58,7 @@ pub use tls::{TlsError, TlsFiles};
 use constants::{ADMIN_TOKEN_FILE, DB_FILE, LOCK_FILE, SHUTDOWN_GRACE};
 use state::Relay;
 
+use crate::egress::{Egress, EgressConfig, TrustShelf};
 use crate::provider::{self, Provider, ProviderContext};
 use crate::store::Registry;
 
@@ -77,6 +78,8 @@ pub struct RelayConfig {
     /// Serve HTTPS and WSS with this certificate and key (nothing in clear text); `None`
     /// serves plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// How the egress proxy of allowlisted sandboxes resolves and trusts upstreams.
+    pub egress: EgressConfig,
 }
 
 /// A relay that is serving. Dropping it starts a shutdown without waiting for it;
@@ -95,17 +98,29 @@ pub struct RunningRelay {
 
 /// Starts a relay with every provider this host can run, and returns once it is listening.
 pub async fn start(config: RelayConfig) -> anyhow::Result<RunningRelay> {
+    let trust = TrustShelf::default();
     let ctx = ProviderContext {
         data_dir: config.data_dir.clone(),
         agent_binary: config.agent_binary.clone(),
+        trust: trust.clone(),
     };
-    start_with(config, provider::build(&ctx)).await
+    start_serving(config, provider::build(&ctx), trust).await
 }
 
 /// Starts a relay with the given providers (tests and embedders bring their own).
+#[cfg(test)]
 pub(crate) async fn start_with(
     config: RelayConfig,
     providers: BTreeMap<&'static str, Arc<dyn Provider>>,
+) -> anyhow::Result<RunningRelay> {
+    start_serving(config, providers, TrustShelf::default()).await
+}
+
+/// Starts a relay whose local provider takes egress CAs from `trust`.
+async fn start_serving(
+    config: RelayConfig,
+    providers: BTreeMap<&'static str, Arc<dyn Provider>>,
+    trust: TrustShelf,
 ) -> anyhow::Result<RunningRelay> {
     let fds = Arc::new(fds::FdBudget::new(fds::raise_limit()));
     let data_dir = config.data_dir.clone();
@@ -122,6 +137,12 @@ pub(crate) async fn start_with(
     let admin_token = auth::ensure_admin_token(&registry, &admin_token_file).await?;
     let policy = policy::Policy::new(&config.policy, &config.data_dir, providers.keys().copied())?;
     let tls = config.tls.as_ref().map(tls::load).transpose()?;
+    let egress = Arc::new(Egress::new(
+        &config.data_dir,
+        &config.egress,
+        registry.clone(),
+        trust,
+    )?);
 
     let listener = TcpListener::bind(config.listen).await.with_context(|| {
         format!(
@@ -149,8 +170,10 @@ pub(crate) async fn start_with(
         admin_token_file: admin_token_file.clone(),
         fds: fds.clone(),
         tls: tls.is_some(),
+        egress,
         _dir_lock: dir_lock,
     });
+    sandboxes::reattach_egress(&relay).await;
     let listener = admission::Admitting::new(listener, fds.clone());
     let app = routes::router(relay.clone()).layer(axum::middleware::from_fn_with_state(
         fds,

@@ -10,6 +10,7 @@
 //! tokens); deleted rows are overwritten (`secure_delete`), so the file holds no secret in
 //! plain text.
 
+mod egress_ca;
 mod journal;
 mod record;
 mod schema;

@@ -69,6 +69,17 @@ pub(super) const MIGRATIONS: &[&str] = &[
      BEGIN
         DELETE FROM sandbox_secrets WHERE sandbox_id = OLD.id;
      END;",
+    // 5: the CA of each sandbox with secrets (the egress proxy signs its interception
+    // certificates with it); the key sealed under the relay's key, gone with the sandbox's row.
+    "CREATE TABLE egress_ca (
+        sandbox_id TEXT PRIMARY KEY,
+        cert_pem   TEXT NOT NULL,
+        key_pem    TEXT NOT NULL    -- sealed; context: the sandbox
+     ) STRICT;
+     CREATE TRIGGER egress_ca_goes_with_its_sandbox AFTER DELETE ON sandboxes
+     BEGIN
+        DELETE FROM egress_ca WHERE sandbox_id = OLD.id;
+     END;",
 ];
 
 /// The schema version this build writes.
