@@ -13,6 +13,7 @@ mod agent_protocol;
 mod bench;
 mod cli;
 mod dev;
+mod egress;
 mod escape;
 mod forward;
 mod image;
