@@ -448,3 +448,76 @@ fn bad_allowlists_are_refused_with_what_to_do() {
     assert!(!out.status.success());
     assert!(text(&out).contains("--network allowlist"), "{}", text(&out));
 }
+
+#[test]
+fn a_secret_reaches_its_host_only_and_is_nowhere_inside() {
+    const VALUE: &str = "sk-real-value-5f2c9e1d";
+    let upstream = Upstream::start();
+    let relay = relay_for(&upstream);
+    let out = relay
+        .tether()
+        .env("TEST_API_KEY", VALUE)
+        .args([
+            "create",
+            "--secret",
+            "TEST_API_KEY@api.allowed.test",
+            "--allow-host",
+            "pypi.allowed.test",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    trust_upstream(&relay, &id, &upstream);
+
+    let placeholder = ok(&relay, &id, "printf '%s' \"$TEST_API_KEY\"");
+    assert!(placeholder.starts_with("tether-secret-"), "{placeholder}");
+
+    // The secret's host receives the value: the sandbox trusts its CA through the environment.
+    let echoed = ok(
+        &relay,
+        &id,
+        "curl -sSf -H \"Authorization: Bearer $TEST_API_KEY\" https://api.allowed.test/echo",
+    );
+    assert!(echoed.contains(&format!("Bearer {VALUE}")), "{echoed}");
+    assert!(!echoed.contains(&placeholder), "{echoed}");
+
+    // Another allowed host gets the placeholder as sent (and is not intercepted: the
+    // upstream's own certificate is what the sandbox sees).
+    let elsewhere = ok(
+        &relay,
+        &id,
+        "curl -sSf --cacert /tmp/upstream-ca.pem -H \"Authorization: Bearer $TEST_API_KEY\" \
+         https://pypi.allowed.test/echo",
+    );
+    assert!(
+        elsewhere.contains(&format!("Bearer {placeholder}")),
+        "{elsewhere}"
+    );
+    assert!(!elsewhere.contains(VALUE), "{elsewhere}");
+
+    // Inside, the value is nowhere: no process's environment or command line, no file the
+    // sandbox can write or was given; and no CA key anywhere it can read. (The pattern ends
+    // in a bracket expression, so the searching commands' own command lines do not match.)
+    let (head, last) = VALUE.split_at(VALUE.len() - 1);
+    let pattern = format!("{head}[{last}]");
+    fails(
+        &relay,
+        &id,
+        &format!("cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -a '{pattern}'"),
+    );
+    let found = relay.sh(
+        &id,
+        &format!(
+            "grep -rlsa '{pattern}' / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr \
+             --exclude-dir=dev; grep -rlsa 'PRIVATE [K]EY' /etc /tmp /workspace /root"
+        ),
+    );
+    assert_eq!(String::from_utf8_lossy(&found.stdout), "", "found inside");
+    let ca = ok(
+        &relay,
+        &id,
+        "cat /etc/tether/egress-ca.pem; echo $SSL_CERT_FILE",
+    );
+    assert!(ca.contains("BEGIN CERTIFICATE") && ca.ends_with("/etc/tether/ca-bundle.pem\n"));
+}
