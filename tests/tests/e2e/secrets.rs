@@ -360,3 +360,108 @@ fn no_value_in_any_answer_the_relay_log_or_its_database() {
         );
     }
 }
+
+/// Runs `tmux -L SOCKET ARGS`; its stdout.
+fn tmux(socket: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("tmux")
+        .args(["-L", socket])
+        .args(args)
+        .output()
+        .expect("run tmux");
+    assert!(out.status.success(), "tmux {args:?}: {}", shown(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Polls the pane until `check` accepts it.
+fn wait_for_screen(socket: &str, what: &str, check: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let screen = tmux(socket, &["capture-pane", "-p"]);
+        if check(&screen) {
+            return screen;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}; screen:\n{screen}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Kills its tmux server on drop.
+struct TmuxServer(String);
+
+impl Drop for TmuxServer {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tmux")
+            .args(["-L", &self.0, "kill-server"])
+            .output();
+    }
+}
+
+#[test]
+fn a_value_typed_at_a_terminal_is_not_echoed_and_the_terminal_is_restored() {
+    tether_e2e::require::tool("tmux");
+    let relay = Relay::start();
+    let socket = format!("tether-secret-test-{}", std::process::id());
+    let _server = TmuxServer(socket.clone());
+    let status = std::process::Command::new("tmux")
+        .args(["-L", &socket, "-f", "/dev/null", "new-session", "-d"])
+        .args(["-x", "150", "-y", "40"])
+        .args(["-e", &format!("TETHER_RELAY={}", relay.url)])
+        .args(["-e", &format!("TETHER_TOKEN={}", relay.admin_token)])
+        .args(["-e", "PS1=outer$ "])
+        .args(["bash", "--norc", "--noprofile"])
+        .status()
+        .expect("run tmux");
+    assert!(status.success(), "tmux new-session failed");
+    let type_line = |line: &str| {
+        tmux(&socket, &["send-keys", "-l", line]);
+        tmux(&socket, &["send-keys", "Enter"]);
+    };
+    // Prints `echo` or `-echo`: the terminal's echo setting as the next command finds it.
+    let echo_setting = "stty -a | tr ' ;' '\\n\\n' | grep -x -e echo -e -echo | sed 's/^/tty:/'";
+    wait_for_screen(&socket, "the prompt", |s| s.contains("outer$"));
+    let tether = bin("tether");
+
+    type_line(&format!(
+        "{} secret set TYPED_KEY; echo \"first=$?\"",
+        tether.display()
+    ));
+    wait_for_screen(&socket, "the prompt for the value", |s| {
+        s.contains("not shown")
+    });
+    type_line(VALUE);
+    let screen = wait_for_screen(&socket, "set to finish", |s| s.contains("first=0"));
+    assert!(!screen.contains(VALUE), "the value was echoed:\n{screen}");
+    type_line(echo_setting);
+    wait_for_screen(&socket, "echo back on", |s| s.contains("tty:echo"));
+
+    // Ctrl-C at the prompt stores nothing and leaves the terminal as it was.
+    type_line(&format!(
+        "{} secret set NEVER_SET; echo \"second=$?\"",
+        tether.display()
+    ));
+    wait_for_screen(&socket, "the second prompt", |s| {
+        s.matches("not shown").count() == 2
+    });
+    tmux(&socket, &["send-keys", "-l", "half-typed"]);
+    tmux(&socket, &["send-keys", "C-c"]);
+    let screen = wait_for_screen(&socket, "the interrupt", |s| s.contains("second=1"));
+    assert!(screen.contains("interrupted"), "{screen}");
+    type_line(&echo_setting.replace("tty:", "again:"));
+    let screen = wait_for_screen(&socket, "echo back on", |s| {
+        s.contains("again:echo") || s.contains("again:-echo")
+    });
+    assert!(screen.contains("again:echo"), "echo left off:\n{screen}");
+
+    let mut seen = String::new();
+    let json = ok(
+        &relay,
+        &relay.admin_token,
+        &["secret", "list", "--json"],
+        b"",
+        &mut seen,
+    );
+    assert_eq!(names(&json), ["TYPED_KEY"]);
+}
