@@ -313,3 +313,24 @@ async fn a_tenant_store_is_bounded_and_a_full_one_still_replaces() {
         "another tenant has its own room"
     );
 }
+
+#[tokio::test]
+async fn a_create_body_that_is_no_object_is_described_not_quoted() {
+    let t = TestRelay::start().await;
+    let secret = json!({"name": "KEY", "hosts": ["a.test"], "value": VALUE});
+    for body in [
+        json!([{"network": "allowlist", "secrets": [secret]}]),
+        json!(VALUE),
+    ] {
+        let got = t
+            .call("POST", "/v1/sandboxes", &t.admin(), Some(body))
+            .await;
+        assert_error(
+            &got,
+            StatusCode::BAD_REQUEST,
+            "invalid_argument",
+            &["must be a JSON object"],
+        );
+        assert!(!got.1.to_string().contains(VALUE), "{}", got.1);
+    }
+}
