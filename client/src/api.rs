@@ -252,11 +252,14 @@ pub fn check_secret_name(name: &str) -> Result<(), String> {
         .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_');
     let rest_ok = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
     if !starts_well || !rest_ok || name.len() > MAX_SECRET_NAME_BYTES {
+        // A name is quoted escaped, and cut short: it may be anything a client sent.
+        let shown: String = name.chars().take(MAX_SECRET_NAME_BYTES).collect();
+        let cut = if shown.len() < name.len() { "..." } else { "" };
         return Err(format!(
-            "invalid secret name {:?}: a secret is named like an environment variable (a \
-             letter or `_`, then letters, digits and `_`; at most {MAX_SECRET_NAME_BYTES} bytes), \
-             e.g. OPENAI_API_KEY",
-            crate::escape::escape_str(name)
+            "invalid secret name {:?}{cut}: a secret is named like an environment variable (a \
+             letter or `_`, then letters, digits and `_`; at most {MAX_SECRET_NAME_BYTES} \
+             bytes), e.g. OPENAI_API_KEY",
+            crate::escape::escape_str(&shown)
         ));
     }
     Ok(())

@@ -16,6 +16,8 @@ use crate::store::{Registry, RegistryError, SandboxId, Tenant};
 pub const PLACEHOLDER_PREFIX: &str = "tether-secret-";
 /// Random bytes in a placeholder: 128 bits, written as 32 hex digits.
 const PLACEHOLDER_RANDOM_BYTES: usize = 16;
+/// Secrets one sandbox may be given: the proxy looks for each placeholder in every request.
+pub const MAX_SECRETS_PER_SANDBOX: usize = 64;
 
 /// A fresh placeholder: [`PLACEHOLDER_PREFIX`] and 32 random hex digits.
 pub fn placeholder() -> String {
@@ -40,6 +42,12 @@ pub async fn bind(
 ) -> Result<Vec<BoundSecret>, ApiError> {
     if spec.secrets.is_empty() {
         return Ok(Vec::new());
+    }
+    if spec.secrets.len() > MAX_SECRETS_PER_SANDBOX {
+        return Err(ApiError::Invalid(format!(
+            "a sandbox takes at most {MAX_SECRETS_PER_SANDBOX} secrets, and the request names {}",
+            spec.secrets.len()
+        )));
     }
     let mut bound: Vec<BoundSecret> = Vec::with_capacity(spec.secrets.len());
     for secret in &spec.secrets {
@@ -147,9 +155,10 @@ mod tests {
     /// A registry whose tenant `a` stores OPENAI_API_KEY.
     async fn registry_with_stored(path: &std::path::Path) -> Registry {
         let reg = Registry::open(path).unwrap();
-        reg.put_secret(&tenant("a"), "OPENAI_API_KEY", &SecretValue::new(STORED), 1)
-            .await
-            .unwrap();
+        let value = SecretValue::new(STORED);
+        let a = tenant("a");
+        let put = reg.put_secret(&a, "OPENAI_API_KEY", &value, 1, 8);
+        assert!(put.await.unwrap().is_some());
         reg
     }
 
@@ -279,6 +288,14 @@ mod tests {
             ),
             (spec(vec![secret("KEY", "a.test", Some(""))]), "empty"),
             (spec(vec![secret("KEY", "a.test", Some("a\0b"))]), "NUL"),
+            (
+                spec(
+                    (0..=MAX_SECRETS_PER_SANDBOX)
+                        .map(|n| secret(&format!("KEY_{n}"), "a.test", Some(SENT)))
+                        .collect(),
+                ),
+                "at most 64 secrets",
+            ),
             (
                 spec(vec![secret(
                     "KEY",

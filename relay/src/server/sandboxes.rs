@@ -332,8 +332,16 @@ pub(super) async fn reattach_egress(relay: &Relay) {
 /// [`Duration`]), then the rest.
 fn parse_create(body: serde_json::Value) -> Result<CreateRequest, ApiError> {
     let serde_json::Value::Object(fields) = &body else {
+        // Named by its kind, not quoted: it may hold secrets' values.
+        let kind = match body {
+            serde_json::Value::Array(_) => "an array",
+            serde_json::Value::String(_) => "a string",
+            serde_json::Value::Number(_) => "a number",
+            serde_json::Value::Bool(_) => "a boolean",
+            _ => "null",
+        };
         return Err(ApiError::Invalid(format!(
-            "the request body must be a JSON object, e.g. {{\"memory_bytes\": 536870912}}; got {body}"
+            "the request body must be a JSON object, e.g. {{\"memory_bytes\": 536870912}}; got {kind}"
         )));
     };
     // Every field serializes (absent ones as null), so the default's keys are all the keys.

@@ -15,6 +15,7 @@ use axum::Json;
 use tracing::info;
 
 use super::auth::Caller;
+use super::constants::MAX_SECRETS_PER_TENANT;
 use super::error::ApiError;
 use super::state::{now_ms, Relay};
 use crate::store::{Role, StoredSecret, Tenant};
@@ -35,10 +36,15 @@ pub(super) async fn put(
     })?;
     let value = parse_value(&body)?;
     check_secret_value(&name, value.expose()).map_err(ApiError::Invalid)?;
-    let (stored, created) = relay
+    let put = relay
         .registry
-        .put_secret(&tenant, &name, &value, now_ms())
-        .await?;
+        .put_secret(&tenant, &name, &value, now_ms(), MAX_SECRETS_PER_TENANT);
+    let Some((stored, created)) = put.await? else {
+        return Err(ApiError::Forbidden(format!(
+            "tenant {tenant} holds {MAX_SECRETS_PER_TENANT} secrets, the most a tenant may; \
+             delete some (`tether secret rm NAME`) or replace one"
+        )));
+    };
     info!(
         tenant = %tenant,
         secret = %name,

@@ -38,15 +38,17 @@ fn bound_context(id: &str, name: &str) -> String {
 }
 
 impl Registry {
-    /// Stores `value` as the tenant's secret `name`, replacing the value it had. Returns the
-    /// secret and whether it is new.
+    /// Stores `value` as the tenant's secret `name`, replacing the value it had, unless that
+    /// would make the tenant hold more than `max` secrets. Returns the secret and whether it
+    /// is new, or `None` when the store is full.
     pub(crate) async fn put_secret(
         &self,
         tenant: &Tenant,
         name: &str,
         value: &SecretValue,
         now_ms: i64,
-    ) -> Result<(StoredSecret, bool), RegistryError> {
+        max: usize,
+    ) -> Result<Option<(StoredSecret, bool)>, RegistryError> {
         let sealed = self.key.seal(&tenant_context(tenant, name), value.expose());
         let (tenant, name) = (tenant.clone(), name.to_string());
         self.call(move |db| {
@@ -58,6 +60,17 @@ impl Registry {
                     |row| row.get(0),
                 )
                 .optional()?;
+            if created.is_none() {
+                // In the transaction, so two concurrent puts cannot both take the last place.
+                let held: i64 = tx.query_row(
+                    "SELECT count(*) FROM secrets WHERE tenant = ?1",
+                    [tenant.as_str()],
+                    |row| row.get(0),
+                )?;
+                if usize::try_from(held).unwrap_or(usize::MAX) >= max {
+                    return Ok(None);
+                }
+            }
             tx.execute(
                 "INSERT INTO secrets (tenant, name, value, created_ms, updated_ms) \
                  VALUES (?1, ?2, ?3, ?4, ?4) \
@@ -71,7 +84,7 @@ impl Registry {
                 created_ms: created.unwrap_or(now_ms),
                 updated_ms: now_ms,
             };
-            Ok((stored, created.is_none()))
+            Ok(Some((stored, created.is_none())))
         })
         .await
     }

@@ -27,6 +27,20 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
+/// Stores a secret in a store with room for 8.
+async fn put(
+    reg: &Registry,
+    t: &Tenant,
+    name: &str,
+    value: &str,
+    now: i64,
+) -> (StoredSecret, bool) {
+    reg.put_secret(t, name, &SecretValue::new(value), now, 8)
+        .await
+        .unwrap()
+        .expect("room in the store")
+}
+
 fn bound(name: &str, value: &str, host: &str) -> BoundSecret {
     BoundSecret {
         name: name.into(),
@@ -64,21 +78,13 @@ async fn a_tenant_secret_round_trips_and_is_sealed_at_rest() {
     let a = tenant("team-a");
     {
         let reg = Registry::open(&path).unwrap();
-        let (first, created) = reg
-            .put_secret(&a, "OPENAI_API_KEY", &SecretValue::new("old"), 10)
-            .await
-            .unwrap();
+        let (first, created) = put(&reg, &a, "OPENAI_API_KEY", "old", 10).await;
         assert!(created);
         assert_eq!((first.created_ms, first.updated_ms), (10, 10));
-        let (second, created) = reg
-            .put_secret(&a, "OPENAI_API_KEY", &SecretValue::new(VALUE), 20)
-            .await
-            .unwrap();
+        let (second, created) = put(&reg, &a, "OPENAI_API_KEY", VALUE, 20).await;
         assert!(!created, "a second put replaces");
         assert_eq!((second.created_ms, second.updated_ms), (10, 20));
-        reg.put_secret(&a, "ANOTHER", &SecretValue::new("x"), 30)
-            .await
-            .unwrap();
+        put(&reg, &a, "ANOTHER", "x", 30).await;
         let names: Vec<String> = reg
             .secrets(&a)
             .await
@@ -107,16 +113,11 @@ async fn a_tenant_secret_round_trips_and_is_sealed_at_rest() {
 async fn a_tenant_sees_and_touches_only_its_own_secrets() {
     let reg = Registry::open_in_memory().unwrap();
     let (a, b) = (tenant("a"), tenant("b"));
-    reg.put_secret(&a, "KEY", &SecretValue::new(VALUE), 1)
-        .await
-        .unwrap();
+    put(&reg, &a, "KEY", VALUE, 1).await;
     assert!(reg.secrets(&b).await.unwrap().is_empty());
     assert_eq!(reg.secret_value(&b, "KEY").await.unwrap(), None);
     assert!(!reg.remove_secret(&b, "KEY").await.unwrap());
-    let (_, created) = reg
-        .put_secret(&b, "KEY", &SecretValue::new("b's own"), 2)
-        .await
-        .unwrap();
+    let (_, created) = put(&reg, &b, "KEY", "b's own", 2).await;
     assert!(created, "b's KEY is another secret than a's");
     let a_value = reg.secret_value(&a, "KEY").await.unwrap().unwrap();
     assert_eq!(a_value.expose(), VALUE);
@@ -130,15 +131,9 @@ async fn a_sealed_value_copied_to_another_row_does_not_open() {
     let path = dir.path().join("relay.db");
     let reg = Registry::open(&path).unwrap();
     let (a, b) = (tenant("a"), tenant("b"));
-    reg.put_secret(&a, "KEY", &SecretValue::new(VALUE), 1)
-        .await
-        .unwrap();
-    reg.put_secret(&b, "KEY", &SecretValue::new("b"), 1)
-        .await
-        .unwrap();
-    reg.put_secret(&a, "OTHER", &SecretValue::new("o"), 1)
-        .await
-        .unwrap();
+    put(&reg, &a, "KEY", VALUE, 1).await;
+    put(&reg, &b, "KEY", "b", 1).await;
+    put(&reg, &a, "OTHER", "o", 1).await;
     // What someone with write access to the file (not the key) could do.
     let raw = rusqlite::Connection::open(&path).unwrap();
     raw.execute_batch(
@@ -239,4 +234,33 @@ async fn a_bound_value_moved_to_another_sandbox_does_not_open() {
         err.contains("cannot be decrypted") && !err.contains(VALUE),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn a_full_store_takes_no_new_name_but_replaces_and_leaves_others_alone() {
+    let reg = Registry::open_in_memory().unwrap();
+    let (a, b) = (tenant("a"), tenant("b"));
+    let value = SecretValue::new("v");
+    for name in ["ONE", "TWO"] {
+        assert!(reg
+            .put_secret(&a, name, &value, 1, 2)
+            .await
+            .unwrap()
+            .is_some());
+    }
+    assert_eq!(
+        reg.put_secret(&a, "THREE", &value, 1, 2).await.unwrap(),
+        None
+    );
+    let replaced = reg.put_secret(&a, "ONE", &value, 2, 2).await.unwrap();
+    assert!(
+        matches!(replaced, Some((_, false))),
+        "replacing needs no room"
+    );
+    assert!(reg
+        .put_secret(&b, "THREE", &value, 1, 2)
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(reg.secrets(&a).await.unwrap().len(), 2);
 }

@@ -26,6 +26,7 @@ mod providers_daytona;
 mod providers_e2b;
 mod providers_fidelity;
 mod providers_modal;
+mod secrets;
 mod sync;
 mod tls;
 

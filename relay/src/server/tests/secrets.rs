@@ -280,3 +280,57 @@ async fn bound_secrets_go_with_their_sandbox_whoever_deletes_it() {
     let path = format!("/v1/sandboxes/{}", timed.id);
     assert_eq!(t.call("GET", &path, &admin, None).await.0, StatusCode::GONE);
 }
+
+#[tokio::test]
+async fn a_tenant_store_is_bounded_and_a_full_one_still_replaces() {
+    let t = TestRelay::start().await;
+    let member = t.token_for("team-a").await;
+    let max = super::super::constants::MAX_SECRETS_PER_TENANT;
+    for n in 0..max {
+        let path = format!("/v1/secrets/KEY_{n}");
+        let got = t.call("PUT", &path, &member, put_body("v")).await;
+        assert_eq!(got.0, StatusCode::CREATED, "{n}: {}", got.1);
+    }
+    let full = t
+        .call("PUT", "/v1/secrets/ONE_MORE", &member, put_body("v"))
+        .await;
+    assert_error(
+        &full,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        &["team-a", &max.to_string(), "tether secret rm"],
+    );
+    let replace = t
+        .call("PUT", "/v1/secrets/KEY_0", &member, put_body("w"))
+        .await;
+    assert_eq!(replace.0, StatusCode::OK);
+    let other = t
+        .call("PUT", "/v1/secrets/ONE_MORE", &t.admin(), put_body("v"))
+        .await;
+    assert_eq!(
+        other.0,
+        StatusCode::CREATED,
+        "another tenant has its own room"
+    );
+}
+
+#[tokio::test]
+async fn a_create_body_that_is_no_object_is_described_not_quoted() {
+    let t = TestRelay::start().await;
+    let secret = json!({"name": "KEY", "hosts": ["a.test"], "value": VALUE});
+    for body in [
+        json!([{"network": "allowlist", "secrets": [secret]}]),
+        json!(VALUE),
+    ] {
+        let got = t
+            .call("POST", "/v1/sandboxes", &t.admin(), Some(body))
+            .await;
+        assert_error(
+            &got,
+            StatusCode::BAD_REQUEST,
+            "invalid_argument",
+            &["must be a JSON object"],
+        );
+        assert!(!got.1.to_string().contains(VALUE), "{}", got.1);
+    }
+}
