@@ -119,6 +119,8 @@ struct Exchange {
 enum Failure {
     #[error("no address is known for {host}")]
     NoAddress { host: String },
+    #[error("{host} is not a name a TLS server can be asked for")]
+    NotAName { host: String },
     #[error("cannot connect to {host}:{port} at {addr}: {source}")]
     Connect {
         host: String,
@@ -297,7 +299,7 @@ impl Exchange {
     /// certificate proves the host's name.
     async fn connect(&self) -> Result<SendRequest<RequestBody>, Failure> {
         let up = &self.upstream;
-        let name = ServerName::try_from(up.host.clone()).map_err(|_| Failure::NoAddress {
+        let name = ServerName::try_from(up.host.clone()).map_err(|_| Failure::NotAName {
             host: up.host.clone(),
         })?;
         let mut failure = Failure::NoAddress {

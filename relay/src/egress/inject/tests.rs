@@ -468,6 +468,133 @@ async fn placeholders_of_secrets_bound_to_other_hosts_arrive_unchanged() {
     }
 }
 
+/// An upstream that closes each connection after one response, without saying so (as servers
+/// do with idle keep-alive connections): the injector must notice and open another.
+async fn one_shot_upstream(config: Arc<ServerConfig>) -> Upstream {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let requests = Arc::new(AtomicUsize::new(0));
+    let acceptor = TlsAcceptor::from(config);
+    let (c, r) = (connections.clone(), requests.clone());
+    let task = tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let Ok(mut tls) = acceptor.accept(tcp).await else {
+                continue;
+            };
+            let n = c.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                match tls.read_u8().await {
+                    Ok(b) => head.push(b),
+                    Err(_) => break,
+                }
+            }
+            if !head.ends_with(b"\r\n\r\n") {
+                continue;
+            }
+            r.fetch_add(1, Ordering::SeqCst);
+            let body = format!("connection {n}");
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = tls.write_all(answer.as_bytes()).await;
+            let _ = tls.shutdown().await;
+        }
+    });
+    Upstream {
+        addr,
+        connections,
+        requests,
+        streamed: Arc::new(AtomicU64::new(0)),
+        _task: Task(task),
+    }
+}
+
+#[tokio::test]
+async fn an_upstream_that_closes_between_requests_is_dialled_again() {
+    let s = setup();
+    let up = one_shot_upstream(s.upstream_ca.server(&["api.test"])).await;
+    let front = front(s.injector.clone(), "api.test", vec![up.addr]).await;
+    let client = client(&s.sandbox_ca, "api.test", &front);
+    for n in 1..=3 {
+        let response = client
+            .get(url("api.test", &front, "/"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.text().await.unwrap(), format!("connection {n}"));
+    }
+    assert_eq!(up.requests.load(Ordering::SeqCst), 3);
+}
+
+/// Log lines, as the relay would write them, into a buffer a test can read.
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// One thread (tokio's test default), so every task logs to the subscriber set here.
+#[tokio::test]
+async fn no_log_line_holds_a_secret_value() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let s = setup();
+    let up = upstream(s.upstream_ca.server(&["api.test"])).await;
+    let front = front(s.injector.clone(), "api.test", vec![up.addr]).await;
+    let client = client(&s.sandbox_ca, "api.test", &front);
+    let response = client
+        .get(url("api.test", &front, &format!("/?key={API_KEY}")))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap();
+    // Refused and failed requests log too.
+    let refused = client
+        .get(url("api.test", &front, "/"))
+        .header("host", "evil.test")
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 421);
+    let stranger = upstream(Ca::new().server(&["api.test"])).await;
+    let bad = front(s.injector.clone(), "api.test", vec![stranger.addr]).await;
+    let failed = client(&s.sandbox_ca, "api.test", &bad)
+        .get(url("api.test", &bad, &format!("/?key={API_KEY}")))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(failed.status(), 502);
+
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("carries API_KEY"), "{logs}");
+    assert!(logs.contains("cannot be verified"), "{logs}");
+    assert!(!logs.contains(API_VALUE), "{logs}");
+    assert!(!logs.contains("sk-live-abc%2F123"), "{logs}");
+}
+
 #[tokio::test]
 async fn a_request_naming_another_host_is_refused_before_anything_leaves() {
     let s = setup();
