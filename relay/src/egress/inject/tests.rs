@@ -559,10 +559,10 @@ async fn no_log_line_holds_a_secret_value() {
 
     let s = setup();
     let up = upstream(s.upstream_ca.server(&["api.test"])).await;
-    let front = front(s.injector.clone(), "api.test", vec![up.addr]).await;
-    let client = client(&s.sandbox_ca, "api.test", &front);
-    let response = client
-        .get(url("api.test", &front, &format!("/?key={API_KEY}")))
+    let good = front(s.injector.clone(), "api.test", vec![up.addr]).await;
+    let sandbox = client(&s.sandbox_ca, "api.test", &good);
+    let response = sandbox
+        .get(url("api.test", &good, &format!("/?key={API_KEY}")))
         .bearer_auth(API_KEY)
         .send()
         .await
@@ -570,8 +570,8 @@ async fn no_log_line_holds_a_secret_value() {
     assert_eq!(response.status(), 200);
     response.text().await.unwrap();
     // Refused and failed requests log too.
-    let refused = client
-        .get(url("api.test", &front, "/"))
+    let refused = sandbox
+        .get(url("api.test", &good, "/"))
         .header("host", "evil.test")
         .bearer_auth(API_KEY)
         .send()
