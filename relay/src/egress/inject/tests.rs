@@ -656,6 +656,73 @@ async fn an_upgrade_handshake_carries_the_secret_then_bytes_flow_both_ways() {
     assert_eq!(echoed, message.as_bytes());
 }
 
+/// An HTTP/2 connection to the front, as a sandbox's client that prefers it opens one.
+async fn h2(s: &Setup, front: &Front) -> hyper::client::conn::http2::SendRequest<Full<Bytes>> {
+    let mut config = (*s.sandbox_ca.client()).clone();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let tls = raw_tls(Arc::new(config), "api.test", front).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    sender
+}
+
+#[tokio::test]
+async fn http2_streams_carry_secrets_side_by_side() {
+    let s = setup();
+    let up = upstream(s.upstream_ca.server(&["api.test"])).await;
+    let front = front(s.injector.clone(), "api.test", vec![up.addr]).await;
+    let sender = h2(&s, &front).await;
+    let port = front.addr.port();
+
+    let streams = (0..8).map(|n| {
+        let mut sender = sender.clone();
+        async move {
+            let request = Request::get(format!("https://api.test:{port}/{n}?key={API_KEY}"))
+                .header("authorization", format!("Bearer {API_KEY}"))
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            assert_eq!(response.status(), 200);
+            let echo = response.into_body().collect().await.unwrap().to_bytes();
+            String::from_utf8(echo.to_vec()).unwrap()
+        }
+    });
+    for (n, echo) in futures_util::future::join_all(streams)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        assert!(
+            echo.starts_with(&format!("GET /{n}?key=sk-live-abc%2F123%2B%3D\n")),
+            "{echo}"
+        );
+        assert!(
+            echo.contains(&format!("\nauthorization: Bearer {API_VALUE}\n")),
+            "{echo}"
+        );
+        assert!(
+            echo.contains(&format!("\nhost: api.test:{port}\n")),
+            "{echo}"
+        );
+    }
+    assert_eq!(up.requests.load(Ordering::SeqCst), 8);
+
+    // The authority of an HTTP/2 request is checked as the Host header is.
+    let request = Request::get("https://evil.test/")
+        .header("authorization", format!("Bearer {API_KEY}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.clone().send_request(request).await.unwrap();
+    assert_eq!(response.status(), 421);
+    assert_eq!(up.requests.load(Ordering::SeqCst), 8);
+}
+
 #[tokio::test]
 async fn an_upstream_that_cannot_prove_its_name_gets_a_502() {
     let s = setup();
