@@ -1,8 +1,8 @@
 //! The HTTP exchange of one intercepted connection: HTTP/1.1 or HTTP/2 served to the sandbox,
 //! each request (its head rewritten by [`super::rewrite`]) sent to the upstream over HTTP/1.1
 //! on a kept-alive TLS connection (one per concurrent request, see [`super::pool`]), each
-//! response streamed back. What fails upstream is answered with a 502
-//! whose body says what failed.
+//! response streamed back. What fails upstream is answered with a 502 whose body says what
+//! failed.
 
 use std::convert::Infallible;
 use std::error::Error as StdError;
