@@ -5,8 +5,9 @@
 //! policy resolved (from the fake DNS address, never from what the sandbox says later). The
 //! injector answers the TLS handshake with a leaf certificate for that name signed by the
 //! sandbox's own CA (which the sandbox trusts; its key never enters the sandbox), then serves
-//! HTTP/1.1: each request goes to the real upstream over TLS verified against the relay's
-//! roots, and each response streams back.
+//! HTTP: each request goes to the real upstream over TLS verified against the relay's
+//! roots, and each response streams back. The sandbox may speak HTTP/1.1 or HTTP/2 (by
+//! ALPN); upstreams are spoken to in HTTP/1.1.
 //!
 //! # What is replaced, and where
 //! A placeholder (`tether-secret-` and 32 hex digits, exactly as the sandbox's environment
@@ -34,6 +35,7 @@
 //! - [`leaf`]: the sandbox's CA as an issuer; a leaf certificate per host, cached.
 //! - [`rewrite`]: the policy above, on a request head.
 //! - [`forward`]: the HTTP exchange: the sandbox's side, the upstream's, and the 502s.
+//! - [`pool`]: upstream connections, kept for the next request.
 //! - [`idle`]: bodies that give up when their source stalls.
 //! - [`upgrade`]: WebSocket (and other) upgrades: the handshake rewritten, then a byte tunnel.
 //! - [`roots`]: whom the relay trusts for real upstreams ([`upstream_tls`]).
@@ -56,6 +58,7 @@ use super::policy::BoundSecret;
 mod forward;
 mod idle;
 mod leaf;
+mod pool;
 mod rewrite;
 mod roots;
 #[cfg(test)]
@@ -92,8 +95,17 @@ const LEAF_VALIDITY: Duration = Duration::from_secs(7 * 24 * 3600); // 7 days
 const LEAF_RENEW_BEFORE: Duration = Duration::from_secs(24 * 3600); // 1 day
 /// A leaf is valid from this long before it was issued, for clocks slightly behind the relay's.
 const LEAF_BACKDATE: Duration = Duration::from_secs(3600); // 1 hour
-/// The one application protocol spoken on both sides.
+/// HTTP/1.1 by ALPN: offered to the sandbox, and the one spoken to upstreams.
 const ALPN_HTTP1: &[u8] = b"http/1.1";
+/// HTTP/2 by ALPN: offered to the sandbox (preferred), never to upstreams.
+const ALPN_H2: &[u8] = b"h2";
+/// Most concurrent HTTP/2 streams on one connection from the sandbox; each takes an upstream
+/// connection of its own while it runs.
+const MAX_STREAMS: u32 = 32;
+/// Most idle upstream connections kept per connection from the sandbox.
+const MAX_IDLE_UPSTREAM: usize = 4;
+/// How often an HTTP/2 connection from the sandbox is pinged, to find a peer that vanished.
+const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Why the injector cannot start, or why one connection from the sandbox ended badly. Failures
 /// of the upstream are not errors here: the sandbox gets a 502 that says what failed.
@@ -214,8 +226,8 @@ impl Injector {
         upstream_tls: Arc<ClientConfig>,
     ) -> Result<Self, InjectError> {
         let leaves = leaf::Leaves::new(ca_cert_pem, ca_key_pem)?;
-        // Whatever the relay's config offers, the upstream speaks what the sandbox's side
-        // speaks: HTTP/1.1.
+        // Whatever the relay's config offers, upstreams are spoken to in HTTP/1.1 (which every
+        // HTTPS server speaks, and which keeps one request per upstream connection).
         let mut upstream_tls = (*upstream_tls).clone();
         upstream_tls.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
         Ok(Self {
@@ -279,7 +291,11 @@ impl Injector {
             addrs: upstream.to_vec(),
             tls: self.upstream_tls.clone(),
         };
-        forward::serve(tls, upstream, secrets)
+        let protocol = match tls.get_ref().1.alpn_protocol() {
+            Some(ALPN_H2) => forward::Protocol::Http2,
+            _ => forward::Protocol::Http1,
+        };
+        forward::serve(tls, protocol, upstream, secrets)
             .await
             .map_err(|source| InjectError::Client { host, source })
     }

@@ -1,7 +1,8 @@
-//! The HTTP exchange of one intercepted connection: HTTP/1.1 served to the sandbox, each
-//! request (its head rewritten by [`super::rewrite`]) sent to the upstream over one kept-alive
-//! TLS connection, each response streamed back. What fails upstream is answered with a 502
-//! whose body says what failed.
+//! The HTTP exchange of one intercepted connection: HTTP/1.1 or HTTP/2 served to the sandbox,
+//! each request (its head rewritten by [`super::rewrite`]) sent to the upstream over HTTP/1.1
+//! on a kept-alive TLS connection (one per concurrent request, see [`super::pool`]), each
+//! response streamed back. What fails upstream is answered with a 502 whose body says what
+//! failed.
 
 use std::convert::Infallible;
 use std::error::Error as StdError;
@@ -17,10 +18,9 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, UPGRADE};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode, Version};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::{self, ClientConfig};
@@ -28,11 +28,12 @@ use tokio_rustls::TlsConnector;
 use tracing::debug;
 
 use super::idle::Idle;
+use super::pool::{Leased, Pool};
 use super::rewrite::{self, Refusal, Secrets};
 use super::upgrade;
 use super::{
-    MAX_HEADERS, MAX_REQUEST_HEAD, MAX_RESPONSE_HEAD, REQUEST_HEAD_TIMEOUT, RESPONSE_HEAD_TIMEOUT,
-    UPSTREAM_CONNECT_TIMEOUT,
+    H2_PING_INTERVAL, MAX_HEADERS, MAX_REQUEST_HEAD, MAX_RESPONSE_HEAD, MAX_STREAMS,
+    REQUEST_HEAD_TIMEOUT, RESPONSE_HEAD_TIMEOUT, UPSTREAM_CONNECT_TIMEOUT,
 };
 
 type BoxError = Box<dyn StdError + Send + Sync>;
@@ -67,9 +68,17 @@ pub(super) struct Upstream {
     pub(super) tls: Arc<ClientConfig>,
 }
 
-/// Serves HTTP/1.1 on the sandbox's (decrypted) connection until it closes.
+/// What the sandbox chose to speak, by ALPN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// Serves the sandbox's (decrypted) connection until it closes.
 pub(super) async fn serve<IO>(
     io: IO,
+    protocol: Protocol,
     upstream: Upstream,
     secrets: Secrets,
 ) -> Result<(), hyper::Error>
@@ -79,7 +88,7 @@ where
     let exchange = Arc::new(Exchange {
         upstream,
         secrets,
-        sender: Mutex::new(None),
+        pool: Arc::new(Pool::new()),
         tunnel: std::sync::Mutex::new(None),
     });
     let serving = exchange.clone();
@@ -87,15 +96,29 @@ where
         let exchange = serving.clone();
         async move { Ok::<_, Infallible>(exchange.handle(request).await) }
     });
-    let served = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(REQUEST_HEAD_TIMEOUT)
-        .max_header_size(MAX_REQUEST_HEAD)
-        .max_headers(MAX_HEADERS)
-        .keep_alive(true)
-        .serve_connection(TokioIo::new(io), service)
-        .with_upgrades()
-        .await;
+    let io = TokioIo::new(io);
+    let served = match protocol {
+        Protocol::Http1 => {
+            hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(REQUEST_HEAD_TIMEOUT)
+                .max_header_size(MAX_REQUEST_HEAD)
+                .max_headers(MAX_HEADERS)
+                .keep_alive(true)
+                .serve_connection(io, service)
+                .with_upgrades()
+                .await
+        }
+        Protocol::Http2 => {
+            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .max_header_list_size(MAX_REQUEST_HEAD as u32)
+                .max_concurrent_streams(MAX_STREAMS)
+                .keep_alive_interval(H2_PING_INTERVAL)
+                .serve_connection(io, service)
+                .await
+        }
+    };
     // An upgraded connection lives on in its tunnel: done means done with that too.
     let tunnel = exchange.tunnel.lock().map(|mut t| t.take()).ok().flatten();
     if let Some(tunnel) = tunnel {
@@ -104,12 +127,12 @@ where
     served
 }
 
-/// One connection's state: requests on an HTTP/1.1 connection come one at a time, so one
-/// upstream connection serves them all, opened on the first and again whenever it closed.
+/// One connection's state: where its requests go, what is replaced in them, the upstream
+/// connections they use.
 struct Exchange {
     upstream: Upstream,
     secrets: Secrets,
-    sender: Mutex<Option<SendRequest<RequestBody>>>,
+    pool: Arc<Pool<RequestBody>>,
     /// The byte tunnel of an upgraded connection (the last request on it).
     tunnel: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
@@ -119,6 +142,8 @@ struct Exchange {
 enum Failure {
     #[error("no address is known for {host}")]
     NoAddress { host: String },
+    #[error("{host} is not a name a TLS server can be asked for")]
+    NotAName { host: String },
     #[error("cannot connect to {host}:{port} at {addr}: {source}")]
     Connect {
         host: String,
@@ -197,7 +222,7 @@ impl Exchange {
         let request = Request::from_parts(parts, Idle::new(body));
 
         match self.send(request).await {
-            Ok(mut response) => {
+            Ok((mut response, sender)) => {
                 let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
                 let protocol = response.headers().get(UPGRADE).cloned();
                 let upgraded = match (switched, upgrade, protocol) {
@@ -234,8 +259,10 @@ impl Exchange {
                     if let Ok(mut slot) = self.tunnel.lock() {
                         *slot = Some(tunnel);
                     }
+                    return Response::from_parts(parts, Idle::new(body).boxed());
                 }
-                Response::from_parts(parts, Idle::new(body).boxed())
+                let body = Leased::new(Idle::new(body), sender, self.pool.clone());
+                Response::from_parts(parts, body.boxed())
             }
             Err(failure) => {
                 debug!("egress: {method} to {host} failed: {failure}");
@@ -247,26 +274,29 @@ impl Exchange {
         }
     }
 
-    /// Sends on the kept-alive upstream connection, or a new one if it closed; a request that
-    /// a closing connection gave back unsent goes once more, on a new connection.
-    async fn send(&self, mut request: Request<RequestBody>) -> Result<Response<Incoming>, Failure> {
+    /// Sends on an idle upstream connection, or a new one; a request that a closing connection
+    /// gave back unsent goes once more, on a new connection. The connection comes back with
+    /// the response, for its body to return to the pool.
+    async fn send(
+        &self,
+        mut request: Request<RequestBody>,
+    ) -> Result<(Response<Incoming>, SendRequest<RequestBody>), Failure> {
         let up = &self.upstream;
-        let mut slot = self.sender.lock().await;
         for attempt in 0..2 {
-            let mut sender = match slot.take() {
-                Some(sender) if !sender.is_closed() => sender,
-                _ => self.connect().await?,
+            let mut sender = match self.pool.take() {
+                Some(sender) => sender,
+                None => self.connect().await?,
             };
-            if sender.ready().await.is_err() {
-                continue;
+            // An idle connection is ready at once, or about to be (its last response has
+            // just been read to its end); one that does not become ready is given up.
+            match tokio::time::timeout(UPSTREAM_CONNECT_TIMEOUT, sender.ready()).await {
+                Ok(Ok(())) => {}
+                _ => continue,
             }
             let sent =
                 tokio::time::timeout(RESPONSE_HEAD_TIMEOUT, sender.try_send_request(request));
             match sent.await {
-                Ok(Ok(response)) => {
-                    *slot = Some(sender);
-                    return Ok(response);
-                }
+                Ok(Ok(response)) => return Ok((response, sender)),
                 Ok(Err(mut error)) => match error.take_message() {
                     Some(unsent) if attempt == 0 => request = unsent,
                     _ => {
@@ -297,7 +327,7 @@ impl Exchange {
     /// certificate proves the host's name.
     async fn connect(&self) -> Result<SendRequest<RequestBody>, Failure> {
         let up = &self.upstream;
-        let name = ServerName::try_from(up.host.clone()).map_err(|_| Failure::NoAddress {
+        let name = ServerName::try_from(up.host.clone()).map_err(|_| Failure::NotAName {
             host: up.host.clone(),
         })?;
         let mut failure = Failure::NoAddress {

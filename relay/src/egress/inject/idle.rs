@@ -78,3 +78,57 @@ where
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use http_body_util::BodyExt;
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    /// A body fed by the test, one chunk at a time.
+    struct Fed(mpsc::Receiver<Bytes>);
+
+    impl Body for Fed {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            self.0
+                .poll_recv(cx)
+                .map(|chunk| chunk.map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_source_fails_and_a_slow_reader_does_not() {
+        let (tx, rx) = mpsc::channel(1);
+        let mut body = Idle::new(Fed(rx));
+        tx.send(Bytes::from_static(b"a")).await.unwrap();
+        assert!(body.frame().await.unwrap().is_ok());
+
+        // The reader takes its time: that is backpressure, not a stall.
+        tokio::time::sleep(BODY_IDLE_TIMEOUT * 2).await;
+        tx.send(Bytes::from_static(b"b")).await.unwrap();
+        assert!(body.frame().await.unwrap().is_ok());
+
+        // Waiting for the source just short of the bound is fine...
+        let short = BODY_IDLE_TIMEOUT - Duration::from_secs(1);
+        assert!(tokio::time::timeout(short, body.frame()).await.is_err());
+        tx.send(Bytes::from_static(b"c")).await.unwrap();
+        assert!(body.frame().await.unwrap().is_ok());
+
+        // ...and a source silent for the whole bound ends the body with an error.
+        let started = tokio::time::Instant::now();
+        let err = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(started.elapsed(), BODY_IDLE_TIMEOUT);
+        assert!(err.to_string().contains("no body data"), "{err}");
+        drop(tx);
+    }
+}

@@ -17,7 +17,8 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName,
 use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 
 use super::{
-    InjectError, ALPN_HTTP1, LEAF_BACKDATE, LEAF_RENEW_BEFORE, LEAF_VALIDITY, MAX_CACHED_LEAVES,
+    InjectError, ALPN_H2, ALPN_HTTP1, LEAF_BACKDATE, LEAF_RENEW_BEFORE, LEAF_VALIDITY,
+    MAX_CACHED_LEAVES,
 };
 
 /// A name no real host has, for the leaf that proves the CA works when the injector starts.
@@ -123,7 +124,7 @@ impl Leaves {
             .with_no_client_auth()
             .with_single_cert(vec![cert], key)
             .map_err(|e| leaf_error(e.to_string()))?;
-        config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+        config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()];
         let config = Arc::new(config);
 
         let mut cache = self.cache();

@@ -10,7 +10,7 @@ use base64::Engine as _;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, HOST, PROXY_AUTHORIZATION};
 use hyper::http::request::Parts;
 use hyper::http::uri::{Authority, PathAndQuery};
-use hyper::{StatusCode, Uri};
+use hyper::{Method, StatusCode, Uri};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use tether_client::api::SecretValue;
 
@@ -250,6 +250,15 @@ impl Secrets {
 /// an absolute-form target, then leaves it in origin form with a `Host` header (added when
 /// missing), as the upstream expects.
 pub(super) fn direct(parts: &mut Parts, host: &str, port: u16) -> Result<(), Refusal> {
+    if parts.method == Method::CONNECT {
+        return Err(Refusal::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!(
+                "CONNECT inside a connection to {host} is not forwarded; connect to the \
+                 destination directly (the egress proxy decides where it may go)"
+            ),
+        ));
+    }
     let misdirected = |named: &str| {
         Refusal::new(
             StatusCode::MISDIRECTED_REQUEST,
@@ -501,6 +510,18 @@ mod tests {
         assert_eq!(
             direct(&mut parts, "api.test", 443).unwrap_err().status,
             StatusCode::BAD_REQUEST
+        );
+
+        let mut parts = Request::builder()
+            .method(Method::CONNECT)
+            .uri("api.test:443")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        assert_eq!(
+            direct(&mut parts, "api.test", 443).unwrap_err().status,
+            StatusCode::METHOD_NOT_ALLOWED
         );
     }
 

@@ -468,6 +468,133 @@ async fn placeholders_of_secrets_bound_to_other_hosts_arrive_unchanged() {
     }
 }
 
+/// An upstream that closes each connection after one response, without saying so (as servers
+/// do with idle keep-alive connections): the injector must notice and open another.
+async fn one_shot_upstream(config: Arc<ServerConfig>) -> Upstream {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let requests = Arc::new(AtomicUsize::new(0));
+    let acceptor = TlsAcceptor::from(config);
+    let (c, r) = (connections.clone(), requests.clone());
+    let task = tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let Ok(mut tls) = acceptor.accept(tcp).await else {
+                continue;
+            };
+            let n = c.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                match tls.read_u8().await {
+                    Ok(b) => head.push(b),
+                    Err(_) => break,
+                }
+            }
+            if !head.ends_with(b"\r\n\r\n") {
+                continue;
+            }
+            r.fetch_add(1, Ordering::SeqCst);
+            let body = format!("connection {n}");
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = tls.write_all(answer.as_bytes()).await;
+            let _ = tls.shutdown().await;
+        }
+    });
+    Upstream {
+        addr,
+        connections,
+        requests,
+        streamed: Arc::new(AtomicU64::new(0)),
+        _task: Task(task),
+    }
+}
+
+#[tokio::test]
+async fn an_upstream_that_closes_between_requests_is_dialled_again() {
+    let s = setup();
+    let up = one_shot_upstream(s.upstream_ca.server(&["api.test"])).await;
+    let front = front(s.injector.clone(), "api.test", vec![up.addr]).await;
+    let client = client(&s.sandbox_ca, "api.test", &front);
+    for n in 1..=3 {
+        let response = client
+            .get(url("api.test", &front, "/"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.text().await.unwrap(), format!("connection {n}"));
+    }
+    assert_eq!(up.requests.load(Ordering::SeqCst), 3);
+}
+
+/// Log lines, as the relay would write them, into a buffer a test can read.
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// One thread (tokio's test default), so every task logs to the subscriber set here.
+#[tokio::test]
+async fn no_log_line_holds_a_secret_value() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let s = setup();
+    let up = upstream(s.upstream_ca.server(&["api.test"])).await;
+    let good = front(s.injector.clone(), "api.test", vec![up.addr]).await;
+    let sandbox = client(&s.sandbox_ca, "api.test", &good);
+    let response = sandbox
+        .get(url("api.test", &good, &format!("/?key={API_KEY}")))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap();
+    // Refused and failed requests log too.
+    let refused = sandbox
+        .get(url("api.test", &good, "/"))
+        .header("host", "evil.test")
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 421);
+    let stranger = upstream(Ca::new().server(&["api.test"])).await;
+    let bad = front(s.injector.clone(), "api.test", vec![stranger.addr]).await;
+    let failed = client(&s.sandbox_ca, "api.test", &bad)
+        .get(url("api.test", &bad, &format!("/?key={API_KEY}")))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(failed.status(), 502);
+
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("carries API_KEY"), "{logs}");
+    assert!(logs.contains("cannot be verified"), "{logs}");
+    assert!(!logs.contains(API_VALUE), "{logs}");
+    assert!(!logs.contains("sk-live-abc%2F123"), "{logs}");
+}
+
 #[tokio::test]
 async fn a_request_naming_another_host_is_refused_before_anything_leaves() {
     let s = setup();
@@ -527,6 +654,73 @@ async fn an_upgrade_handshake_carries_the_secret_then_bytes_flow_both_ways() {
     let mut echoed = vec![0u8; message.len()];
     tls.read_exact(&mut echoed).await.unwrap();
     assert_eq!(echoed, message.as_bytes());
+}
+
+/// An HTTP/2 connection to the front, as a sandbox's client that prefers it opens one.
+async fn h2(s: &Setup, front: &Front) -> hyper::client::conn::http2::SendRequest<Full<Bytes>> {
+    let mut config = (*s.sandbox_ca.client()).clone();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let tls = raw_tls(Arc::new(config), "api.test", front).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    sender
+}
+
+#[tokio::test]
+async fn http2_streams_carry_secrets_side_by_side() {
+    let s = setup();
+    let up = upstream(s.upstream_ca.server(&["api.test"])).await;
+    let front = front(s.injector.clone(), "api.test", vec![up.addr]).await;
+    let sender = h2(&s, &front).await;
+    let port = front.addr.port();
+
+    let streams = (0..8).map(|n| {
+        let mut sender = sender.clone();
+        async move {
+            let request = Request::get(format!("https://api.test:{port}/{n}?key={API_KEY}"))
+                .header("authorization", format!("Bearer {API_KEY}"))
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            assert_eq!(response.status(), 200);
+            let echo = response.into_body().collect().await.unwrap().to_bytes();
+            String::from_utf8(echo.to_vec()).unwrap()
+        }
+    });
+    for (n, echo) in futures_util::future::join_all(streams)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        assert!(
+            echo.starts_with(&format!("GET /{n}?key=sk-live-abc%2F123%2B%3D\n")),
+            "{echo}"
+        );
+        assert!(
+            echo.contains(&format!("\nauthorization: Bearer {API_VALUE}\n")),
+            "{echo}"
+        );
+        assert!(
+            echo.contains(&format!("\nhost: api.test:{port}\n")),
+            "{echo}"
+        );
+    }
+    assert_eq!(up.requests.load(Ordering::SeqCst), 8);
+
+    // The authority of an HTTP/2 request is checked as the Host header is.
+    let request = Request::get("https://evil.test/")
+        .header("authorization", format!("Bearer {API_KEY}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.clone().send_request(request).await.unwrap();
+    assert_eq!(response.status(), 421);
+    assert_eq!(up.requests.load(Ordering::SeqCst), 8);
 }
 
 #[tokio::test]
