@@ -12,6 +12,14 @@
 //! - `GET    /v1/sandboxes/{id}/ws`    WebSocket: the Tether protocol, tunneled to the agent.
 //! - `GET    /v1/sandboxes/{id}/preview` the sandbox's preview URLs and token ([`PreviewInfo`]).
 //! - `POST   /v1/tokens`               admin only: mint a token for a tenant ([`TokenRequest`]).
+//! - `PUT    /v1/secrets/{name}`       store a secret in the tenant's store ([`SecretRequest`] →
+//!   201 [`SecretInfo`] when new, 200 when it replaced one); names and values follow
+//!   [`check_secret_name`] and [`check_secret_value`].
+//! - `GET    /v1/secrets`              the tenant's secrets: names and times, never values
+//!   (`[SecretInfo]`, by name).
+//! - `DELETE /v1/secrets/{name}`       delete a stored secret (204; 404 if there is none).
+//!   The three secret routes act on the caller's tenant; the relay's admin token may name
+//!   another with `?tenant=T`.
 //! - `GET    /v1/health`               unauthenticated liveness.
 //!
 //! Errors are [`ErrorBody`] with a status code: 400 invalid (an unknown field, a number out of
@@ -262,6 +270,79 @@ impl std::fmt::Debug for SecretValue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("SecretValue(<redacted>)")
     }
+}
+
+/// The longest secret name, in bytes.
+pub const MAX_SECRET_NAME_BYTES: usize = 128;
+/// The largest secret value: 64 KiB.
+pub const MAX_SECRET_VALUE_BYTES: usize = 64 * 1024;
+
+/// Checks a secret's name: an environment variable's (`[A-Za-z_][A-Za-z0-9_]*`, at most
+/// [`MAX_SECRET_NAME_BYTES`]), since the sandbox sees the secret's placeholder under it.
+/// The error is a sentence naming the rule.
+pub fn check_secret_name(name: &str) -> Result<(), String> {
+    let starts_well = name
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_');
+    let rest_ok = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !starts_well || !rest_ok || name.len() > MAX_SECRET_NAME_BYTES {
+        // A name is quoted escaped, and cut short: it may be anything a client sent.
+        let shown: String = name.chars().take(MAX_SECRET_NAME_BYTES).collect();
+        let cut = if shown.len() < name.len() { "..." } else { "" };
+        return Err(format!(
+            "invalid secret name {:?}{cut}: a secret is named like an environment variable (a \
+             letter or `_`, then letters, digits and `_`; at most {MAX_SECRET_NAME_BYTES} \
+             bytes), e.g. OPENAI_API_KEY",
+            crate::escape::escape_str(&shown)
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the value of secret `name`: not empty, at most [`MAX_SECRET_VALUE_BYTES`], no NUL
+/// byte (nothing that carries it could hold one). The error never quotes the value.
+pub fn check_secret_value(name: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(format!(
+            "the value of secret {name} is empty; give its value"
+        ));
+    }
+    if value.len() > MAX_SECRET_VALUE_BYTES {
+        return Err(format!(
+            "the value of secret {name} has {} bytes; a secret holds at most {} bytes (64 KiB)",
+            value.len(),
+            MAX_SECRET_VALUE_BYTES
+        ));
+    }
+    if value.contains('\0') {
+        return Err(format!(
+            "the value of secret {name} contains a NUL byte, which no environment variable, \
+             header or query can carry; store the value without it"
+        ));
+    }
+    Ok(())
+}
+
+/// `PUT /v1/secrets/{name}`: the value to store.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRequest {
+    /// The value; kept sealed under the relay's key, never returned.
+    pub value: SecretValue,
+}
+
+/// A stored secret as clients see it: never its value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretInfo {
+    /// Its name, which is also the environment variable a sandbox sees its placeholder under.
+    pub name: String,
+    /// The tenant whose store holds it.
+    pub tenant: String,
+    /// When it was first stored, milliseconds since the Unix epoch.
+    pub created_ms: i64,
+    /// When its value was last set, milliseconds since the Unix epoch.
+    pub updated_ms: i64,
 }
 
 /// What a caller asks for when creating a sandbox.

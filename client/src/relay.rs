@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::api::{
-    CreateRequest, PreviewInfo, RenewRequest, SandboxInfo, TokenRequest, TokenResponse,
+    CreateRequest, PreviewInfo, RenewRequest, SandboxInfo, SecretInfo, SecretRequest, SecretValue,
+    TokenRequest, TokenResponse,
 };
 
 use super::session::Session;
@@ -137,6 +138,63 @@ impl RelayClient {
             .await
     }
 
+    /// Stores secret `name` in the tenant's secret store (the caller's, or `tenant`'s for
+    /// the relay's admin token), replacing any value it had.
+    pub async fn set_secret(
+        &self,
+        name: &str,
+        value: &SecretValue,
+        tenant: Option<&str>,
+    ) -> Result<SecretInfo, ClientError> {
+        let body = SecretRequest {
+            value: value.clone(),
+        };
+        let url = self.secret_url(Some(name))?;
+        self.send(self.http.put(url).query(&tenant_query(tenant)).json(&body))
+            .await
+    }
+
+    /// The secrets in the tenant's store (the caller's, or `tenant`'s for the relay's admin
+    /// token): names and times, never values.
+    pub async fn secrets(&self, tenant: Option<&str>) -> Result<Vec<SecretInfo>, ClientError> {
+        let url = self.secret_url(None)?;
+        self.send(self.http.get(url).query(&tenant_query(tenant)))
+            .await
+    }
+
+    /// Deletes secret `name` from the tenant's store; a name it does not hold is a 404.
+    pub async fn delete_secret(&self, name: &str, tenant: Option<&str>) -> Result<(), ClientError> {
+        let url = self.secret_url(Some(name))?;
+        let req = self.http.delete(url).query(&tenant_query(tenant));
+        let resp = self
+            .authed(req)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let status = resp.status().as_u16();
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Err(ClientError::from_http(
+            status,
+            &resp.text().await.unwrap_or_default(),
+        ))
+    }
+
+    /// `/v1/secrets`, or `/v1/secrets/{name}` with the name percent-encoded, so a name that
+    /// is no valid one reaches the relay as one segment and is refused for what it is.
+    fn secret_url(&self, name: Option<&str>) -> Result<reqwest::Url, ClientError> {
+        let bad = |e: String| ClientError::Local(format!("cannot build a relay URL: {e}"));
+        let mut url =
+            reqwest::Url::parse(&self.url("/v1/secrets")).map_err(|e| bad(e.to_string()))?;
+        if let Some(name) = name {
+            url.path_segments_mut()
+                .map_err(|()| bad(format!("{} cannot take a path", self.base)))?
+                .push(name);
+        }
+        Ok(url)
+    }
+
     /// Opens a protocol session to a sandbox's agent through the relay.
     pub async fn connect(&self, id: &str) -> Result<Session, ClientError> {
         let ws = format!(
@@ -187,4 +245,9 @@ impl RelayClient {
         serde_json::from_str(&body)
             .map_err(|e| ClientError::Protocol(format!("unexpected answer from the relay: {e}")))
     }
+}
+
+/// The `?tenant=T` of the secret routes, when a tenant is named.
+fn tenant_query(tenant: Option<&str>) -> Vec<(&'static str, &str)> {
+    tenant.map(|t| ("tenant", t)).into_iter().collect()
 }

@@ -57,6 +57,7 @@ impl Sandboxes {
         let ctx = ProviderContext {
             data_dir: data_dir.clone(),
             agent_binary,
+            trust: Default::default(),
         };
         Sandboxes {
             data_dir,

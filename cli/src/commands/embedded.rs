@@ -83,6 +83,7 @@ impl Embedded {
                 ..Default::default()
             },
             tls: None,
+            egress: Default::default(),
         };
         let relay = server::start(config)
             .await

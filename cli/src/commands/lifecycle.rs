@@ -13,7 +13,9 @@ use tether_proto::op::{AgentInfo, ListeningPort};
 
 use super::output::{self, Table};
 use super::remote::Remote;
-use tether_client::api::{CreateRequest, NetworkInfo, PreviewInfo, SandboxInfo};
+use tether_client::api::{
+    CreateRequest, EgressSpec, NetworkInfo, PreviewInfo, SandboxInfo, SecretSpec, SecretValue,
+};
 use tether_client::escape::escape_str;
 use tether_client::size::parse_size;
 use tether_client::ClientError;
@@ -48,9 +50,24 @@ pub(super) struct CreateArgs {
     /// e.g. 2G (binary units); its file count grows with it. The relay's default when absent.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     disk: Option<u64>,
-    /// Network access: `none` (loopback only) or `host` (the host's network, shared).
-    #[arg(long, value_enum, default_value_t = Network::None)]
-    network: Network,
+    /// Network access: `none` (loopback only, the default), `host` (the host's network,
+    /// shared) or `allowlist` (only what --allow-host, --allow-cidr and --secret name, through
+    /// the relay's egress proxy; implied by those flags).
+    #[arg(long, value_enum, value_name = "MODE")]
+    network: Option<Network>,
+    /// A host the sandbox may reach by name: exact (`api.openai.com`) or every name below a
+    /// domain (`*.pypi.org`); repeatable. Implies --network allowlist.
+    #[arg(long = "allow-host", value_name = "PATTERN")]
+    allow_hosts: Vec<String>,
+    /// A network the sandbox may reach by address (TCP), e.g. 10.1.0.0/16 or 192.0.2.7;
+    /// repeatable. Implies --network allowlist.
+    #[arg(long = "allow-cidr", value_name = "CIDR")]
+    allow_cidrs: Vec<String>,
+    /// A secret the sandbox sees only as a placeholder in $NAME, replaced by its value in
+    /// requests to HOST (and only there): the value is this shell's $NAME when set, else the
+    /// relay's secret store (`tether secret set NAME`); repeatable. Implies --network allowlist.
+    #[arg(long = "secret", value_name = "NAME@HOST[,HOST...]", value_parser = secret_binding)]
+    secrets: Vec<(String, Vec<String>)>,
     /// Run the sandbox without its system call filter, for code that needs a call the filter
     /// refuses (nested containers, io_uring). Admin tokens only.
     #[arg(long)]
@@ -63,15 +80,55 @@ pub(super) struct CreateArgs {
     provider: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Network {
     None,
     Host,
+    Allowlist,
+}
+
+/// `NAME@HOST[,HOST...]`.
+fn secret_binding(text: &str) -> Result<(String, Vec<String>), String> {
+    let usage = || {
+        format!("`{text}` is not NAME@HOST[,HOST...]; e.g. --secret OPENAI_API_KEY@api.openai.com")
+    };
+    let (name, hosts) = text.split_once('@').ok_or_else(usage)?;
+    let hosts: Vec<String> = hosts.split(',').map(str::to_string).collect();
+    if name.is_empty() || hosts.iter().any(String::is_empty) {
+        return Err(usage());
+    }
+    Ok((name.to_string(), hosts))
 }
 
 impl CreateArgs {
     /// The REST request these flags describe.
     pub(super) fn request(&self) -> anyhow::Result<CreateRequest> {
+        let allowing = !self.allow_hosts.is_empty()
+            || !self.allow_cidrs.is_empty()
+            || !self.secrets.is_empty();
+        let network =
+            match (self.network, allowing) {
+                (None | Some(Network::None), false) => NetworkPolicy::None,
+                (Some(Network::Host), false) => NetworkPolicy::Host,
+                (None | Some(Network::Allowlist), _) => NetworkPolicy::Allowlist,
+                (Some(other), true) => {
+                    anyhow::bail!(
+                "--allow-host, --allow-cidr and --secret need --network allowlist (which they \
+                 imply), not --network {}; drop --network",
+                if other == Network::Host { "host" } else { "none" }
+            )
+                }
+            };
+        let secrets = self
+            .secrets
+            .iter()
+            .map(|(name, hosts)| SecretSpec {
+                name: name.clone(),
+                hosts: hosts.clone(),
+                // The caller's own value, if exported; else the relay's store has it.
+                value: std::env::var(name).ok().map(SecretValue::new),
+            })
+            .collect();
         let spec = SandboxSpec {
             image: self.image.as_deref().map(image).transpose()?,
             labels: self.labels.iter().cloned().collect(),
@@ -81,13 +138,14 @@ impl CreateArgs {
             cpus: self.cpus,
             memory_bytes: self.memory,
             pids: self.pids,
-            network: match self.network {
-                Network::None => NetworkPolicy::None,
-                Network::Host => NetworkPolicy::Host,
+            network,
+            egress: EgressSpec {
+                allow_hosts: self.allow_hosts.clone(),
+                allow_cidrs: self.allow_cidrs.clone(),
             },
+            secrets,
             disk_bytes: self.disk,
             seccomp_unconfined: self.no_seccomp,
-            ..SandboxSpec::default()
         };
         Ok(CreateRequest {
             provider: self.provider.clone(),

@@ -5,7 +5,8 @@
 //! - [`remote`](self::remote): where the relay is, the token, and actionable error sentences;
 //! - `serve`; `lifecycle` (create, ls, rm, info); `exec`; `shell`; `cp` and `sync` (both
 //!   sides written as a [`location`](self::location)); `run` (and
-//!   `embedded`, the in-process relay it falls back to); `token`; `bench`;
+//!   `embedded`, the in-process relay it falls back to); `token`; `secret` (the relay's
+//!   secret store); `bench`;
 //! - `attach`: a running remote process wired to this process's stdio, signals and terminal;
 //!   `terminal`: raw mode and the window size; `output`: tables and `--json`.
 //!
@@ -28,6 +29,7 @@ mod location;
 mod output;
 mod remote;
 mod run;
+mod secret;
 mod serve;
 mod shell;
 mod sync;
@@ -81,6 +83,9 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Manage the relay's secret store: values sandboxes use by placeholder, never see.
+    #[command(subcommand)]
+    Secret(secret::SecretCommand),
     /// Mirror a local directory into a sandbox (`--watch` keeps it in sync), or pull one back.
     Sync(sync::SyncArgs),
     /// Carry local TCP ports to ports inside a sandbox.
@@ -113,6 +118,7 @@ fn dispatch(cli: Cli) -> i32 {
         Command::Rm(args) => done(client(relay, |r| lifecycle::rm(r, args))),
         Command::Info(args) => done(client(relay, |r| lifecycle::info(r, args))),
         Command::Token(cmd) => done(client(relay, |r| token::run(r, cmd))),
+        Command::Secret(cmd) => done(client(relay, |r| secret::run(r, cmd))),
         Command::Cp(args) => done(client(relay, |r| cp::run(r, args))),
         Command::Exec(args) => status(client(relay, |r| exec::run(r, args))),
         Command::Shell(args) => status(client(relay, |r| shell::run(r, args))),

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Args;
 
 use tether_client::local::data_dir as default_data_dir;
+use tether_relay::egress::EgressConfig;
 use tether_relay::server::{
     self, PolicyConfig, RelayConfig, TlsFiles, DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL,
 };
@@ -44,6 +45,14 @@ pub(super) struct ServeArgs {
     /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1, unencrypted).
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// A hosts(5) file (`ADDRESS NAME...` per line) the egress proxy of allowlisted sandboxes
+    /// resolves names with before the system's resolver.
+    #[arg(long, value_name = "FILE")]
+    egress_hosts: Option<PathBuf>,
+    /// CA certificates (PEM) the egress proxy trusts for upstreams it intercepts (hosts that
+    /// carry secrets), besides the system's and the webpki roots.
+    #[arg(long, value_name = "PEM")]
+    egress_ca_file: Option<PathBuf>,
 }
 
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -59,6 +68,10 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
             (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
             // clap has refused one without the other.
             _ => None,
+        },
+        egress: EgressConfig {
+            hosts_file: args.egress_hosts,
+            ca_file: args.egress_ca_file,
         },
     };
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

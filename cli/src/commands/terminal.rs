@@ -1,6 +1,6 @@
-//! The local terminal: whether a descriptor is one, its size, and raw mode held by a guard
-//! that restores the previous settings however the command ends (return, error, panic, or a
-//! signal the command handles).
+//! The local terminal: whether a descriptor is one, its size, and raw mode (or echo off, for
+//! secrets) held by a guard that restores the previous settings however the command ends
+//! (return, error, panic, or a signal the command handles).
 
 use std::io::IsTerminal;
 
@@ -51,5 +51,33 @@ impl Drop for RawMode {
     fn drop(&mut self) {
         // TCSADRAIN: output still queued was written under raw settings; let it drain first.
         let _ = termios::tcsetattr(std::io::stdin(), SetArg::TCSADRAIN, &self.saved);
+    }
+}
+
+/// Stdin's terminal with echo off (lines still edited and ended by Enter), for reading a
+/// secret that must not show on the screen. Dropping it restores the settings it found.
+pub(super) struct EchoOff {
+    saved: Termios,
+}
+
+impl EchoOff {
+    /// Turns echo off on stdin's terminal; `None` when stdin is not a terminal.
+    pub(super) fn enter() -> anyhow::Result<Option<EchoOff>> {
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() {
+            return Ok(None);
+        }
+        let saved = termios::tcgetattr(&stdin)?;
+        let mut quiet = saved.clone();
+        quiet.local_flags.remove(termios::LocalFlags::ECHO);
+        // TCSAFLUSH: nothing typed before the prompt becomes part of the secret.
+        termios::tcsetattr(&stdin, SetArg::TCSAFLUSH, &quiet)?;
+        Ok(Some(EchoOff { saved }))
+    }
+}
+
+impl Drop for EchoOff {
+    fn drop(&mut self) {
+        let _ = termios::tcsetattr(std::io::stdin(), SetArg::TCSANOW, &self.saved);
     }
 }

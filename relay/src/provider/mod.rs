@@ -116,6 +116,15 @@ pub trait Provider: Send + Sync + 'static {
     async fn delete(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError>;
     /// Extends the provider-side lifetime, where the provider has one.
     async fn renew(&self, sandbox: &SandboxHandle, ttl: Duration) -> Result<(), ProviderError>;
+
+    /// The network namespace of `sandbox`, opened, when its sandboxes run on this host in one
+    /// of their own (the egress proxy attaches to it); `None` for other providers.
+    fn network_namespace(
+        &self,
+        _sandbox: &SandboxHandle,
+    ) -> Result<Option<std::fs::File>, ProviderError> {
+        Ok(None)
+    }
     /// Opens a new, authenticated WebSocket to the sandbox's agent.
     async fn connect(&self, sandbox: &SandboxHandle) -> Result<AgentSocket, ProviderError>;
     /// What a sandbox created from `spec` may reach, who enforces it and which guarantees hold
@@ -133,6 +142,8 @@ pub struct ProviderContext {
     pub data_dir: PathBuf,
     /// The `tether-agent` binary to run in local sandboxes or upload to images.
     pub agent_binary: PathBuf,
+    /// Egress CAs for the local provider to install in sandboxes it is about to create.
+    pub trust: crate::egress::TrustShelf,
 }
 
 /// Builds every provider that can be configured on this host, keyed by name.

@@ -40,6 +40,9 @@ pub(super) const MAX_BATCH: usize = 64;
 /// largest protocol frame, so oversized frames reach the agent's decoder and get its error.
 pub(super) const MAX_MESSAGE: usize = 2 * (limits::MAX_PAYLOAD + limits::HEADER_LEN);
 
+/// Secrets one tenant's store holds at most: at 64 KiB each, 16 MiB of values.
+pub(super) const MAX_SECRETS_PER_TENANT: usize = 256;
+
 /// The longest TTL or idle timeout accepted (about 100 years): keeps every deadline in range.
 pub(super) const MAX_LIFETIME: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 

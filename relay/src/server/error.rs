@@ -14,7 +14,7 @@ use tether_client::api::{ErrorBody, ErrorDetail};
 
 /// A failed request. Each message is a sentence the user can act on.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum ApiError {
+pub enum ApiError {
     /// No token, or one this relay does not know.
     #[error(
         "{reason}: set TETHER_TOKEN to a token from `tether token create`, or to the admin \

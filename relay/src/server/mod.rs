@@ -5,6 +5,8 @@
 //! - this file: [`start`] and shutting down ([`RunningRelay`]);
 //! - `state`: what all handlers share; `routes`: the router, health, tokens;
 //! - `sandboxes`: the lifecycle routes; `tunnel`: the WebSocket data path;
+//! - `secrets`: the tenants' secret store (values sealed by the store, bound to sandboxes by
+//!   [`crate::egress::secrets`]);
 //! - `auth`: API tokens, the admin token file, the caller's tenant and role;
 //! - `policy`: what each tenant may use (the policy file, image roots, value ranges);
 //! - `reaper`: TTL, idle timeout and reconciliation; `activity`: open tunnels;
@@ -25,6 +27,7 @@ mod preview;
 mod reaper;
 mod routes;
 mod sandboxes;
+mod secrets;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -48,12 +51,14 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 pub use constants::{DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL};
+pub use error::ApiError;
 pub use policy::PolicyConfig;
 pub use tls::{TlsError, TlsFiles};
 
 use constants::{ADMIN_TOKEN_FILE, DB_FILE, LOCK_FILE, SHUTDOWN_GRACE};
 use state::Relay;
 
+use crate::egress::{Egress, EgressConfig, TrustShelf};
 use crate::provider::{self, Provider, ProviderContext};
 use crate::store::Registry;
 
@@ -73,6 +78,8 @@ pub struct RelayConfig {
     /// Serve HTTPS and WSS with this certificate and key (nothing in clear text); `None`
     /// serves plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// How the egress proxy of allowlisted sandboxes resolves and trusts upstreams.
+    pub egress: EgressConfig,
 }
 
 /// A relay that is serving. Dropping it starts a shutdown without waiting for it;
@@ -91,27 +98,51 @@ pub struct RunningRelay {
 
 /// Starts a relay with every provider this host can run, and returns once it is listening.
 pub async fn start(config: RelayConfig) -> anyhow::Result<RunningRelay> {
+    let trust = TrustShelf::default();
     let ctx = ProviderContext {
         data_dir: config.data_dir.clone(),
         agent_binary: config.agent_binary.clone(),
+        trust: trust.clone(),
     };
-    start_with(config, provider::build(&ctx)).await
+    start_serving(config, provider::build(&ctx), trust).await
 }
 
 /// Starts a relay with the given providers (tests and embedders bring their own).
+#[cfg(test)]
 pub(crate) async fn start_with(
     config: RelayConfig,
     providers: BTreeMap<&'static str, Arc<dyn Provider>>,
+) -> anyhow::Result<RunningRelay> {
+    start_serving(config, providers, TrustShelf::default()).await
+}
+
+/// Starts a relay whose local provider takes egress CAs from `trust`.
+async fn start_serving(
+    config: RelayConfig,
+    providers: BTreeMap<&'static str, Arc<dyn Provider>>,
+    trust: TrustShelf,
 ) -> anyhow::Result<RunningRelay> {
     let fds = Arc::new(fds::FdBudget::new(fds::raise_limit()));
     let data_dir = config.data_dir.clone();
     let (registry, dir_lock) = tokio::task::spawn_blocking(move || open_data_dir(&data_dir))
         .await
         .context("the task opening the data directory failed")??;
+    // Under the directory's lock and before any create: a bound secret without its sandbox
+    // is left from a create that failed (or a relay that stopped) after binding it.
+    let swept = registry.sweep_unbound_secrets().await?;
+    if swept > 0 {
+        info!("forgot {swept} secrets bound to sandboxes that were never created");
+    }
     let admin_token_file = config.data_dir.join(ADMIN_TOKEN_FILE);
     let admin_token = auth::ensure_admin_token(&registry, &admin_token_file).await?;
     let policy = policy::Policy::new(&config.policy, &config.data_dir, providers.keys().copied())?;
     let tls = config.tls.as_ref().map(tls::load).transpose()?;
+    let egress = Arc::new(Egress::new(
+        &config.data_dir,
+        &config.egress,
+        registry.clone(),
+        trust,
+    )?);
 
     let listener = TcpListener::bind(config.listen).await.with_context(|| {
         format!(
@@ -139,8 +170,10 @@ pub(crate) async fn start_with(
         admin_token_file: admin_token_file.clone(),
         fds: fds.clone(),
         tls: tls.is_some(),
+        egress,
         _dir_lock: dir_lock,
     });
+    sandboxes::reattach_egress(&relay).await;
     let listener = admission::Admitting::new(listener, fds.clone());
     let app = routes::router(relay.clone()).layer(axum::middleware::from_fn_with_state(
         fds,

@@ -192,6 +192,7 @@ async fn destroy_unasked(
             )));
         }
     }
+    relay.egress.detach(&sandbox.id);
     let evidence = entry.evidence.clone();
     relay.registry.remove_journaled(entry).await?;
     info!(

@@ -9,13 +9,14 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{Method, StatusCode, Uri};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 
 use super::auth::{self, Caller};
 use super::error::ApiError;
 use super::sandboxes;
+use super::secrets;
 use super::state::Relay;
 use super::tunnel;
 use crate::store::{Role, Tenant};
@@ -36,6 +37,11 @@ pub(super) fn router(relay: Arc<Relay>) -> Router {
         .route("/v1/sandboxes/{id}/renew", post(sandboxes::renew))
         .route("/v1/sandboxes/{id}/ws", get(tunnel::open))
         .route("/v1/tokens", post(create_token))
+        .route("/v1/secrets", get(secrets::list))
+        .route(
+            "/v1/secrets/{name}",
+            put(secrets::put).delete(secrets::delete),
+        )
         .merge(preview::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
@@ -91,7 +97,8 @@ async fn create_token(
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {
     ApiError::NotFound(format!(
-        "no endpoint {method} {}; the relay serves /v1/sandboxes, /v1/tokens and /v1/health",
+        "no endpoint {method} {}; the relay serves /v1/sandboxes, /v1/secrets, /v1/tokens and \
+         /v1/health",
         uri.path()
     ))
 }

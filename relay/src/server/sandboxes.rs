@@ -14,7 +14,9 @@ use super::error::ApiError;
 use super::policy::check_lifetime;
 use super::routes::JsonBody;
 use super::state::{now_ms, Relay};
-use crate::provider::{Provider, ProviderError, SandboxSpec, SandboxState};
+use crate::egress::policy::{Allowlist, BoundSecret};
+use crate::egress::secrets;
+use crate::provider::{NetworkPolicy, Provider, ProviderError, SandboxSpec, SandboxState};
 use crate::store::{millis, state_name, SandboxId, SandboxRecord, Tenant};
 use tether_client::api::{CreateRequest, RenewRequest, SandboxInfo};
 
@@ -161,7 +163,7 @@ async fn create_new(
     relay: &Relay,
     provider: Arc<dyn Provider>,
     tenant: Tenant,
-    spec: SandboxSpec,
+    mut spec: SandboxSpec,
 ) -> Result<SandboxRecord, ApiError> {
     // Held until the sandbox is in the registry, which then counts it.
     let _place = relay.policy.reserve(&relay.registry, &tenant).await?;
@@ -171,10 +173,16 @@ async fn create_new(
     let ttl = spec.ttl.unwrap_or_else(|| relay.policy.limits(&tenant).ttl);
     let id = SandboxId::generate();
     let agent_token = mint_agent_token();
-    let created = provider
-        .create(id.as_str(), &agent_token, &spec)
-        .await
-        .map_err(|e| ApiError::provider(provider.name(), Some(&id), e))?;
+    let egress = prepare_egress(relay, &*provider, &tenant, &id, &mut spec).await?;
+    let created = match provider.create(id.as_str(), &agent_token, &spec).await {
+        Ok(created) => created,
+        Err(e) => {
+            if egress.is_some() {
+                undo_egress(relay, &id).await;
+            }
+            return Err(ApiError::provider(provider.name(), Some(&id), e));
+        }
+    };
     let now = now_ms();
     let sandbox = SandboxRecord {
         id,
@@ -192,12 +200,131 @@ async fn create_new(
         state: SandboxState::Running,
         spec,
     };
-    if let Err(e) = relay.registry.insert(sandbox.clone()).await {
+    // Nothing inside may run unconfined: the proxy is attached before anyone can reach the
+    // sandbox, and a sandbox it cannot attach to is taken down.
+    let attached = match egress {
+        Some((allowlist, secrets)) => {
+            attach_egress(relay, &*provider, &sandbox, allowlist, secrets).await
+        }
+        None => Ok(()),
+    };
+    let recorded = match attached {
+        Ok(()) => relay
+            .registry
+            .insert(sandbox.clone())
+            .await
+            .map_err(ApiError::from),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = recorded {
         // Unrecorded, nobody could reach or delete it: take it down now.
         let _ = provider.delete(&sandbox.handle()).await;
-        return Err(e.into());
+        if sandbox.spec.network == NetworkPolicy::Allowlist {
+            undo_egress(relay, &sandbox.id).await;
+        }
+        return Err(e);
     }
     Ok(sandbox)
+}
+
+/// For a sandbox with an allowlist, before its provider creates it: checks the relay can serve
+/// it, binds its secrets (their placeholders go into `spec.env`) and makes its CA. Returns its
+/// allowlist and secrets, for [`attach_egress`].
+async fn prepare_egress(
+    relay: &Relay,
+    provider: &dyn Provider,
+    tenant: &Tenant,
+    id: &SandboxId,
+    spec: &mut SandboxSpec,
+) -> Result<Option<(Allowlist, Vec<BoundSecret>)>, ApiError> {
+    let Some(allowlist) = Allowlist::from_spec(spec).map_err(ApiError::Invalid)? else {
+        return Ok(None);
+    };
+    // Until the cloud providers map allowlists to their own egress controls, they refuse
+    // them here rather than run a sandbox with more network than it asked for.
+    if !provider.runs_here() {
+        return Err(ApiError::Invalid(format!(
+            "provider `{}` cannot enforce an allowlist yet; use the local provider, or              --network none",
+            provider.name()
+        )));
+    }
+    if !nix::unistd::geteuid().is_root() {
+        return Err(ApiError::Unavailable(
+            "allowlisted egress on local sandboxes needs a relay running as root (it sets the              sandbox's firewall rules from inside its network namespace); run `tether serve`              as root, or create the sandbox with --network none"
+                .into(),
+        ));
+    }
+    let secrets = secrets::bind(&relay.registry, tenant, id, spec).await?;
+    if let Err(e) = relay.egress.prepare(id, &secrets).await {
+        let _ = secrets::unbind(&relay.registry, id).await;
+        return Err(ApiError::Internal(e.to_string()));
+    }
+    Ok(Some((allowlist, secrets)))
+}
+
+/// Attaches the egress proxy to a sandbox just created.
+async fn attach_egress(
+    relay: &Relay,
+    provider: &dyn Provider,
+    sandbox: &SandboxRecord,
+    allowlist: Allowlist,
+    secrets: Vec<BoundSecret>,
+) -> Result<(), ApiError> {
+    let ns = provider
+        .network_namespace(&sandbox.handle())
+        .map_err(|e| ApiError::provider(provider.name(), Some(&sandbox.id), e))?
+        .ok_or_else(|| {
+            ApiError::Internal(format!(
+                "provider `{}` has no network namespace for sandbox {}",
+                provider.name(),
+                sandbox.id
+            ))
+        })?;
+    relay
+        .egress
+        .attach(&sandbox.id, ns, allowlist, secrets)
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))
+}
+
+/// Forgets what [`prepare_egress`] recorded for a sandbox that was not created.
+async fn undo_egress(relay: &Relay, id: &SandboxId) {
+    relay.egress.unprepare(id).await;
+    if let Err(e) = secrets::unbind(&relay.registry, id).await {
+        tracing::warn!(sandbox = %id, "cannot forget the secrets bound to a failed create: {e}");
+    }
+}
+
+/// At relay start: attaches the egress proxy again to every running sandbox with an
+/// allowlist, with its secrets and CA from the registry. Failures are logged; such a sandbox
+/// stays cut off (its rules refuse everything), never open.
+pub(super) async fn reattach_egress(relay: &Relay) {
+    let all = match relay.registry.all().await {
+        Ok(all) => all,
+        Err(e) => {
+            tracing::warn!("cannot list sandboxes to re-attach their egress proxy: {e}");
+            return;
+        }
+    };
+    for sandbox in all {
+        if sandbox.spec.network != NetworkPolicy::Allowlist || sandbox.state == SandboxState::Gone {
+            continue;
+        }
+        let Ok(provider) = relay.provider_of(&sandbox) else {
+            continue;
+        };
+        let result = async {
+            let allowlist = Allowlist::from_spec(&sandbox.spec)
+                .map_err(ApiError::Invalid)?
+                .unwrap_or_default();
+            let secrets = secrets::load(&relay.registry, &sandbox.id).await?;
+            attach_egress(relay, &*provider, &sandbox, allowlist, secrets).await
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(sandbox = %sandbox.id, "cannot re-attach the egress proxy: {e}");
+        }
+    }
 }
 
 /// Reads a create request: unknown fields first (a typo must not silently become a default),
@@ -205,8 +332,16 @@ async fn create_new(
 /// [`Duration`]), then the rest.
 fn parse_create(body: serde_json::Value) -> Result<CreateRequest, ApiError> {
     let serde_json::Value::Object(fields) = &body else {
+        // Named by its kind, not quoted: it may hold secrets' values.
+        let kind = match body {
+            serde_json::Value::Array(_) => "an array",
+            serde_json::Value::String(_) => "a string",
+            serde_json::Value::Number(_) => "a number",
+            serde_json::Value::Bool(_) => "a boolean",
+            _ => "null",
+        };
         return Err(ApiError::Invalid(format!(
-            "the request body must be a JSON object, e.g. {{\"memory_bytes\": 536870912}}; got {body}"
+            "the request body must be a JSON object, e.g. {{\"memory_bytes\": 536870912}}; got {kind}"
         )));
     };
     // Every field serializes (absent ones as null), so the default's keys are all the keys.

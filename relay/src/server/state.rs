@@ -42,6 +42,8 @@ pub(super) struct Relay {
     pub fds: Arc<super::fds::FdBudget>,
     /// Whether the relay serves HTTPS: its own URLs (previews) say `https` then.
     pub tls: bool,
+    /// The egress proxy of sandboxes with an allowlist.
+    pub egress: Arc<crate::egress::Egress>,
     /// Held while anything of this relay runs, so no second relay opens the data directory.
     pub _dir_lock: Flock<File>,
 }
@@ -125,6 +127,7 @@ impl Relay {
             Ok(()) | Err(ProviderError::Gone(_)) => {}
             Err(e) => return Err(ApiError::provider(&sandbox.provider, Some(&sandbox.id), e)),
         }
+        self.egress.detach(&sandbox.id);
         self.registry.remove(&sandbox.id).await?;
         Ok(())
     }

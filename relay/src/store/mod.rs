@@ -1,5 +1,6 @@
-//! The relay's memory: every sandbox it created, every API token it minted, and the journal of
-//! sandboxes it destroyed on its own (`journal`), in an embedded SQLite database
+//! The relay's memory: every sandbox it created, every API token it minted, the journal of
+//! sandboxes it destroyed on its own (`journal`), and the secret store (`secrets`: tenants'
+//! secrets and those bound to sandboxes, sealed), in an embedded SQLite database
 //! (`<data_dir>/relay.db`, WAL mode), so sandboxes outlive relay restarts.
 //!
 //! One connection sits behind a mutex; every call runs on tokio's blocking pool so a slow disk
@@ -9,10 +10,14 @@
 //! tokens); deleted rows are overwritten (`secure_delete`), so the file holds no secret in
 //! plain text.
 
+mod egress_ca;
 mod journal;
 mod record;
 mod schema;
 mod secret;
+mod secrets;
+#[cfg(test)]
+mod secrets_tests;
 #[cfg(test)]
 mod tests;
 
@@ -31,6 +36,7 @@ pub(crate) use journal::{DestroyReason, Destroyed};
 pub(crate) use record::{millis, state_name};
 pub(crate) use record::{Role, SandboxId, SandboxRecord, Tenant, TokenRecord};
 pub(crate) use secret::{SecretError, KEY_FILE};
+pub(crate) use secrets::StoredSecret;
 
 use secret::SecretKey;
 use subtle::ConstantTimeEq;

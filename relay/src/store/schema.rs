@@ -47,6 +47,39 @@ pub(super) const MIGRATIONS: &[&str] = &[
         evidence     TEXT NOT NULL   -- what the relay saw, in words
      ) STRICT;
      CREATE INDEX destroyed_by_sandbox ON destroyed (tenant, sandbox_id);",
+    // 4: tenants' named secrets, and the secrets bound to each sandbox (values sealed under
+    // the relay's key); a sandbox's bound secrets go with its row, whichever path deletes it.
+    "CREATE TABLE secrets (
+        tenant     TEXT NOT NULL,
+        name       TEXT NOT NULL,
+        value      TEXT NOT NULL,    -- sealed; context: the tenant and the name
+        created_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL,
+        PRIMARY KEY (tenant, name)
+     ) STRICT;
+     CREATE TABLE sandbox_secrets (
+        sandbox_id  TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        placeholder TEXT NOT NULL,
+        value       TEXT NOT NULL,   -- sealed; context: the sandbox and the name
+        hosts       TEXT NOT NULL,   -- JSON array of host patterns
+        PRIMARY KEY (sandbox_id, name)
+     ) STRICT;
+     CREATE TRIGGER sandbox_secrets_go_with_their_sandbox AFTER DELETE ON sandboxes
+     BEGIN
+        DELETE FROM sandbox_secrets WHERE sandbox_id = OLD.id;
+     END;",
+    // 5: the CA of each sandbox with secrets (the egress proxy signs its interception
+    // certificates with it); the key sealed under the relay's key, gone with the sandbox's row.
+    "CREATE TABLE egress_ca (
+        sandbox_id TEXT PRIMARY KEY,
+        cert_pem   TEXT NOT NULL,
+        key_pem    TEXT NOT NULL    -- sealed; context: the sandbox
+     ) STRICT;
+     CREATE TRIGGER egress_ca_goes_with_its_sandbox AFTER DELETE ON sandboxes
+     BEGIN
+        DELETE FROM egress_ca WHERE sandbox_id = OLD.id;
+     END;",
 ];
 
 /// The schema version this build writes.

@@ -13,6 +13,7 @@ mod agent_protocol;
 mod bench;
 mod cli;
 mod dev;
+mod egress;
 mod escape;
 mod forward;
 mod image;
@@ -25,6 +26,7 @@ mod providers_daytona;
 mod providers_e2b;
 mod providers_fidelity;
 mod providers_modal;
+mod secrets;
 mod sync;
 mod tls;
 

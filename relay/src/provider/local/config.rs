@@ -37,6 +37,9 @@ pub(super) struct InitConfig {
     /// Arguments after the agent's fixed ones: an image's working directory and user.
     #[serde(default)]
     pub agent_args: Vec<String>,
+    /// Install the sandbox's egress CA (`Layout::egress_ca`, `Layout::ca_bundle`; see `trust`).
+    #[serde(default)]
+    pub trust_egress_ca: bool,
 }
 
 impl InitConfig {
@@ -151,6 +154,7 @@ mod tests {
             seccomp_unconfined: false,
             agent_args: vec!["--workdir".into(), "/srv".into()],
             env: vec!["A=B".into()],
+            trust_egress_ca: true,
         };
         let json = serde_json::to_string(&config).unwrap();
         assert_eq!(serde_json::from_str::<InitConfig>(&json).unwrap(), config);

@@ -90,6 +90,14 @@ impl Layout {
     pub(super) fn image_marker(&self) -> PathBuf {
         self.dir.join(IMAGE_MARKER)
     }
+    /// The sandbox's egress CA certificate, bound at `/etc/tether/egress-ca.pem` (see `trust`).
+    pub(super) fn egress_ca(&self) -> PathBuf {
+        self.dir.join("egress-ca.pem")
+    }
+    /// The root's CA bundle with the egress CA added, bound over the system bundles.
+    pub(super) fn ca_bundle(&self) -> PathBuf {
+        self.dir.join("ca-bundle.pem")
+    }
 
     /// Creates the sandbox's directory with the mount points of its root and its disk (the
     /// disk's own directories are made by `disk::create`). Fails if the sandbox directory

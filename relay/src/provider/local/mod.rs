@@ -50,6 +50,7 @@ mod spawn;
 mod stage;
 mod sys;
 mod teardown;
+mod trust;
 mod userns;
 
 use std::os::unix::fs::PermissionsExt;
@@ -71,8 +72,8 @@ use self::plan::Rootfs;
 use self::process::Liveness;
 use self::teardown::{CreateGuard, Teardown};
 use super::{
-    AgentSocket, Created, Provider, ProviderContext, ProviderError, SandboxHandle, SandboxSpec,
-    SandboxState,
+    AgentSocket, Created, NetworkPolicy, Provider, ProviderContext, ProviderError, SandboxHandle,
+    SandboxSpec, SandboxState,
 };
 use tether_oci::{self as image, PreparedImage};
 
@@ -164,7 +165,18 @@ impl LocalProvider {
             Rootfs::Host => constants::HOST_ROOTFS_HOME,
             Rootfs::Image(_) => "/root",
         };
-        let env = plan::environment(id, agent_token, spec, image_env, home)?;
+        let mut env = plan::environment(id, agent_token, spec, image_env, home)?;
+        // A sandbox with secrets trusts its egress CA (the egress service made it just now).
+        let egress_ca = match spec.network {
+            NetworkPolicy::Allowlist => self.ctx.trust.take(id),
+            _ => None,
+        };
+        if egress_ca.is_some() {
+            for (key, value) in trust::environment() {
+                env.retain(|e| !e.starts_with(&format!("{key}=")));
+                env.push(format!("{key}={value}"));
+            }
+        }
         // An image built by `tether image build` carries its own static agent.
         let agent_binary = match prepared.as_ref().and_then(|p| p.agent()) {
             Some(agent) => agent,
@@ -186,6 +198,12 @@ impl LocalProvider {
             if let Err(e) = std::fs::write(layout.image_marker(), p.digest.hex()) {
                 guard.undo().await;
                 return Err(LocalError::io("record the sandbox's image", e));
+            }
+        }
+        if let Some(ca) = &egress_ca {
+            if let Err(e) = trust::write(&layout, &rootfs, ca) {
+                guard.undo().await;
+                return Err(e);
             }
         }
         let users = userns::mapping_for(id);
@@ -226,6 +244,7 @@ impl LocalProvider {
                 .as_ref()
                 .map(plan::image_agent_args)
                 .unwrap_or_default(),
+            trust_egress_ca: egress_ca.is_some(),
         };
         let started = match cgroup.create(&limits) {
             Ok(()) => spawn::start(&program, &config, &layout.log()).await,
@@ -323,6 +342,28 @@ impl Provider for LocalProvider {
         teardown.run_blocking().await?;
         self.prune_images().await;
         Ok(())
+    }
+
+    fn network_namespace(
+        &self,
+        sandbox: &SandboxHandle,
+    ) -> Result<Option<std::fs::File>, ProviderError> {
+        let (meta, _) = Meta::load(sandbox, &self.data_dir())?;
+        if meta.network == NetworkPolicy::Host {
+            return Ok(None);
+        }
+        let gone = || ProviderError::Gone(sandbox.id.clone());
+        if !matches!(meta.process.liveness(), Liveness::Alive) {
+            return Err(gone());
+        }
+        let ns = std::fs::File::open(format!("/proc/{}/ns/net", meta.process.pid))
+            .map_err(|_| gone())?;
+        // Checked again once open: the pid may have been reused by another process between
+        // the two, and the namespace opened would then be someone else's.
+        if !matches!(meta.process.liveness(), Liveness::Alive) {
+            return Err(gone());
+        }
+        Ok(Some(ns))
     }
 
     async fn renew(&self, _sandbox: &SandboxHandle, _ttl: Duration) -> Result<(), ProviderError> {

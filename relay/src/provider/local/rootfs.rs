@@ -18,7 +18,7 @@ use super::constants::{AGENT_PATH, HOST_ROOTFS_HOME, ROOT_SIZE_BYTES, WORKSPACE}
 use super::error::{InitError, Step};
 use super::layout::Layout;
 use super::plan::Rootfs;
-use super::{devfs, etc, mounts, procfs};
+use super::{devfs, etc, mounts, procfs, trust};
 use crate::provider::NetworkPolicy;
 
 /// Host directories a sandbox without an image sees, read-only; symlinks among them (such as
@@ -87,6 +87,9 @@ pub(super) fn assemble(config: &InitConfig) -> Result<(), InitError> {
     let agent = root.join(AGENT_PATH.trim_start_matches('/'));
     mounts::mount_point_file(&agent)?;
     mounts::bind(&config.agent_binary, &agent, READ_ONLY)?;
+    if config.trust_egress_ca {
+        trust::install(&root, &config.layout)?;
+    }
 
     if config.rootfs == Rootfs::Host {
         mounts::remount_readonly(&root, NO_DEVICES)?;

@@ -27,6 +27,7 @@ pub(crate) use config::{Limits, PolicyFile};
 
 use super::auth::Caller;
 use super::error::ApiError;
+use crate::egress::policy::Allowlist;
 use crate::provider::{NetworkPolicy, Provider, SandboxSpec};
 use crate::store::{Registry, Tenant};
 use images::{ImageRoots, Refusal};
@@ -145,14 +146,7 @@ impl Policy {
                  the policy file does)"
             )));
         }
-        if spec.network == NetworkPolicy::Allowlist
-            || !spec.egress.is_empty()
-            || !spec.secrets.is_empty()
-        {
-            return Err(ApiError::Invalid(
-                "allowlisted egress and secrets are not available yet".into(),
-            ));
-        }
+        Allowlist::from_spec(spec).map_err(ApiError::Invalid)?;
         if spec.seccomp_unconfined && !admin {
             return Err(ApiError::Forbidden(
                 "seccomp_unconfined lifts the system call filter and is for admin tokens only; \

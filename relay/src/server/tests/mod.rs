@@ -4,6 +4,7 @@
 mod api;
 mod lifecycle;
 mod policy;
+mod secrets;
 mod tunnel;
 
 use std::collections::HashMap;
@@ -258,6 +259,7 @@ impl TestRelay {
             reap_interval: TEST_REAP_INTERVAL,
             policy: self.policy.clone(),
             tls: None,
+            egress: Default::default(),
         };
         let provider: Arc<dyn Provider> = self.provider.clone();
         start_with(config, [("fake", provider)].into_iter().collect()).await

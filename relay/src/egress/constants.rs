@@ -1,0 +1,41 @@
+//! Every tunable of the egress proxy, with its unit.
+
+use std::time::Duration;
+
+/// Names one sandbox may have fake addresses for (the pool holds 131,070).
+pub(super) const MAX_FAKE_NAMES: usize = 65_536;
+
+/// Connections one sandbox may have open through the proxy at once (transparent and explicit
+/// together); more wait for one to close.
+pub(super) const MAX_CONNECTIONS: usize = 256;
+
+/// DNS-over-TCP connections one sandbox may have open at once.
+pub(super) const MAX_DNS_CONNECTIONS: usize = 16;
+
+/// Largest request head (request line and headers) the proxy reads: 16 KiB.
+pub(super) const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+/// How long the proxy waits for a request head or a TLS ClientHello before it gives up.
+pub(super) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the proxy waits for a client's first bytes before treating the connection as a
+/// protocol where the server speaks first (SMTP, SSH banners): those pass after this delay.
+pub(super) const FIRST_BYTES_WAIT: Duration = Duration::from_millis(300);
+
+/// How long a connection to an upstream may take, per address tried.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a DNS-over-TCP client may stay silent.
+pub(super) const DNS_TCP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Time to live of the fake addresses in DNS answers, in seconds.
+pub(super) const DNS_TTL_SECS: u32 = 60;
+
+/// Largest DNS message read over UDP: 4 KiB (EDNS sizes are rarely above).
+pub(super) const MAX_DNS_UDP_BYTES: usize = 4096;
+
+/// The explicit proxy's port on 127.0.0.1 inside the sandbox (CONNECT and absolute-form HTTP).
+pub(super) const EXPLICIT_PROXY_PORT: u16 = 3128;
+
+/// Largest hosts(5) file `tether serve --egress-hosts` reads: 1 MiB.
+pub(super) const MAX_HOSTS_FILE_BYTES: u64 = 1 << 20;

@@ -1,0 +1,421 @@
+//! The egress proxy of one sandbox: the transparent listener (where the rules send TCP to fake
+//! addresses and allowed networks; the original destination comes from `SO_ORIGINAL_DST`) and
+//! the explicit one on 127.0.0.1:3128 (CONNECT and absolute-form HTTP). Both apply the same
+//! policy: a fake address stands for the allowed name it was given to; a TLS server name and
+//! an HTTP `Host` must be allowed too; an address outside a fake one must be in an allowed
+//! network. The proxy resolves names itself and connects from the host; bytes then move with
+//! `copy_bidirectional`. Every refusal is logged with the sandbox, what and why.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+
+use nix::sys::socket::{getsockopt, sockopt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use super::constants::{CONNECT_TIMEOUT, FIRST_BYTES_WAIT, HEAD_TIMEOUT, MAX_HEAD_BYTES};
+use super::inject::Injector;
+use super::policy::Allowlist;
+use super::pool::{FakePool, FAKE_NETWORK};
+use super::resolve::Resolver;
+use super::sniff::{self, Head, Opening};
+
+/// How long to wait between two peeks at a first message that is not complete yet.
+const PEEK_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// One sandbox's proxy.
+pub(super) struct Proxy {
+    /// The sandbox, for the log.
+    pub(super) id: String,
+    /// What it may reach.
+    pub(super) allowlist: Arc<Allowlist>,
+    /// Its fake addresses.
+    pub(super) pool: Arc<FakePool>,
+    /// How names become addresses.
+    pub(super) resolver: Arc<Resolver>,
+    /// TLS interception for hosts that carry its secrets, if it has any.
+    pub(super) injector: Option<Arc<Injector>>,
+    /// Its connection slots (`MAX_CONNECTIONS`), shared by both listeners.
+    pub(super) slots: Arc<Semaphore>,
+}
+
+/// Where a connection is going.
+enum Dest {
+    /// An allowed name, on a port.
+    Name(String, u16),
+    /// An address in an allowed network.
+    Addr(SocketAddr),
+}
+
+impl Proxy {
+    /// Serves `listener` until `stop`: transparent if `transparent`, else the explicit proxy.
+    pub(super) async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        transparent: bool,
+        stop: CancellationToken,
+    ) {
+        loop {
+            let permit = tokio::select! {
+                _ = stop.cancelled() => return,
+                p = self.slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            };
+            let accepted = tokio::select! {
+                _ = stop.cancelled() => return,
+                a = listener.accept() => a,
+            };
+            let Ok((conn, _)) = accepted else { continue };
+            let _ = conn.set_nodelay(true);
+            let (proxy, stop) = (self.clone(), stop.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    _ = proxy.handle(conn, transparent, permit) => {}
+                }
+            });
+        }
+    }
+
+    async fn handle(&self, conn: TcpStream, transparent: bool, _permit: OwnedSemaphorePermit) {
+        if transparent {
+            self.transparent(conn).await
+        } else {
+            self.explicit(conn).await
+        }
+    }
+
+    fn refuse(&self, what: &str, why: &str) {
+        tracing::info!(sandbox = %self.id, what, why, "egress refused");
+    }
+
+    /// A connection the rules redirected here.
+    async fn transparent(&self, conn: TcpStream) {
+        let Some(dst) = original_destination(&conn) else {
+            return self.refuse("a connection", "its original destination is unknown");
+        };
+        let ip = *dst.ip();
+        let dest = if FAKE_NETWORK.contains(&ip) {
+            match self.pool.name_of(ip) {
+                Some(name) => Dest::Name(name, dst.port()),
+                None => {
+                    return self.refuse(&dst.to_string(), "no DNS answer gave out this address")
+                }
+            }
+        } else if self.allowlist.allows_addr(IpAddr::V4(ip)) && !ip.is_loopback() {
+            Dest::Addr(SocketAddr::V4(dst))
+        } else {
+            return self.refuse(&dst.to_string(), "the address is in no allowed network");
+        };
+        self.forward(conn, dest).await
+    }
+
+    /// A connection to the explicit proxy: one CONNECT or one absolute-form request.
+    async fn explicit(&self, mut conn: TcpStream) {
+        let head = match read_head(&conn).await {
+            Ok(head) => head,
+            Err(why) => {
+                let _ = respond(&mut conn, 400, &format!("{why}\n")).await;
+                return;
+            }
+        };
+        let connect = head.method.eq_ignore_ascii_case("CONNECT");
+        let authority = if connect {
+            Some(head.target.as_str())
+        } else {
+            head.target
+                .strip_prefix("http://")
+                .map(|rest| rest.split(['/', '?']).next().unwrap_or(rest))
+        };
+        let Some((host, port)) = authority.and_then(sniff::split_authority) else {
+            let _ = respond(
+                &mut conn,
+                400,
+                "this is the sandbox's HTTP proxy: send `CONNECT host:port` or an absolute-form \
+                 request such as `GET http://host/path`\n",
+            )
+            .await;
+            return;
+        };
+        let port = match (port, connect) {
+            (Some(p), _) => p,
+            (None, false) => 80,
+            (None, true) => {
+                let _ = respond(&mut conn, 400, "CONNECT needs a port: `CONNECT host:443`\n").await;
+                return;
+            }
+        };
+        let dest = match self.dest_of_authority(&host, port) {
+            Ok(dest) => dest,
+            Err(body) => {
+                let _ = respond(&mut conn, 403, &body).await;
+                return;
+            }
+        };
+        // The head leaves the socket only now, so nothing after it is lost.
+        let mut consumed = vec![0u8; head.len];
+        if conn.read_exact(&mut consumed).await.is_err() {
+            return;
+        }
+        if connect {
+            if conn
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await
+                .is_err()
+            {
+                return;
+            }
+            return self.forward(conn, dest).await;
+        }
+        let Some(mut upstream) = self.connect(&dest, Some(&mut conn)).await else {
+            return;
+        };
+        let rewritten = origin_form(&head, &host, port);
+        if upstream.write_all(&rewritten).await.is_ok() {
+            let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+        }
+    }
+
+    /// Where `host:port` of a CONNECT or an absolute URL leads, or the 403 body saying why not.
+    fn dest_of_authority(&self, host: &str, port: u16) -> Result<Dest, String> {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            if self.allowlist.allows_addr(ip) && !ip.is_loopback() {
+                return Ok(Dest::Addr(SocketAddr::new(ip, port)));
+            }
+            self.refuse(host, "the address is in no allowed network");
+            return Err(format!(
+                "tether egress: {host} is in no network on the allowlist of sandbox {}. To reach \
+                 it, create the sandbox with --allow-cidr {host}/32 (or a network containing it).\n",
+                self.id
+            ));
+        }
+        if self.allowlist.allows_host(host) {
+            return Ok(Dest::Name(host.to_string(), port));
+        }
+        self.refuse(host, "the name is not on the allowlist");
+        Err(self.denied_body(host))
+    }
+
+    fn denied_body(&self, host: &str) -> String {
+        format!(
+            "tether egress: {host} is not on the allowlist of sandbox {}, so the proxy refused \
+             this request. To reach it, create the sandbox with --allow-host {host} (or a \
+             wildcard such as *.example.com above it).\n",
+            self.id
+        )
+    }
+
+    /// Checks what the client sends first against the policy, then passes the connection on.
+    async fn forward(&self, mut conn: TcpStream, dest: Dest) {
+        if let Dest::Name(name, port) = &dest {
+            let wait = if matches!(port, 80 | 443) {
+                HEAD_TIMEOUT
+            } else {
+                FIRST_BYTES_WAIT
+            };
+            match peek_opening(&conn, wait).await {
+                Opening::Tls(Some(sni)) if !self.allowlist.allows_host(&sni) => {
+                    return self.refuse(
+                        &sni,
+                        &format!("TLS server name not on the allowlist (connection to {name})"),
+                    );
+                }
+                Opening::Tls(_) => {
+                    if let Some(injector) = self.injector.as_ref().filter(|i| i.intercepts(name)) {
+                        let addrs = match self.resolver.resolve(name, *port).await {
+                            Ok(addrs) if !addrs.is_empty() => addrs,
+                            _ => return self.refuse(name, "the name does not resolve"),
+                        };
+                        if let Err(e) = injector.serve(conn, name, *port, &addrs).await {
+                            tracing::info!(sandbox = %self.id, host = %name, "egress: {e}");
+                        }
+                        return;
+                    }
+                }
+                Opening::Http(head) => {
+                    let host = head.host.as_deref().and_then(sniff::split_authority);
+                    if let Some((host, _)) = host.filter(|(h, _)| !self.allowlist.allows_host(h)) {
+                        self.refuse(&host, "HTTP Host not on the allowlist");
+                        let _ = respond(&mut conn, 403, &self.denied_body(&host)).await;
+                        return;
+                    }
+                }
+                Opening::Incomplete | Opening::Other => {}
+            }
+        }
+        let Some(mut upstream) = self.connect(&dest, None).await else {
+            return;
+        };
+        let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+    }
+
+    /// Connects to `dest` from the host; on failure answers 502 on `http` if given.
+    async fn connect(&self, dest: &Dest, http: Option<&mut TcpStream>) -> Option<TcpStream> {
+        let (what, addrs) = match dest {
+            Dest::Addr(addr) => (addr.to_string(), vec![*addr]),
+            Dest::Name(name, port) => match self.resolver.resolve(name, *port).await {
+                Ok(addrs) => (format!("{name}:{port}"), addrs),
+                Err(e) => (format!("{name}:{port}"), {
+                    tracing::info!(sandbox = %self.id, host = %name, "egress: cannot resolve: {e}");
+                    vec![]
+                }),
+            },
+        };
+        let mut last = String::from("the name has no address the proxy may use");
+        for addr in addrs {
+            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+                Ok(Ok(up)) => {
+                    let _ = up.set_nodelay(true);
+                    return Some(up);
+                }
+                Ok(Err(e)) => last = format!("{addr}: {e}"),
+                Err(_) => last = format!("{addr}: no answer within {CONNECT_TIMEOUT:?}"),
+            }
+        }
+        tracing::info!(sandbox = %self.id, dest = %what, "egress: cannot connect: {last}");
+        if let Some(conn) = http {
+            let body = format!("tether egress: cannot connect to {what}: {last}\n");
+            let _ = respond(conn, 502, &body).await;
+        }
+        None
+    }
+}
+
+/// Where a redirected connection was going (IPv4: the rules redirect only IPv4).
+fn original_destination(conn: &TcpStream) -> Option<SocketAddrV4> {
+    let sin = getsockopt(conn, sockopt::OriginalDst).ok()?;
+    Some(SocketAddrV4::new(
+        Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+        u16::from_be(sin.sin_port),
+    ))
+}
+
+/// What the client sends first, waiting up to `wait` for its first bytes and `HEAD_TIMEOUT`
+/// for the rest of its first message. Nothing is consumed.
+async fn peek_opening(conn: &TcpStream, wait: std::time::Duration) -> Opening {
+    let mut buf = vec![0u8; MAX_HEAD_BYTES];
+    if tokio::time::timeout(wait, conn.readable()).await.is_err() {
+        return Opening::Other;
+    }
+    let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
+    loop {
+        let n = match tokio::time::timeout_at(deadline, conn.peek(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return Opening::Other,
+        };
+        match sniff::opening(&buf[..n]) {
+            // Peeking returns at once while any byte is waiting, so a first message split
+            // over several segments is polled for, briefly, until it is whole.
+            Opening::Incomplete if n < buf.len() && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(PEEK_RETRY).await
+            }
+            Opening::Incomplete => return Opening::Other,
+            found => return found,
+        }
+    }
+}
+
+/// The request head at the start of `conn`, without consuming it.
+async fn read_head(conn: &TcpStream) -> Result<Head, String> {
+    let mut buf = vec![0u8; MAX_HEAD_BYTES];
+    let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
+    loop {
+        let n = match tokio::time::timeout_at(deadline, conn.peek(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => n,
+            Ok(_) => return Err("the connection closed before a request".into()),
+            Err(_) => return Err(format!("no complete request head within {HEAD_TIMEOUT:?}")),
+        };
+        match sniff::head(&buf[..n]) {
+            Ok(Some(head)) => return Ok(head),
+            Ok(None) if n < buf.len() => tokio::time::sleep(PEEK_RETRY).await,
+            Ok(None) => {
+                return Err(format!(
+                    "the request head is larger than {MAX_HEAD_BYTES} bytes"
+                ))
+            }
+            Err(e) => return Err(format!("not an HTTP request ({e})")),
+        }
+    }
+}
+
+/// The absolute-form request `head` as the origin server expects it: origin-form target, the
+/// `Host` of the URL, no proxy headers, and `Connection: close` (the next request on the
+/// client's connection may be for another host).
+fn origin_form(head: &Head, host: &str, port: u16) -> Vec<u8> {
+    let after_scheme = head.target.strip_prefix("http://").unwrap_or(&head.target);
+    let path = match after_scheme.find(['/', '?']) {
+        Some(i) if after_scheme[i..].starts_with('/') => after_scheme[i..].to_string(),
+        Some(i) => format!("/{}", &after_scheme[i..]),
+        None => "/".to_string(),
+    };
+    let mut out = format!("{} {path} HTTP/1.1\r\n", head.method).into_bytes();
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    let authority = if port == 80 {
+        host
+    } else {
+        format!("{host}:{port}")
+    };
+    out.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
+    for (name, value) in &head.headers {
+        let skip = [
+            "host",
+            "connection",
+            "proxy-connection",
+            "proxy-authorization",
+            "keep-alive",
+        ];
+        if skip.iter().any(|s| name.eq_ignore_ascii_case(s)) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    out
+}
+
+/// Answers a short plain-text response and closes.
+async fn respond(conn: &mut TcpStream, status: u16, body: &str) -> std::io::Result<()> {
+    let reason = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        _ => "Bad Gateway",
+    };
+    let text = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(text.as_bytes()).await?;
+    conn.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absolute_requests_become_origin_form_without_proxy_headers() {
+        let raw = b"GET http://api.test:8080/v1?x=1 HTTP/1.1\r\nHost: evil.test\r\n\
+                    Proxy-Authorization: x\r\nAccept: */*\r\nConnection: keep-alive\r\n\r\n";
+        let head = sniff::head(raw).unwrap().unwrap();
+        let out = String::from_utf8(origin_form(&head, "api.test", 8080)).unwrap();
+        assert_eq!(
+            out,
+            "GET /v1?x=1 HTTP/1.1\r\nHost: api.test:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        let head = sniff::head(b"GET http://a.test HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(String::from_utf8(origin_form(&head, "a.test", 80))
+            .unwrap()
+            .starts_with("GET / HTTP/1.1\r\nHost: a.test\r\n"));
+    }
+}

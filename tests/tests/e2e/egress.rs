@@ -1,0 +1,523 @@
+//! Allowlisted egress of local sandboxes (`--allow-host`, `--allow-cidr`), against upstream
+//! servers the test runs in a network namespace of its own (a veth pair to the host, a private
+//! /30), which the relay reaches through `--egress-hosts`. Needs root, as allowlisted egress
+//! does.
+//!
+//! Allowed names work over HTTP and HTTPS and through pip; everything else is refused (HTTP
+//! with a 403 that says why, HTTPS by name or by a forged server name, raw TCP and UDP to the
+//! upstream's address, DNS lookups); a DNS-tunnel lookup never leaves (the upstream's UDP 53
+//! sees nothing); nothing inside can undo the rules; a CIDR allowance reaches its network; a
+//! restarted relay keeps serving the sandbox.
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use tether_e2e::Relay;
+
+/// The upstream's servers (see the script's docstring).
+const UPSTREAM_PY: &str = include_str!("support/upstream.py");
+/// Names the upstream answers for, in the relay's hosts file.
+const NAMES: [&str; 5] = [
+    "api.allowed.test",
+    "pypi.allowed.test",
+    "api.allowed-parent.test",
+    "denied.test",
+    "secretdata.allowed-parent.test",
+];
+/// How long the upstream may take to start, and a datagram to arrive.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// The pause between two looks at the upstream's record file.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Upstream namespaces made by this process, so parallel tests get different ones.
+static UPSTREAMS: AtomicU32 = AtomicU32::new(0);
+
+/// A network namespace with the upstream servers, removed on drop.
+struct Upstream {
+    ns: String,
+    /// The upstream's address.
+    addr: Ipv4Addr,
+    child: Child,
+    dir: tempfile::TempDir,
+    /// The CA that signed the HTTPS server's certificate (PEM).
+    ca_pem: String,
+}
+
+fn run(program: &str, args: &[&str]) {
+    let out = Command::new(program).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Upstream {
+    fn start() -> Upstream {
+        let n = (std::process::id() * 31 + UPSTREAMS.fetch_add(1, Ordering::SeqCst)) % 16_384;
+        let base = u32::from(Ipv4Addr::new(10, 128, 0, 0)) + n * 4;
+        let (host, addr) = (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2));
+        let (ns, outer, inner) = (
+            format!("tether-eg{n}"),
+            format!("teg{n}h"),
+            format!("teg{n}u"),
+        );
+        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+        run("ip", &["netns", "add", &ns]);
+        run(
+            "ip",
+            &[
+                "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+            ],
+        );
+        run("ip", &["link", "set", &inner, "netns", &ns]);
+        run("ip", &["addr", "add", &format!("{host}/30"), "dev", &outer]);
+        run("ip", &["link", "set", &outer, "up"]);
+        run(
+            "ip",
+            &[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{addr}/30"),
+                "dev",
+                &inner,
+            ],
+        );
+        run("ip", &["-n", &ns, "link", "set", &inner, "up"]);
+        run("ip", &["-n", &ns, "link", "set", "lo", "up"]);
+
+        let dir = tempfile::tempdir().unwrap();
+        let www = dir.path().join("www");
+        std::fs::create_dir_all(&www).unwrap();
+        std::fs::write(www.join("index.html"), "hello from upstream\n").unwrap();
+        make_index(&www);
+        let ca_pem = make_certificates(dir.path());
+        let script = dir.path().join("upstream.py");
+        std::fs::write(&script, UPSTREAM_PY).unwrap();
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &ns, "/usr/bin/python3"])
+            .arg(&script)
+            .arg(&www)
+            .arg(dir.path().join("cert.pem"))
+            .arg(dir.path().join("key.pem"))
+            .arg(dir.path().join("record"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "the upstream did not start");
+        Upstream {
+            ns,
+            addr,
+            child,
+            dir,
+            ca_pem,
+        }
+    }
+
+    /// A hosts(5) file naming the upstream for every test name.
+    fn hosts_file(&self) -> PathBuf {
+        let path = self.dir.path().join("hosts");
+        std::fs::write(&path, format!("{} {}\n", self.addr, NAMES.join(" "))).unwrap();
+        path
+    }
+
+    /// The datagrams the upstream received besides a control one the host sends now: once
+    /// the control datagram is recorded, anything a sandbox sent before it would be too.
+    fn datagrams_from_sandboxes(&self) -> Vec<String> {
+        let control = format!("control-{}", std::process::id());
+        let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
+        sock.send_to(control.as_bytes(), (self.addr, 9999)).unwrap();
+        let record = self.dir.path().join("record");
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let text = std::fs::read_to_string(&record).unwrap_or_default();
+            if text.contains(&control) {
+                return text
+                    .lines()
+                    .filter(|l| !l.contains(&control))
+                    .map(str::to_string)
+                    .collect();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the control datagram never arrived"
+            );
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
+    }
+}
+
+/// A PEP 503 index under `www/simple` with one small wheel, `tinypkg`.
+fn make_index(www: &Path) {
+    let script = r#"
+import os, sys, zipfile
+d = sys.argv[1]
+os.makedirs(f"{d}/simple/tinypkg")
+whl = "tinypkg-0.1-py3-none-any.whl"
+files = {
+    "tinypkg/__init__.py": "VALUE = 'tiny-ok'\n",
+    "tinypkg-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 0.1\n",
+    "tinypkg-0.1.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = "".join(f"{name},,\n" for name in files) + "tinypkg-0.1.dist-info/RECORD,,\n"
+with zipfile.ZipFile(f"{d}/simple/tinypkg/{whl}", "w") as z:
+    for name, text in files.items():
+        z.writestr(name, text)
+    z.writestr("tinypkg-0.1.dist-info/RECORD", record)
+open(f"{d}/simple/tinypkg/index.html", "w").write(f'<a href="{whl}">{whl}</a>\n')
+open(f"{d}/simple/index.html", "w").write('<a href="tinypkg/">tinypkg</a>\n')
+"#;
+    run("/usr/bin/python3", &["-c", script, www.to_str().unwrap()]);
+}
+
+/// A CA and a server certificate for every test name, in `dir`; returns the CA's PEM.
+fn make_certificates(dir: &Path) -> String {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "egress test upstream CA");
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    let issuer =
+        rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let names: Vec<String> = NAMES.iter().map(|n| n.to_string()).collect();
+    let cert = rcgen::CertificateParams::new(names)
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    std::fs::write(dir.join("ca.pem"), issuer.pem()).unwrap();
+    issuer.pem()
+}
+
+/// A relay whose egress proxy resolves the test names to `upstream` and trusts its CA.
+fn relay_for(upstream: &Upstream) -> Relay {
+    let hosts = upstream.hosts_file();
+    let ca = upstream.dir.path().join("ca.pem");
+    Relay::start_with(&[
+        "--egress-hosts",
+        hosts.to_str().unwrap(),
+        "--egress-ca-file",
+        ca.to_str().unwrap(),
+    ])
+}
+
+/// Runs `script` in sandbox `id`; panics with its output unless it succeeds.
+fn ok(relay: &Relay, id: &str, script: &str) -> String {
+    let out = relay.sh(id, script);
+    assert!(out.status.success(), "`{script}` failed: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `script` in sandbox `id`; panics unless it fails.
+fn fails(relay: &Relay, id: &str, script: &str) -> String {
+    let out = relay.sh(id, script);
+    assert!(
+        !out.status.success(),
+        "`{script}` succeeded: {}",
+        text(&out)
+    );
+    text(&out)
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Writes the upstream's CA into the sandbox at /tmp/upstream-ca.pem.
+fn trust_upstream(relay: &Relay, id: &str, upstream: &Upstream) {
+    ok(
+        relay,
+        id,
+        &format!("printf '%s' '{}' > /tmp/upstream-ca.pem", upstream.ca_pem),
+    );
+}
+
+#[test]
+fn allowed_names_work_and_everything_else_is_refused() {
+    let upstream = Upstream::start();
+    let mut relay = relay_for(&upstream);
+    let id = relay.create(&[
+        "--allow-host",
+        "api.allowed.test",
+        "--allow-host",
+        "api.allowed-parent.test",
+    ]);
+    trust_upstream(&relay, &id, &upstream);
+
+    // Allowed, by name: HTTP and HTTPS (passed through: the upstream's own certificate).
+    let page = ok(&relay, &id, "curl -sSf http://api.allowed.test/");
+    assert_eq!(page, "hello from upstream\n");
+    let https = ok(
+        &relay,
+        &id,
+        "curl -sSf --cacert /tmp/upstream-ca.pem https://api.allowed.test/echo",
+    );
+    assert!(https.contains("path: /echo"), "{https}");
+    let fake = ok(
+        &relay,
+        &id,
+        "python3 -c \"import socket; print(socket.gethostbyname('api.allowed.test'))\"",
+    );
+    let fake = fake.trim().to_string();
+    assert!(fake.starts_with("198.1"), "not a fake address: {fake}");
+
+    // Denied by name: the lookup fails, and the proxies answer 403 with the reason.
+    fails(&relay, &id, "getent hosts denied.test");
+    fails(&relay, &id, "curl -sS https://denied.test/");
+    let explicit = ok(
+        &relay,
+        &id,
+        "curl -sS -o /dev/stdout -w '\\n%{http_code}' -x http://127.0.0.1:3128 http://denied.test/",
+    );
+    assert!(explicit.ends_with("\n403"), "{explicit}");
+    assert!(
+        explicit.contains("denied.test is not on the allowlist"),
+        "{explicit}"
+    );
+    assert!(explicit.contains("--allow-host denied.test"), "{explicit}");
+    let connect = fails(
+        &relay,
+        &id,
+        "curl -sS -x http://127.0.0.1:3128 https://denied.test/",
+    );
+    assert!(connect.contains("403"), "{connect}");
+    let host_header = ok(
+        &relay,
+        &id,
+        "curl -sS -w '\\n%{http_code}' -H 'Host: denied.test' http://api.allowed.test/",
+    );
+    assert!(host_header.ends_with("\n403"), "{host_header}");
+    // A TLS server name that is not allowed, on a connection to an allowed name's address.
+    fails(
+        &relay,
+        &id,
+        &format!(
+            "curl -sS --cacert /tmp/upstream-ca.pem --resolve denied.test:443:{fake} \
+             https://denied.test/"
+        ),
+    );
+
+    // Denied by address: raw TCP to the upstream, and UDP.
+    let addr = upstream.addr;
+    fails(
+        &relay,
+        &id,
+        &format!("curl -sS --max-time 20 http://{addr}/"),
+    );
+    fails(
+        &relay,
+        &id,
+        &format!(
+            "python3 -c \"import socket; s = socket.create_connection(('{addr}', 9000), 20); \
+             print(s.recv(10))\""
+        ),
+    );
+    let _ = relay.sh(
+        &id,
+        &format!(
+            "python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); \
+             s.sendto(b'udp-from-sandbox', ('{addr}', 9999))\""
+        ),
+    );
+
+    // DNS tunnelling: a name below an allowed parent, not itself allowed, fails, and no
+    // query leaves, even one sent straight to the upstream's port 53.
+    fails(&relay, &id, "getent hosts secretdata.allowed-parent.test");
+    fails(&relay, &id, "getent hosts c2VjcmV0.allowed-parent.test");
+    let _ = relay.sh(
+        &id,
+        &format!(
+            "python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); \
+             s.sendto(b'\\x12\\x34\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x04leak\\x04test\\x00\\x00\\x01\\x00\\x01', ('{addr}', 53))\""
+        ),
+    );
+    let leaked = upstream.datagrams_from_sandboxes();
+    assert!(leaked.is_empty(), "datagrams left the sandbox: {leaked:?}");
+
+    // Nothing inside can undo the rules or the route.
+    fails(&relay, &id, "ip route del default");
+    fails(&relay, &id, "ip link set lo down");
+    fails(&relay, &id, "nft flush ruleset");
+    fails(&relay, &id, "iptables -P OUTPUT ACCEPT");
+    ok(&relay, &id, "curl -sSf http://api.allowed.test/ >/dev/null");
+
+    // A restarted relay serves the sandbox again, fake addresses it gave out included.
+    relay.restart();
+    let again = ok(&relay, &id, "curl -sSf http://api.allowed.test/");
+    assert_eq!(again, "hello from upstream\n");
+    ok(
+        &relay,
+        &id,
+        &format!("curl -sSf --resolve api.allowed.test:80:{fake} http://api.allowed.test/"),
+    );
+    fails(&relay, &id, "getent hosts denied.test");
+}
+
+#[test]
+fn a_cidr_allowance_reaches_its_network_and_only_that() {
+    let upstream = Upstream::start();
+    let relay = relay_for(&upstream);
+    let addr = upstream.addr;
+    let id = relay.create(&["--allow-cidr", &format!("{addr}/32")]);
+    let got = ok(
+        &relay,
+        &id,
+        &format!(
+            "python3 -c \"import socket; s = socket.create_connection(('{addr}', 9000), 20); \
+             print(s.recv(10).decode().strip())\""
+        ),
+    );
+    assert_eq!(got.trim(), "raw-ok");
+    // Names stay refused: the allowance is by address only.
+    fails(&relay, &id, "getent hosts api.allowed.test");
+    // Another address of the host side of the veth is not in the network.
+    let other = Ipv4Addr::from(u32::from(addr) - 1);
+    fails(
+        &relay,
+        &id,
+        &format!("curl -sS --max-time 20 http://{other}/"),
+    );
+}
+
+#[test]
+fn pip_installs_from_an_allowlisted_index() {
+    let upstream = Upstream::start();
+    let relay = relay_for(&upstream);
+    let id = relay.create(&["--allow-host", "pypi.allowed.test"]);
+    let out = ok(
+        &relay,
+        &id,
+        "python3 -m pip install --quiet --no-cache-dir --disable-pip-version-check \
+         --index-url http://pypi.allowed.test/simple/ --trusted-host pypi.allowed.test \
+         --target /tmp/site tinypkg && PYTHONPATH=/tmp/site python3 -c \
+         'import tinypkg; print(tinypkg.VALUE)'",
+    );
+    assert_eq!(out.trim(), "tiny-ok");
+}
+
+#[test]
+fn bad_allowlists_are_refused_with_what_to_do() {
+    let relay = Relay::start();
+    let out = relay
+        .tether()
+        .args(["create", "--allow-host", "*.com"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("top-level domain"), "{}", text(&out));
+    let out = relay
+        .tether()
+        .args(["create", "--allow-cidr", "10.1.2.3/16"])
+        .output()
+        .unwrap();
+    assert!(text(&out).contains("10.1.0.0/16"), "{}", text(&out));
+    let out = relay
+        .tether()
+        .args(["create", "--network", "host", "--allow-host", "a.test"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("--network allowlist"), "{}", text(&out));
+}
+
+#[test]
+fn a_secret_reaches_its_host_only_and_is_nowhere_inside() {
+    const VALUE: &str = "sk-real-value-5f2c9e1d";
+    let upstream = Upstream::start();
+    let relay = relay_for(&upstream);
+    let out = relay
+        .tether()
+        .env("TEST_API_KEY", VALUE)
+        .args([
+            "create",
+            "--secret",
+            "TEST_API_KEY@api.allowed.test",
+            "--allow-host",
+            "pypi.allowed.test",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    trust_upstream(&relay, &id, &upstream);
+
+    let placeholder = ok(&relay, &id, "printf '%s' \"$TEST_API_KEY\"");
+    assert!(placeholder.starts_with("tether-secret-"), "{placeholder}");
+
+    // The secret's host receives the value: the sandbox trusts its CA through the environment.
+    let echoed = ok(
+        &relay,
+        &id,
+        "curl -sSf -H \"Authorization: Bearer $TEST_API_KEY\" https://api.allowed.test/echo",
+    );
+    assert!(echoed.contains(&format!("Bearer {VALUE}")), "{echoed}");
+    assert!(!echoed.contains(&placeholder), "{echoed}");
+
+    // Another allowed host gets the placeholder as sent (and is not intercepted: the
+    // upstream's own certificate is what the sandbox sees).
+    let elsewhere = ok(
+        &relay,
+        &id,
+        "curl -sSf --cacert /tmp/upstream-ca.pem -H \"Authorization: Bearer $TEST_API_KEY\" \
+         https://pypi.allowed.test/echo",
+    );
+    assert!(
+        elsewhere.contains(&format!("Bearer {placeholder}")),
+        "{elsewhere}"
+    );
+    assert!(!elsewhere.contains(VALUE), "{elsewhere}");
+
+    // Inside, the value is nowhere: no process's environment or command line, no file the
+    // sandbox can write or was given; and no CA key anywhere it can read. (The pattern ends
+    // in a bracket expression, so the searching commands' own command lines do not match.)
+    let (head, last) = VALUE.split_at(VALUE.len() - 1);
+    let pattern = format!("{head}[{last}]");
+    fails(
+        &relay,
+        &id,
+        &format!("cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -a '{pattern}'"),
+    );
+    let found = relay.sh(
+        &id,
+        &format!(
+            "grep -rlsa '{pattern}' / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr \
+             --exclude-dir=dev; grep -rlsa 'PRIVATE [K]EY' /etc /tmp /workspace /root"
+        ),
+    );
+    assert_eq!(String::from_utf8_lossy(&found.stdout), "", "found inside");
+    let ca = ok(
+        &relay,
+        &id,
+        "cat /etc/tether/egress-ca.pem; echo $SSL_CERT_FILE",
+    );
+    assert!(ca.contains("BEGIN CERTIFICATE") && ca.ends_with("/etc/tether/ca-bundle.pem\n"));
+}
