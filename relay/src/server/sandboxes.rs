@@ -240,17 +240,16 @@ async fn prepare_egress(
     let Some(allowlist) = Allowlist::from_spec(spec).map_err(ApiError::Invalid)? else {
         return Ok(None);
     };
-    // Until the cloud providers map allowlists to their own egress controls, they refuse
-    // them here rather than run a sandbox with more network than it asked for.
+    // A cloud provider enforces the allowlist with its own egress controls, and refuses at
+    // create what it cannot express (secrets among it): the relay's proxy is for local ones.
     if !provider.runs_here() {
-        return Err(ApiError::Invalid(format!(
-            "provider `{}` cannot enforce an allowlist yet; use the local provider, or              --network none",
-            provider.name()
-        )));
+        return Ok(None);
     }
     if !nix::unistd::geteuid().is_root() {
         return Err(ApiError::Unavailable(
-            "allowlisted egress on local sandboxes needs a relay running as root (it sets the              sandbox's firewall rules from inside its network namespace); run `tether serve`              as root, or create the sandbox with --network none"
+            "allowlisted egress on local sandboxes needs a relay running as root (it sets the \
+             sandbox's firewall rules from inside its network namespace); run `tether serve` \
+             as root, or create the sandbox with --network none"
                 .into(),
         ));
     }
