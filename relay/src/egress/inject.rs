@@ -32,13 +32,13 @@
 //! their name.
 //!
 //! # Layout
-//! - [`leaf`]: the sandbox's CA as an issuer; a leaf certificate per host, cached.
-//! - [`rewrite`]: the policy above, on a request head.
-//! - [`forward`]: the HTTP exchange: the sandbox's side, the upstream's, and the 502s.
-//! - [`pool`]: upstream connections, kept for the next request.
-//! - [`idle`]: bodies that give up when their source stalls.
-//! - [`upgrade`]: WebSocket (and other) upgrades: the handshake rewritten, then a byte tunnel.
-//! - [`roots`]: whom the relay trusts for real upstreams ([`upstream_tls`]).
+//! - `leaf`: the sandbox's CA as an issuer; a leaf certificate per host, cached.
+//! - `rewrite`: the policy above, on a request head.
+//! - `forward`: the HTTP exchange: the sandbox's side, the upstream's, and the 502s.
+//! - `pool`: upstream connections, kept for the next request.
+//! - `idle`: bodies that give up when their source stalls.
+//! - `upgrade`: WebSocket (and other) upgrades: the handshake rewritten, then a byte tunnel.
+//! - `roots`: whom the relay trusts for real upstreams ([`upstream_tls`]).
 //!
 //! [`SecretValue`]: tether_client::api::SecretValue
 
@@ -217,8 +217,10 @@ impl std::fmt::Debug for Injector {
 }
 
 impl Injector {
-    /// The sandbox's CA (PEM cert and PKCS#8 PEM key, made by A's egress::ca), its bound secrets,
-    /// and the roots the relay trusts for real upstreams.
+    /// The sandbox's CA (PEM cert and PKCS#8 PEM key, made by `egress::ca`), its bound
+    /// secrets, and the roots the relay trusts for real upstreams ([`upstream_tls`]). Fails
+    /// when the CA cannot sign: its key is not its certificate's, or the certificate is not a
+    /// CA's.
     pub fn new(
         ca_cert_pem: &str,
         ca_key_pem: &str,
@@ -244,10 +246,11 @@ impl Injector {
             .any(|s| s.hosts.iter().any(|p| p.matches(host)))
     }
 
-    /// Serves one connection from the sandbox to `host:port` (already allowed by A's policy):
-    /// TLS with a leaf certificate for `host` signed by the sandbox's CA, then HTTP requests
-    /// forwarded to `upstream` (addresses A resolved) over TLS with `host` as SNI, the
-    /// placeholders of secrets bound to `host` replaced by their values. Returns when done.
+    /// Serves one connection from the sandbox to `host:port` (already allowed by the egress
+    /// policy): TLS with a leaf certificate for `host` signed by the sandbox's CA, then HTTP
+    /// requests forwarded to `upstream` (the addresses the proxy resolved `host` to) over TLS
+    /// with `host` as SNI, the placeholders of secrets bound to `host` replaced by their
+    /// values. Returns when done (an upgraded connection included).
     ///
     /// `client` is the sandbox's connection with nothing read from it yet (peeking is fine).
     /// A ClientHello naming another host by SNI is refused.

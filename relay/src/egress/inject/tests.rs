@@ -721,6 +721,20 @@ async fn http2_streams_carry_secrets_side_by_side() {
     let response = sender.clone().send_request(request).await.unwrap();
     assert_eq!(response.status(), 421);
     assert_eq!(up.requests.load(Ordering::SeqCst), 8);
+
+    // Header lists are bounded as HTTP/1.1 heads are: a 1 MiB one goes nowhere (a 431, or a
+    // GOAWAY when it spans more frames than the injector reads).
+    let request = Request::get(format!("https://api.test:{port}/"))
+        .header("x-big", "a".repeat(MIB as usize))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let outcome = h2(&s, &front).await.send_request(request).await;
+    assert!(
+        outcome.as_ref().map_or(true, |r| r.status() == 431),
+        "{:?}",
+        outcome.map(|r| r.status())
+    );
+    assert_eq!(up.requests.load(Ordering::SeqCst), 8);
 }
 
 #[tokio::test]
