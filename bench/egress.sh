@@ -23,8 +23,8 @@ if [[ "${1:-}" == "--quick" ]]; then requests=60; fi
 if [[ -z "${TETHER_BIN:-}" || -z "${TETHER_AGENT_BIN:-}" ]]; then
     cargo build --release -q -p tether-agent
     cargo build --release -q -p tether-cli
-    TETHER_BIN=$PWD/target/release/tether
-    TETHER_AGENT_BIN=$PWD/target/release/tether-agent
+    TETHER_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/tether
+    TETHER_AGENT_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/tether-agent
 fi
 export TETHER_AGENT_BIN
 for tool in python3 curl ip nft openssl; do
@@ -64,8 +64,10 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=bench.egress.test \
 ip netns exec "$ns" python3 - "$work" <<'PY' > "$work/server.out" &
 import http.server, ssl, sys, functools
 work = sys.argv[1]
-handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=f"{work}/www")
-handler.log_message = lambda *a: None
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+handler = functools.partial(Quiet, directory=f"{work}/www")
 server = http.server.ThreadingHTTPServer(("0.0.0.0", 443), handler)
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(f"{work}/cert.pem", f"{work}/key.pem")

@@ -15,7 +15,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::constants::{CONNECT_TIMEOUT, FIRST_BYTES_WAIT, HEAD_TIMEOUT, MAX_HEAD_BYTES};
+use super::constants::{
+    CONNECT_TIMEOUT, COPY_BUFFER_BYTES, FIRST_BYTES_WAIT, HEAD_TIMEOUT, MAX_HEAD_BYTES,
+};
 use super::inject::Injector;
 use super::policy::Allowlist;
 use super::pool::{FakePool, FAKE_NETWORK};
@@ -173,7 +175,7 @@ impl Proxy {
         };
         let rewritten = origin_form(&head, &host, port);
         if upstream.write_all(&rewritten).await.is_ok() {
-            let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+            let _ = copy(&mut conn, &mut upstream).await;
         }
     }
 
@@ -247,7 +249,7 @@ impl Proxy {
         let Some(mut upstream) = self.connect(&dest, None).await else {
             return;
         };
-        let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+        let _ = copy(&mut conn, &mut upstream).await;
     }
 
     /// Connects to `dest` from the host; on failure answers 502 on `http` if given.
@@ -280,6 +282,12 @@ impl Proxy {
         }
         None
     }
+}
+
+/// Moves bytes both ways until both sides are done.
+async fn copy(conn: &mut TcpStream, upstream: &mut TcpStream) -> std::io::Result<(u64, u64)> {
+    tokio::io::copy_bidirectional_with_sizes(conn, upstream, COPY_BUFFER_BYTES, COPY_BUFFER_BYTES)
+        .await
 }
 
 /// Where a redirected connection was going (IPv4: the rules redirect only IPv4).
