@@ -158,7 +158,7 @@ fn stat(path: &str, kind: FileKind, size: u64, mode: u32, target: Option<&str>) 
         size,
         mode,
         mtime_ms: 1_700_000_000_000,
-        target: target.map(str::to_string),
+        target: target.map(Into::into),
     }
 }
 

@@ -67,11 +67,12 @@ fn build(root: &Path, exclude: &NameOrPath, out: &mut Outgoing) -> Result<(), Op
             })?;
             let path = entry.path();
             let meta = entry.metadata().map_err(|e| fail(path)(e.into()))?;
-            append(&mut tar, path, &relative(root, path), &meta).map_err(fail(path))?;
+            let name = relative(root, path);
+            append(&mut tar, path, name.as_path(), &meta).map_err(fail(path))?;
         }
     } else {
         let name = root.file_name().unwrap_or(root.as_os_str());
-        append(&mut tar, root, &name.to_string_lossy(), &meta).map_err(fail(root))?;
+        append(&mut tar, root, Path::new(name), &meta).map_err(fail(root))?;
     }
     tar.into_inner()
         .and_then(|mut w| w.flush())
@@ -82,7 +83,7 @@ fn build(root: &Path, exclude: &NameOrPath, out: &mut Outgoing) -> Result<(), Op
 fn append<W: Write>(
     tar: &mut Builder<W>,
     path: &Path,
-    name: &str,
+    name: &Path,
     meta: &Metadata,
 ) -> io::Result<()> {
     let mut header = Header::new_gnu();
@@ -225,7 +226,7 @@ mod tests {
         for name in ["empty", "link", "run.sh"] {
             let path = root.join(name);
             let meta = fs::symlink_metadata(&path).unwrap();
-            append(&mut tar, &path, name, &meta).unwrap();
+            append(&mut tar, &path, Path::new(name), &meta).unwrap();
         }
         let bytes = tar.into_inner().unwrap();
         let mut archive = Archive::new(&bytes[..]);

@@ -6,6 +6,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,7 +19,8 @@ use tokio::task::JoinHandle;
 use tokio_util::io::SyncIoBridge;
 
 use super::constants::{PACK_BUFFER, PIPE_BYTES};
-use super::tree::{Entry, Tree};
+use super::tree::{key, local_path, Entry, Tree};
+use tether_client::escape::escape_os;
 
 /// Starts packing `paths` (relative to `local`) on a blocking thread; returns the archive's
 /// bytes to upload and the packer, whose result says what went in. `content` and
@@ -95,8 +97,8 @@ fn pack<W: Write>(
         problems: Vec::new(),
     };
     for rel in paths {
-        let path = root.join(rel);
-        match append(&mut tar, &path, rel) {
+        let path = root.join(local_path(rel));
+        match append(&mut tar, &path, &local_path(rel)) {
             Ok(Some(entry)) => {
                 packed.sent.insert(rel.clone(), entry);
             }
@@ -105,7 +107,7 @@ fn pack<W: Write>(
             Err(Appending::Read(e)) => {
                 packed
                     .problems
-                    .push(format!("{}: {e}; not sent", path.display()));
+                    .push(format!("{}: {e}; not sent", escape_os(path.as_os_str())));
                 packed.skipped.push(rel.clone());
             }
             Err(Appending::Write(e)) => return Err(PackError::Pipe(e)),
@@ -125,7 +127,7 @@ enum Appending {
 fn append<W: Write>(
     tar: &mut Builder<W>,
     path: &Path,
-    rel: &str,
+    rel: &Path,
 ) -> Result<Option<Entry>, Appending> {
     let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
     let meta = match fs::symlink_metadata(path) {
@@ -173,7 +175,7 @@ fn append<W: Write>(
             .map_err(Appending::Write)?;
         return Ok(Entry::from_metadata(
             &meta,
-            Some(target.to_string_lossy().into_owned()),
+            Some(key(target.as_os_str().as_bytes())),
         ));
     }
     Ok(None)

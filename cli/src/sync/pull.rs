@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tether_proto::op::{Op, Reply};
-use tether_proto::Channel;
+use tether_proto::{Channel, WirePath};
 use tokio::sync::mpsc;
 
 use super::baseline::Baseline;
@@ -31,7 +31,7 @@ use super::remote::{self, absolute};
 use super::report::{Phase, Reporter, Stats};
 use super::rules::Rules;
 use super::scan;
-use super::tree::{recorded, Entry, Kind, Tree};
+use super::tree::{self, key, recorded, Entry, Kind, Tree};
 use super::SyncSpec;
 use tether_client::hostfs::path::MAX_NAME_BYTES;
 use tether_client::hostfs::{Dest, Landing, Links, SandboxPath};
@@ -79,7 +79,7 @@ pub async fn pull(
     let mut fetch: Vec<(SandboxPath, Entry)> = Vec::new();
     let mut links = Links::default();
     for (rel, r) in &listing.tree {
-        let path = SandboxPath::parse_str(rel)?;
+        let path = SandboxPath::parse(&tree::bytes(rel))?;
         match local.tree.get(rel) {
             Some(l) if l.same(r) => continue,
             Some(l) if l.is_dir() && r.is_dir() => {}
@@ -90,7 +90,7 @@ pub async fn pull(
             }
             Some(_) => {
                 let kept = conflict_name(rel, &stamp);
-                dest.rename(&path, &SandboxPath::parse_str(&kept)?)?;
+                dest.rename(&path, &SandboxPath::parse(&tree::bytes(&kept))?)?;
                 reporter.conflict(rel, &kept);
                 stats.conflicts += 1;
             }
@@ -102,7 +102,7 @@ pub async fn pull(
                 stats.dirs += 1;
             }
             Kind::Symlink => {
-                links.add(path, r.target.as_deref().unwrap_or_default().as_bytes())?;
+                links.add(path, &tree::bytes(r.target.as_deref().unwrap_or_default()))?;
                 stats.files += 1;
             }
             Kind::File => fetch.push((path, r.clone())),
@@ -125,7 +125,7 @@ pub async fn pull(
 
     // Directory modes last, deepest first: a read-only directory must not block its contents.
     for (rel, r) in listing.tree.iter().rev().filter(|(_, r)| r.is_dir()) {
-        dest.chmod_dir(&SandboxPath::parse_str(rel)?, r.mode)?;
+        dest.chmod_dir(&SandboxPath::parse(&tree::bytes(rel))?, r.mode)?;
     }
     let now: Tree = listing
         .tree
@@ -221,9 +221,9 @@ async fn read_batch(
     files: &[(SandboxPath, Entry)],
     progress: &indicatif::ProgressBar,
 ) -> Result<(u64, u64), SyncError> {
-    let paths: Vec<String> = files
+    let paths: Vec<WirePath> = files
         .iter()
-        .map(|(rel, _)| absolute(remote_root, &String::from_utf8_lossy(rel.as_bytes())))
+        .map(|(rel, _)| absolute(remote_root, &key(rel.as_bytes())))
         .collect();
     let mut stream = session
         .open(Op::ReadBatch { paths })

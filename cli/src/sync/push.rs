@@ -230,7 +230,7 @@ async fn upload_one(
         progress.clone(),
     );
     let op = Op::TarWrite {
-        path: target.remote.clone(),
+        path: target.remote.as_str().into(),
         gzip: target.gzip,
     };
     let mut wire = 0;
