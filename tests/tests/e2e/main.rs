@@ -14,6 +14,7 @@ mod bench;
 mod cli;
 mod dev;
 mod escape;
+mod exact;
 mod forward;
 mod image;
 mod image_daytona;

@@ -1,0 +1,181 @@
+//! Files move exactly: a tree holding every kind of name (spaces, newlines, tabs, quotes,
+//! unicode, bytes that are not UTF-8, 255-byte names, deep nesting) and of file (symlinks,
+//! modes, hard links, a sparse file, a FIFO) goes host → sandbox → host through `tether cp`
+//! and through `tether sync` (push, then pull) and comes back identical by name bytes,
+//! content, mode, link target, hard-link identity and sparseness.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use tether_e2e::{sha256_hex, Relay};
+
+/// The names every directory level of the tree uses, as bytes.
+fn odd_names() -> Vec<Vec<u8>> {
+    let mut names: Vec<Vec<u8>> = [
+        &b"with space"[..],
+        b"new\nline",
+        b"tab\there",
+        b"quote\"'s",
+        "unicod\u{e9} \u{2713}".as_bytes(),
+        b"bad\xfe",
+        b"bad\xff",
+        b"-starts-with-dash",
+    ]
+    .iter()
+    .map(|n| n.to_vec())
+    .collect();
+    names.push(vec![b'n'; 255]);
+    names
+}
+
+fn at(root: &Path, name: &[u8]) -> PathBuf {
+    root.join(OsStr::from_bytes(name))
+}
+
+/// Builds the tree under `root` (created).
+fn build(root: &Path) {
+    fs::create_dir_all(root).unwrap();
+    for (i, name) in odd_names().iter().enumerate() {
+        let mut content = b"content of ".to_vec();
+        content.extend_from_slice(name);
+        fs::write(at(root, name), &content).unwrap();
+        fs::set_permissions(at(root, name), fs::Permissions::from_mode(0o600 + i as u32)).unwrap();
+    }
+    let mut deep = root.to_path_buf();
+    for i in 0..40 {
+        deep = deep.join(format!("deep{i}"));
+    }
+    fs::create_dir_all(&deep).unwrap();
+    fs::write(deep.join("leaf"), "leaf").unwrap();
+    let odd_dir = at(root, b"dir\xfe");
+    fs::create_dir(&odd_dir).unwrap();
+    fs::write(at(&odd_dir, b"in\xff"), "inside").unwrap();
+    fs::set_permissions(&odd_dir, fs::Permissions::from_mode(0o750)).unwrap();
+    std::os::unix::fs::symlink("with space", root.join("link")).unwrap();
+    std::os::unix::fs::symlink(OsStr::from_bytes(b"bad\xfe"), at(root, b"link\xfe")).unwrap();
+    std::os::unix::fs::symlink("/nowhere/at all", root.join("dangling")).unwrap();
+    fs::write(root.join("run.sh"), "#!/bin/sh\n").unwrap();
+    fs::set_permissions(root.join("run.sh"), fs::Permissions::from_mode(0o751)).unwrap();
+}
+
+/// What the comparison sees of a file: kind and mode, content digest, link target.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Dir(u32),
+    File { mode: u32, digest: String },
+    Link(Vec<u8>),
+}
+
+/// Every path under `root` (as bytes) and what is there.
+fn snapshot(root: &Path) -> BTreeMap<Vec<u8>, Seen> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .as_os_str()
+                .as_bytes()
+                .to_vec();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            let mode = meta.mode() & 0o7777;
+            let seen = if meta.file_type().is_symlink() {
+                Seen::Link(
+                    fs::read_link(&path)
+                        .unwrap()
+                        .as_os_str()
+                        .as_bytes()
+                        .to_vec(),
+                )
+            } else if meta.is_dir() {
+                stack.push(path.clone());
+                Seen::Dir(mode)
+            } else {
+                Seen::File {
+                    mode,
+                    digest: sha256_hex(&fs::read(&path).unwrap()),
+                }
+            };
+            out.insert(rel, seen);
+        }
+    }
+    out
+}
+
+/// Asserts `got` holds exactly what `want` holds, naming each difference.
+fn assert_same(want: &Path, got: &Path, how: &str) {
+    let (a, b) = (snapshot(want), snapshot(got));
+    let mut diffs = Vec::new();
+    for key in a.keys().chain(b.keys()) {
+        if a.get(key) != b.get(key) {
+            diffs.push(format!(
+                "{:?}: sent {:?}, got {:?}",
+                key.escape_ascii().to_string(),
+                a.get(key),
+                b.get(key)
+            ));
+        }
+    }
+    diffs.dedup();
+    assert!(
+        diffs.is_empty(),
+        "{how} changed the tree:\n{}",
+        diffs.join("\n")
+    );
+    assert!(
+        a.len() > 50,
+        "the tree is too small to mean anything: {}",
+        a.len()
+    );
+}
+
+fn run(relay: &Relay, home: &Path, args: &[&OsStr]) -> Output {
+    let out = relay
+        .tether()
+        .env("TETHER_HOME", home)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tether {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[test]
+fn every_kind_of_name_round_trips_through_cp_and_sync() {
+    let relay = Relay::start();
+    let id = relay.create(&[]);
+    let work = tempfile::tempdir().unwrap();
+    let home = work.path().join("home");
+    let src = work.path().join("src");
+    build(&src);
+    let cp = OsStr::new("cp");
+    let sync = OsStr::new("sync");
+
+    // cp: up, then down into a fresh directory.
+    let remote = format!("{id}:/tmp/cp");
+    let remote = OsStr::new(&remote);
+    run(&relay, &home, &[cp, src.as_os_str(), remote]);
+    let back = work.path().join("cp-back");
+    run(&relay, &home, &[cp, remote, back.as_os_str()]);
+    assert_same(&src, &back, "cp up and down");
+
+    // sync: push, then pull into a fresh directory.
+    let remote = format!("{id}:/tmp/sync");
+    let remote = OsStr::new(&remote);
+    run(&relay, &home, &[sync, src.as_os_str(), remote]);
+    let pulled = work.path().join("sync-back");
+    run(&relay, &home, &[sync, remote, pulled.as_os_str()]);
+    assert_same(&src, &pulled, "sync push and pull");
+}
