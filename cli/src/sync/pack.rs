@@ -4,9 +4,11 @@
 //! the baseline records: a file edited after the scan is sent as it is now, and a later
 //! change still looks like one.
 
+use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Write};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use tokio_util::io::SyncIoBridge;
 use super::constants::{PACK_BUFFER, PIPE_BYTES};
 use super::tree::{key, local_path, Entry, Tree};
 use tether_client::escape::escape_os;
+use tether_client::hostfs::pack::{append_file, data_extents};
 
 /// Starts packing `paths` (relative to `local`) on a blocking thread; returns the archive's
 /// bytes to upload and the packer, whose result says what went in. `content` and
@@ -96,9 +99,10 @@ fn pack<W: Write>(
         skipped: Vec::new(),
         problems: Vec::new(),
     };
+    let mut linked = HashMap::new();
     for rel in paths {
         let path = root.join(local_path(rel));
-        match append(&mut tar, &path, &local_path(rel)) {
+        match append(&mut tar, &path, &local_path(rel), &mut linked) {
             Ok(Some(entry)) => {
                 packed.sent.insert(rel.clone(), entry);
             }
@@ -128,6 +132,7 @@ fn append<W: Write>(
     tar: &mut Builder<W>,
     path: &Path,
     rel: &Path,
+    linked: &mut HashMap<(u64, u64), PathBuf>,
 ) -> Result<Option<Entry>, Appending> {
     let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
     let meta = match fs::symlink_metadata(path) {
@@ -147,6 +152,22 @@ fn append<W: Write>(
         let meta = file.metadata().map_err(Appending::Read)?;
         header.set_metadata_in_mode(&meta, HeaderMode::Complete);
         let entry = Entry::from_metadata(&meta, None);
+        // A second name of a file this archive holds goes as a hard link to the first.
+        if meta.nlink() > 1 {
+            if let Some(first) = linked.get(&(meta.dev(), meta.ino())) {
+                header.set_entry_type(EntryType::Link);
+                header.set_size(0);
+                tar.append_link(&mut header, rel, first)
+                    .map_err(Appending::Write)?;
+                return Ok(entry);
+            }
+            linked.insert((meta.dev(), meta.ino()), rel.to_path_buf());
+        }
+        let holes = data_extents(&file, meta.len()).map_err(Appending::Read)?;
+        if holes.is_some() {
+            append_file(tar, &mut header, rel, file, meta.len()).map_err(Appending::Write)?;
+            return Ok(entry);
+        }
         let body = Exactly {
             file,
             left: meta.len(),

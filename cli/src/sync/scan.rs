@@ -10,6 +10,7 @@ use ignore::WalkBuilder;
 
 use super::rules::Rules;
 use super::tree::{key, local_path, Entry, Tree};
+use tether_client::escape::escape_os;
 
 /// What a walk found.
 #[derive(Debug, Default)]
@@ -83,8 +84,14 @@ pub(crate) fn scan(
             },
             false => None,
         };
-        if let Some(e) = Entry::from_metadata(&meta, target) {
-            out.tree.insert(rel, e);
+        match Entry::from_metadata(&meta, target) {
+            Some(e) => {
+                out.tree.insert(rel, e);
+            }
+            None => out.problems.push(format!(
+                "{}: a FIFO, socket or device; not synced",
+                escape_os(path.as_os_str())
+            )),
         }
     }
     out

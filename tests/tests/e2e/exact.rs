@@ -7,8 +7,9 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
+use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -61,19 +62,40 @@ fn build(root: &Path) {
     std::os::unix::fs::symlink("/nowhere/at all", root.join("dangling")).unwrap();
     fs::write(root.join("run.sh"), "#!/bin/sh\n").unwrap();
     fs::set_permissions(root.join("run.sh"), fs::Permissions::from_mode(0o751)).unwrap();
+    fs::hard_link(root.join("with space"), root.join("hard")).unwrap();
+    fs::hard_link(root.join("run.sh"), at(&odd_dir, b"run\xfe")).unwrap();
+    let sparse = File::create(root.join("sparse")).unwrap();
+    sparse.set_len(SPARSE_BYTES).unwrap();
+    sparse.write_all_at(b"middle", SPARSE_BYTES / 2).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(root.join("fifo"))
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo failed");
 }
+
+/// The sparse file's length: 64 MiB, with six bytes of data in the middle.
+const SPARSE_BYTES: u64 = 64 << 20;
 
 /// What the comparison sees of a file: kind and mode, content digest, link target.
 #[derive(Debug, PartialEq, Eq)]
 enum Seen {
     Dir(u32),
-    File { mode: u32, digest: String },
+    File {
+        mode: u32,
+        digest: String,
+        sparse: bool,
+        /// The other names of the same file (hard links), sorted.
+        also: Vec<Vec<u8>>,
+    },
     Link(Vec<u8>),
 }
 
-/// Every path under `root` (as bytes) and what is there.
+/// Every path under `root` (as bytes) and what is there; FIFOs are left out (they are
+/// reported, not copied).
 fn snapshot(root: &Path) -> BTreeMap<Vec<u8>, Seen> {
     let mut out = BTreeMap::new();
+    let mut inodes: BTreeMap<u64, Vec<Vec<u8>>> = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in fs::read_dir(&dir).unwrap() {
@@ -97,13 +119,26 @@ fn snapshot(root: &Path) -> BTreeMap<Vec<u8>, Seen> {
             } else if meta.is_dir() {
                 stack.push(path.clone());
                 Seen::Dir(mode)
+            } else if meta.file_type().is_fifo() {
+                continue;
             } else {
+                inodes.entry(meta.ino()).or_default().push(rel.clone());
                 Seen::File {
                     mode,
                     digest: sha256_hex(&fs::read(&path).unwrap()),
+                    sparse: meta.blocks() * 512 < meta.len(),
+                    also: Vec::new(),
                 }
             };
             out.insert(rel, seen);
+        }
+    }
+    for names in inodes.values().filter(|n| n.len() > 1) {
+        for name in names {
+            if let Some(Seen::File { also, .. }) = out.get_mut(name) {
+                *also = names.iter().filter(|n| *n != name).cloned().collect();
+                also.sort();
+            }
         }
     }
     out
@@ -166,7 +201,12 @@ fn every_kind_of_name_round_trips_through_cp_and_sync() {
     // cp: up, then down into a fresh directory.
     let remote = format!("{id}:/tmp/cp");
     let remote = OsStr::new(&remote);
-    run(&relay, &home, &[cp, src.as_os_str(), remote]);
+    let up = run(&relay, &home, &[cp, src.as_os_str(), remote]);
+    let said = String::from_utf8_lossy(&up.stderr);
+    assert!(
+        said.contains("skipped 1 special file") && said.contains("fifo"),
+        "cp did not name the FIFO it left out: {said}"
+    );
     let back = work.path().join("cp-back");
     run(&relay, &home, &[cp, remote, back.as_os_str()]);
     assert_same(&src, &back, "cp up and down");
@@ -174,7 +214,12 @@ fn every_kind_of_name_round_trips_through_cp_and_sync() {
     // sync: push, then pull into a fresh directory.
     let remote = format!("{id}:/tmp/sync");
     let remote = OsStr::new(&remote);
-    run(&relay, &home, &[sync, src.as_os_str(), remote]);
+    let pushed = run(&relay, &home, &[sync, src.as_os_str(), remote]);
+    let said = String::from_utf8_lossy(&pushed.stdout) + String::from_utf8_lossy(&pushed.stderr);
+    assert!(
+        said.contains("fifo: a FIFO, socket or device; not synced"),
+        "sync did not name the FIFO it left out: {said}"
+    );
     let pulled = work.path().join("sync-back");
     run(&relay, &home, &[sync, remote, pulled.as_os_str()]);
     assert_same(&src, &pulled, "sync push and pull");
