@@ -467,6 +467,25 @@ pub struct FileStat {
     /// A symlink's target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<WirePath>,
+    /// A regular file's identity and links: with `links` above 1, two entries with the same
+    /// `file_id` are names of one file (hard links). Absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_id: Option<FileId>,
+    /// Bytes the file takes on disk (`st_blocks` × 512); less than `size` for a file with
+    /// holes. Absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated: Option<u64>,
+}
+
+/// Which file a name belongs to, on the agent's machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FileId {
+    /// The filesystem (`st_dev`).
+    pub device: u64,
+    /// The file on it (`st_ino`).
+    pub inode: u64,
+    /// How many names it has (`st_nlink`).
+    pub links: u64,
 }
 
 /// One matching line.

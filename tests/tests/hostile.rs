@@ -159,6 +159,8 @@ fn stat(path: &str, kind: FileKind, size: u64, mode: u32, target: Option<&str>) 
         mode,
         mtime_ms: 1_700_000_000_000,
         target: target.map(Into::into),
+        file_id: None,
+        allocated: None,
     }
 }
 

@@ -9,7 +9,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use tether_proto::op::{FileKind, FileStat, Reply};
+use tether_proto::op::{FileId, FileKind, FileStat, Reply};
 use tether_proto::{ErrorCode, WirePath};
 use walkdir::WalkDir;
 
@@ -34,6 +34,12 @@ pub(super) fn file_stat(path: WirePath, meta: &Metadata, target: Option<WirePath
         mode: meta.mode() & 0o7777,
         mtime_ms: meta.mtime() * 1000 + meta.mtime_nsec() / 1_000_000,
         target,
+        file_id: (kind == FileKind::File).then(|| FileId {
+            device: meta.dev(),
+            inode: meta.ino(),
+            links: meta.nlink(),
+        }),
+        allocated: (kind == FileKind::File).then(|| meta.blocks().saturating_mul(512)),
     }
 }
 

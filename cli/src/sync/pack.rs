@@ -31,6 +31,7 @@ use tether_client::hostfs::pack::{append_file, data_extents};
 pub(crate) fn start(
     local: PathBuf,
     paths: Vec<String>,
+    linked: HashMap<(u64, u64), PathBuf>,
     gzip: bool,
     content: Arc<AtomicU64>,
     progress: ProgressBar,
@@ -53,14 +54,16 @@ pub(crate) fn start(
                 content,
                 progress,
             };
-            pack(&local, &paths, counted, |c| close(c.inner.finish()?))
+            pack(&local, &paths, linked, counted, |c| {
+                close(c.inner.finish()?)
+            })
         } else {
             let counted = Counting {
                 inner: sink,
                 content,
                 progress,
             };
-            pack(&local, &paths, counted, |c| close(c.inner))
+            pack(&local, &paths, linked, counted, |c| close(c.inner))
         }
     });
     (reader, packer)
@@ -89,6 +92,7 @@ pub(crate) struct Packed {
 fn pack<W: Write>(
     root: &Path,
     paths: &[String],
+    mut linked: HashMap<(u64, u64), PathBuf>,
     out: W,
     finish: impl FnOnce(W) -> io::Result<()>,
 ) -> Result<Packed, PackError> {
@@ -99,7 +103,6 @@ fn pack<W: Write>(
         skipped: Vec::new(),
         problems: Vec::new(),
     };
-    let mut linked = HashMap::new();
     for rel in paths {
         let path = root.join(local_path(rel));
         match append(&mut tar, &path, &local_path(rel), &mut linked) {
@@ -264,7 +267,8 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let mut bytes = Vec::new();
-        let Packed { sent, skipped, .. } = pack(root, &paths, &mut bytes, |_| Ok(())).unwrap();
+        let Packed { sent, skipped, .. } =
+            pack(root, &paths, HashMap::new(), &mut bytes, |_| Ok(())).unwrap();
         assert_eq!(skipped, ["gone"]);
         assert_eq!(sent["d/f"].size, 5);
         assert_eq!(sent["l"].kind, Kind::Symlink);

@@ -10,6 +10,7 @@
 use std::collections::{HashMap, HashSet};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use tether_proto::op::FileId;
 use tether_proto::{ErrorCode, WirePath};
 
 use super::constants::{REMOTE_CONCURRENCY, REQUEST_TIMEOUT};
@@ -30,6 +31,10 @@ pub(crate) struct Listing {
     pub pinned: HashSet<String>,
     /// What could not be listed, in words.
     pub problems: Vec<String>,
+    /// Files with more than one name, by key: names with the same id are one file.
+    pub ids: HashMap<String, FileId>,
+    /// Files with holes (sparse), by key.
+    pub sparse: HashSet<String>,
 }
 
 impl Listing {
@@ -126,6 +131,12 @@ pub(crate) async fn list(
             }
             if depth == 1 && is_dir {
                 queue.push((rel.clone(), u32::MAX));
+            }
+            if let Some(id) = stat.file_id.filter(|id| id.links > 1) {
+                out.ids.insert(rel.clone(), id);
+            }
+            if stat.allocated.is_some_and(|a| a < stat.size) {
+                out.sparse.insert(rel.clone());
             }
             if let Some(entry) = entry {
                 out.tree.insert(rel, entry);

@@ -358,6 +358,8 @@ mod tests {
             mode: 0o100644,
             mtime_ms,
             target: None,
+            file_id: None,
+            allocated: None,
         };
         let landed = Entry::from_stat(&stat(10_000)).unwrap();
         let edited = Entry::from_stat(&stat(10_250)).unwrap();
@@ -380,6 +382,8 @@ mod tests {
             mode: 0o100644,
             mtime_ms: 10_999,
             target: None,
+            file_id: None,
+            allocated: None,
         };
         assert!(Entry::from_stat(&stat).unwrap().same(&file(3, 10)));
     }

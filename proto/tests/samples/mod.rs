@@ -292,6 +292,8 @@ fn stat(path: &str, kind: FileKind, size: u64, mode: u32, target: Option<&str>) 
         mode,
         mtime_ms: 1_767_225_600_000,
         target: target.map(p),
+        file_id: None,
+        allocated: None,
     }
 }
 
