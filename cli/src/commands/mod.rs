@@ -23,6 +23,7 @@ mod embedded;
 mod exec;
 mod forward;
 mod image;
+mod interrupt;
 mod lifecycle;
 mod location;
 mod output;
@@ -113,7 +114,7 @@ fn dispatch(cli: Cli) -> i32 {
         Command::Rm(args) => done(client(relay, |r| lifecycle::rm(r, args))),
         Command::Info(args) => done(client(relay, |r| lifecycle::info(r, args))),
         Command::Token(cmd) => done(client(relay, |r| token::run(r, cmd))),
-        Command::Cp(args) => done(client(relay, |r| cp::run(r, args))),
+        Command::Cp(args) => done(client(relay, |r| interrupt::or_signal(cp::run(r, args)))),
         Command::Exec(args) => status(client(relay, |r| exec::run(r, args))),
         Command::Shell(args) => status(client(relay, |r| shell::run(r, args))),
         Command::Run(args) => status(run::run(relay, args)),
@@ -181,7 +182,10 @@ fn done(result: anyhow::Result<()>) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             report(&e);
-            FAILED
+            match e.downcast_ref::<interrupt::Interrupted>() {
+                Some(cut) => 128 + cut.signal,
+                None => FAILED,
+            }
         }
     }
 }

@@ -224,3 +224,97 @@ fn every_kind_of_name_round_trips_through_cp_and_sync() {
     run(&relay, &home, &[sync, remote, pulled.as_os_str()]);
     assert_same(&src, &pulled, "sync push and pull");
 }
+
+/// Names under `dir` (recursively) that are temporary files of a transfer.
+fn temp_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if entry.file_name().as_bytes().starts_with(b".tether-") {
+                found.push(path.clone());
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_signal_during_cp_or_a_pull_leaves_nothing_behind() {
+    let relay = Relay::start();
+    let id = relay.create(&[]);
+    let made = relay.sh(
+        &id,
+        "mkdir -p /tmp/big && head -c 512M /dev/zero > /tmp/big/file",
+    );
+    assert!(made.status.success(), "{made:?}");
+    let work = tempfile::tempdir().unwrap();
+    let home = work.path().join("home");
+    let cp_dest = work.path().join("cp");
+    fs::create_dir(&cp_dest).unwrap();
+    let pull_dest = work.path().join("pull");
+    let cases: [(Vec<String>, &Path, nix::sys::signal::Signal); 2] = [
+        (
+            vec![
+                "cp".into(),
+                format!("{id}:/tmp/big/file"),
+                cp_dest.join("file").to_string_lossy().into_owned(),
+            ],
+            &cp_dest,
+            nix::sys::signal::Signal::SIGINT,
+        ),
+        (
+            vec![
+                "sync".into(),
+                format!("{id}:/tmp/big"),
+                pull_dest.to_string_lossy().into_owned(),
+            ],
+            &pull_dest,
+            nix::sys::signal::Signal::SIGTERM,
+        ),
+    ];
+    for (args, dest, sig) in cases {
+        let child = relay
+            .tether()
+            .env("TETHER_HOME", &home)
+            .args(&args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Readiness: the transfer's temporary file exists, so it is mid-way.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while temp_files(dest).is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{args:?}: no temporary file appeared in {dest:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, sig).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(128 + sig as i32),
+            "{args:?}: {said}"
+        );
+        assert!(
+            said.contains(&format!("interrupted by {}", sig.as_str())),
+            "{args:?}: {said}"
+        );
+        assert_eq!(
+            temp_files(dest),
+            Vec::<PathBuf>::new(),
+            "{args:?} left these"
+        );
+        assert!(!dest.join("file").exists(), "{args:?} left a partial file");
+    }
+}
