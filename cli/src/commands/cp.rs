@@ -182,8 +182,9 @@ async fn upload_dir(session: &Session, src: &Path, target: &WirePath) -> anyhow:
     };
     let (sent, packed) = tokio::join!(session.upload(op, reader, |n| bar.advance_to(n)), pack);
     bar.finish();
-    let skipped = packed?.with_context(|| format!("cannot pack {}", src.display()))?;
+    // A failed upload is the cause: the packer then only saw its pipe close ("broken pipe").
     sent?;
+    let skipped = packed?.with_context(|| format!("cannot pack {}", src.display()))?;
     report_special(&skipped);
     Ok(())
 }

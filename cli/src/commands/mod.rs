@@ -204,10 +204,20 @@ fn status(result: anyhow::Result<i32>) -> i32 {
 fn report(e: &anyhow::Error) {
     let _ = std::io::stdout().flush();
     // Errors carry sandbox text (agent messages, file names): escaped, never raw.
-    eprintln!(
-        "tether: {}",
-        tether_client::escape::escape_lines(&format!("{e:#}"))
-    );
+    eprintln!("tether: {}", tether_client::escape::escape_lines(&chain(e)));
+}
+
+/// The error and its causes on one line, each cause left out when the text before it
+/// already says it (many errors quote their source), so nothing is said twice.
+fn chain(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text = format!("{text}: {cause}");
+        }
+    }
+    text
 }
 
 /// Parses `KEY=VALUE`.
@@ -227,6 +237,15 @@ fn duration(s: &str) -> Result<std::time::Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_not_repeated() {
+        let os = std::io::Error::from_raw_os_error(28);
+        let inner = anyhow::anyhow!("{os}").context(format!("/w/big: {os}"));
+        assert_eq!(chain(&inner), format!("/w/big: {os}"));
+        let other = anyhow::anyhow!("disk full").context("writing /w/big");
+        assert_eq!(chain(&other), "writing /w/big: disk full");
+    }
     use clap::CommandFactory;
 
     #[test]

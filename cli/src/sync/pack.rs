@@ -16,7 +16,7 @@ use std::sync::Arc;
 use flate2::write::GzEncoder;
 use indicatif::ProgressBar;
 use tar::{Builder, EntryType, Header, HeaderMode};
-use tokio::io::{ReadHalf, SimplexStream};
+use tokio::io::DuplexStream;
 use tokio::task::JoinHandle;
 use tokio_util::io::SyncIoBridge;
 
@@ -35,11 +35,10 @@ pub(crate) fn start(
     gzip: bool,
     content: Arc<AtomicU64>,
     progress: ProgressBar,
-) -> (
-    ReadHalf<SimplexStream>,
-    JoinHandle<Result<Packed, PackError>>,
-) {
-    let (reader, writer) = tokio::io::simplex(PIPE_BYTES);
+) -> (DuplexStream, JoinHandle<Result<Packed, PackError>>) {
+    // A duplex pipe, not a simplex one: when the upload fails and drops its end, the
+    // packer's next write fails at once ("broken pipe") instead of waiting forever for room.
+    let (reader, writer) = tokio::io::duplex(PIPE_BYTES);
     let packer = tokio::task::spawn_blocking(move || {
         // Batches the tar builder's small writes into pipe-sized ones.
         let sink = BufWriter::with_capacity(PACK_BUFFER, SyncIoBridge::new(writer));

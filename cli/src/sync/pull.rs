@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tether_proto::op::{FileId, Op, Reply};
-use tether_proto::{Channel, WirePath};
+use tether_proto::{Channel, ErrorCode, WirePath};
 use tokio::sync::mpsc;
 
 use super::baseline::Baseline;
@@ -45,6 +45,17 @@ pub async fn pull(
     reporter: &Reporter,
 ) -> Result<Stats, SyncError> {
     let started = Instant::now();
+    // A missing remote directory is a mistake to report, not an empty tree to mirror (which
+    // would create the local directory and say "up to date").
+    let root_path = WirePath::from(spec.remote.as_str());
+    match remote::timed(&root_path, session.stat(&root_path)).await {
+        Ok(stat) if stat.kind == tether_proto::op::FileKind::Dir => {}
+        Ok(_) => return Err(SyncError::RemoteNotADirectory(spec.remote.clone())),
+        Err(SyncError::Remote { source, .. }) if source.code() == Some(ErrorCode::NotFound) => {
+            return Err(SyncError::RemoteMissing(spec.remote.clone()))
+        }
+        Err(e) => return Err(e),
+    }
     fs::create_dir_all(&spec.local).map_err(SyncError::local(&spec.local))?;
     let root = spec
         .local

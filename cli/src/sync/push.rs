@@ -274,10 +274,8 @@ async fn upload_one(
     let packed = packer.await.map_err(|e| SyncError::Worker(e.to_string()))?;
     match (packed, sent) {
         (Ok(packed), Ok(_)) => Ok((packed, wire)),
-        (_, Err(e)) => Err(SyncError::remote(format!(
-            "unpacking into {} in the sandbox",
-            target.remote
-        ))(e)),
+        // The agent's message names the directory and the file.
+        (_, Err(e)) => Err(SyncError::remote("in the sandbox")(e)),
         (Err(PackError::Pipe(source)), Ok(_)) => Err(SyncError::Local {
             path: target.local.clone(),
             source,

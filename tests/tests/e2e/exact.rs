@@ -318,3 +318,95 @@ fn a_signal_during_cp_or_a_pull_leaves_nothing_behind() {
         assert!(!dest.join("file").exists(), "{args:?} left a partial file");
     }
 }
+
+/// Runs `tether ARGS`, expecting it to fail; returns its stderr and how long it took.
+fn fails(relay: &Relay, home: &Path, args: &[&str]) -> (String, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let out = relay
+        .tether()
+        .env("TETHER_HOME", home)
+        .args(args)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "tether {args:?}: {said}");
+    (said, started.elapsed())
+}
+
+#[test]
+fn failures_name_the_path_and_the_cause_and_leave_nothing() {
+    let relay = Relay::start();
+    let id = relay.create(&[]);
+    let work = tempfile::tempdir().unwrap();
+    let home = work.path().join("home");
+    let tree = work.path().join("tree");
+    fs::create_dir_all(tree.join("sub")).unwrap();
+    fs::write(tree.join("sub/f"), "f").unwrap();
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+
+    // A pull of a directory the sandbox lacks: said, and no local directory made.
+    let out = work.path().join("out");
+    let (said, _) = fails(
+        &relay,
+        &home,
+        &["sync", &format!("{id}:/tmp/missing"), &s(&out)],
+    );
+    assert!(
+        said.contains("/tmp/missing does not exist in the sandbox"),
+        "{said}"
+    );
+    assert!(!out.exists(), "a failed pull created {out:?}");
+
+    // A read-only destination, for a directory and for a file: the real cause, at once.
+    for (src, dst) in [
+        (s(&tree), "/usr/lib/tether-x"),
+        (s(&tree.join("sub/f")), "/usr/f"),
+    ] {
+        let (said, took) = fails(&relay, &home, &["cp", &src, &format!("{id}:{dst}")]);
+        assert!(said.contains("Read-only file system"), "{said}");
+        assert!(!said.contains("broken pipe"), "{said}");
+        assert_eq!(said.trim_end().lines().count(), 1, "{said}");
+        assert!(took < std::time::Duration::from_secs(3), "took {took:?}");
+    }
+
+    // A full disk in the sandbox, through cp and through a sync push: the file and the
+    // cause, said once, at once, and no partial or temporary file left there.
+    let small = relay.create(&["--disk", "32M"]);
+    let big = work.path().join("full");
+    fs::create_dir(&big).unwrap();
+    let mut noise = vec![0u8; 48 << 20];
+    for (i, b) in noise.iter_mut().enumerate() {
+        *b = (i.wrapping_mul(2_654_435_761) >> 13) as u8;
+    }
+    fs::write(big.join("big"), &noise).unwrap();
+    for (verb, dst) in [("cp", "/workspace/cp"), ("sync", "/workspace/sync")] {
+        let (said, took) = fails(&relay, &home, &[verb, &s(&big), &format!("{small}:{dst}")]);
+        assert!(
+            said.contains("big: No space left on device"),
+            "{verb}: {said}"
+        );
+        assert_eq!(said.matches("No space left").count(), 1, "{verb}: {said}");
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "{verb} took {took:?}"
+        );
+        let left = relay.sh(&small, &format!("ls -A {dst}"));
+        let left = String::from_utf8_lossy(&left.stdout);
+        assert!(
+            !left.contains("big") && !left.contains(".tether"),
+            "{verb} left: {left}"
+        );
+    }
+
+    // A missing remote file: "No such file", not "Not a directory".
+    let (said, _) = fails(
+        &relay,
+        &home,
+        &["cp", &format!("{id}:/tmp/nothere"), &s(&out)],
+    );
+    assert!(
+        said.contains("/tmp/nothere: No such file or directory"),
+        "{said}"
+    );
+    assert!(!out.exists());
+}
