@@ -16,7 +16,7 @@ use tether_proto::{ErrorCode, WirePath};
 use super::constants::{REMOTE_CONCURRENCY, REQUEST_TIMEOUT};
 use super::error::SyncError;
 use super::rules::{PathFilter, Rules};
-use super::tree::{ancestors, bytes, join, key, Entry, Tree};
+use super::tree::{ancestors, bytes, join, key, shown, Entry, Tree};
 use tether_client::escape::escape;
 use tether_client::hostfs::SandboxPath;
 use tether_client::{ClientError, Session};
@@ -120,6 +120,12 @@ pub(crate) async fn list(
             SandboxPath::parse(stat.path.as_bytes())?;
             let rel = join(&dir, &key(stat.path.as_bytes()));
             let entry = Entry::from_stat(&stat);
+            if entry.is_none() {
+                out.problems.push(format!(
+                    "{}: a FIFO, socket or device in the sandbox; not synced",
+                    shown(&rel)
+                ));
+            }
             let is_dir = entry.as_ref().is_some_and(Entry::is_dir);
             if entry.is_none() || filter.ignored(&rel, is_dir) {
                 // Pin from the topmost ignored path only: below it, the pins are there.

@@ -220,8 +220,15 @@ fn every_kind_of_name_round_trips_through_cp_and_sync() {
         said.contains("fifo: a FIFO, socket or device; not synced"),
         "sync did not name the FIFO it left out: {said}"
     );
+    let made = relay.sh(&id, "mkfifo /tmp/sync/remote-fifo");
+    assert!(made.status.success(), "{made:?}");
     let pulled = work.path().join("sync-back");
-    run(&relay, &home, &[sync, remote, pulled.as_os_str()]);
+    let pull = run(&relay, &home, &[sync, remote, pulled.as_os_str()]);
+    let said = String::from_utf8_lossy(&pull.stdout) + String::from_utf8_lossy(&pull.stderr);
+    assert!(
+        said.contains("remote-fifo: a FIFO, socket or device in the sandbox; not synced"),
+        "the pull did not name the FIFO it left out: {said}"
+    );
     assert_same(&src, &pulled, "sync push and pull");
 }
 
