@@ -21,8 +21,7 @@ pub(crate) struct Agent {
 
 impl Agent {
     /// Resolves a client path: absolute as is, relative against the working directory.
-    pub(crate) fn resolve(&self, path: &str) -> PathBuf {
-        let p = std::path::Path::new(path);
+    pub(crate) fn resolve(&self, p: &std::path::Path) -> PathBuf {
         if p.is_absolute() {
             p.to_path_buf()
         } else {

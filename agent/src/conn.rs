@@ -46,6 +46,7 @@ pub(crate) const CAPABILITIES: &[&str] = &[
     "forward",
     "ports",
     "info",
+    "byte_paths",
 ];
 
 /// What the connection knows about one open stream.

@@ -7,7 +7,7 @@ use tether_proto::limits::DATA_CHUNK;
 use tether_proto::op::{
     AgentInfo, FileStat, GrepMatch, GrepSpec, ListeningPort, Op, Reply, WatchEvent, WriteSpec,
 };
-use tether_proto::Channel;
+use tether_proto::{Channel, WirePath};
 
 use super::process::unexpected;
 use super::session::{Event, RawStream, Session, StreamSender};
@@ -15,7 +15,7 @@ use super::ClientError;
 
 impl Session {
     /// A path's metadata (symlinks not followed).
-    pub async fn stat(&self, path: &str) -> Result<FileStat, ClientError> {
+    pub async fn stat(&self, path: impl Into<WirePath>) -> Result<FileStat, ClientError> {
         match self.request(Op::Stat { path: path.into() }).await? {
             Reply::Stat(s) => Ok(s),
             other => Err(unexpected(&other)),
@@ -23,7 +23,11 @@ impl Session {
     }
 
     /// A directory's entries, `depth` levels deep.
-    pub async fn list(&self, path: &str, depth: u32) -> Result<Vec<FileStat>, ClientError> {
+    pub async fn list(
+        &self,
+        path: impl Into<WirePath>,
+        depth: u32,
+    ) -> Result<Vec<FileStat>, ClientError> {
         match self
             .request(Op::List {
                 path: path.into(),
@@ -37,7 +41,7 @@ impl Session {
     }
 
     /// `mkdir -p`.
-    pub async fn mkdir(&self, path: &str) -> Result<(), ClientError> {
+    pub async fn mkdir(&self, path: impl Into<WirePath>) -> Result<(), ClientError> {
         self.request(Op::Mkdir {
             path: path.into(),
             mode: None,
@@ -47,7 +51,11 @@ impl Session {
     }
 
     /// Removes a file or (with `recursive`) a directory tree.
-    pub async fn remove(&self, path: &str, recursive: bool) -> Result<(), ClientError> {
+    pub async fn remove(
+        &self,
+        path: impl Into<WirePath>,
+        recursive: bool,
+    ) -> Result<(), ClientError> {
         self.request(Op::Remove {
             path: path.into(),
             recursive,
@@ -57,7 +65,12 @@ impl Session {
     }
 
     /// Renames `from` to `to`.
-    pub async fn rename(&self, from: &str, to: &str, overwrite: bool) -> Result<(), ClientError> {
+    pub async fn rename(
+        &self,
+        from: impl Into<WirePath>,
+        to: impl Into<WirePath>,
+        overwrite: bool,
+    ) -> Result<(), ClientError> {
         let op = Op::Rename {
             from: from.into(),
             to: to.into(),
@@ -67,7 +80,7 @@ impl Session {
     }
 
     /// Changes permission bits.
-    pub async fn chmod(&self, path: &str, mode: u32) -> Result<(), ClientError> {
+    pub async fn chmod(&self, path: impl Into<WirePath>, mode: u32) -> Result<(), ClientError> {
         self.request(Op::Chmod {
             path: path.into(),
             mode,
@@ -79,9 +92,9 @@ impl Session {
     /// Paths under `root` matching `pattern`, and whether the limit cut the list.
     pub async fn glob(
         &self,
-        root: &str,
+        root: impl Into<WirePath>,
         pattern: &str,
-    ) -> Result<(Vec<String>, bool), ClientError> {
+    ) -> Result<(Vec<WirePath>, bool), ClientError> {
         let op = Op::Glob {
             root: root.into(),
             pattern: pattern.into(),
@@ -104,7 +117,7 @@ impl Session {
     /// Replaces `old` by `new` in a file; returns the number of replacements.
     pub async fn edit(
         &self,
-        path: &str,
+        path: impl Into<WirePath>,
         old: &str,
         new: &str,
         replace_all: bool,
@@ -138,7 +151,7 @@ impl Session {
     }
 
     /// Reads a whole file into memory.
-    pub async fn read_file(&self, path: &str) -> Result<Vec<u8>, ClientError> {
+    pub async fn read_file(&self, path: impl Into<WirePath>) -> Result<Vec<u8>, ClientError> {
         let mut buf = Vec::new();
         let op = Op::Read {
             path: path.into(),
@@ -150,7 +163,11 @@ impl Session {
     }
 
     /// Writes a whole file atomically (replacing it), creating parent directories.
-    pub async fn write_file(&self, path: &str, data: &[u8]) -> Result<u64, ClientError> {
+    pub async fn write_file(
+        &self,
+        path: impl Into<WirePath>,
+        data: &[u8],
+    ) -> Result<u64, ClientError> {
         let spec = WriteSpec {
             path: path.into(),
             mode: None,
@@ -223,7 +240,11 @@ impl Session {
     }
 
     /// Starts watching a directory; read events with [`Watch::next`].
-    pub async fn watch(&self, path: &str, recursive: bool) -> Result<Watch, ClientError> {
+    pub async fn watch(
+        &self,
+        path: impl Into<WirePath>,
+        recursive: bool,
+    ) -> Result<Watch, ClientError> {
         let op = Op::Watch {
             path: path.into(),
             recursive,

@@ -33,6 +33,9 @@ use super::ClientError;
 /// Frames queued for the writer before senders wait.
 const OUTBOX_FRAMES: usize = 256;
 
+/// The capability of an agent that takes and sends paths that are not UTF-8.
+const BYTE_PATHS: &str = "byte_paths";
+
 /// How long to wait for the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -222,6 +225,16 @@ impl Session {
 
     /// Opens a stream granting the agent `window` bytes of credit.
     pub async fn open_with_window(&self, op: Op, window: u32) -> Result<RawStream, ClientError> {
+        if op.needs_byte_paths() && !self.capabilities().iter().any(|c| c == BYTE_PATHS) {
+            return Err(ClientError::Remote {
+                code: ErrorCode::Unsupported,
+                message: format!(
+                    "the sandbox's agent ({}) cannot name files that are not UTF-8; \
+                     rebuild the sandbox's image with a newer tether-agent",
+                    self.inner.agent_version
+                ),
+            });
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         let credit = Arc::new(Semaphore::new(INITIAL_WINDOW as usize));
         let id = {

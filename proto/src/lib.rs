@@ -6,6 +6,7 @@
 //! - [`control`]: the typed control messages (handshake, open, exit, resize, signal, error, ...).
 //! - [`op`]: the operations a stream can carry (exec, files, forwarding, watch) and their replies.
 //! - `error`: wire error codes ([`ErrorCode`]) and the codec's own error type ([`ProtoError`]).
+//! - `path`: [`WirePath`], a file name as bytes, losslessly carried in JSON.
 //! - `ids`: newtypes for stream ids, process ids, channels and byte offsets ([`StreamId`],
 //!   [`ProcessId`], [`Channel`], [`ByteOffset`]).
 //! - [`window`]: credit accounting for per-stream flow control.
@@ -27,6 +28,7 @@ pub mod frame;
 mod ids;
 pub mod limits;
 pub mod op;
+mod path;
 pub mod window;
 #[cfg(feature = "ws")]
 pub mod writer;
@@ -35,6 +37,7 @@ pub use control::{Control, ExitStatus};
 pub use error::{ErrorCode, ProtoError};
 pub use frame::{Frame, FrameKind};
 pub use ids::{ByteOffset, Channel, ProcessId, StreamId};
+pub use path::WirePath;
 
 /// The protocol version this crate speaks. Bumped on any incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;

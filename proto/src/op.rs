@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use crate::ids::{ByteOffset, ProcessId};
+use crate::path::WirePath;
 
 /// What a new stream does.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -50,7 +51,7 @@ pub enum Op {
     /// Stream a file (or a byte range of it) on `out`, then eof; replies `stat` first.
     Read {
         /// Absolute path, or relative to the agent's working directory.
-        path: String,
+        path: WirePath,
         /// First byte to read.
         #[serde(default)]
         offset: u64,
@@ -64,12 +65,12 @@ pub enum Op {
     /// Replies `stat`.
     Stat {
         /// The path; a symlink is not followed.
-        path: String,
+        path: WirePath,
     },
     /// Replies `entries`.
     List {
         /// The directory.
-        path: String,
+        path: WirePath,
         /// 1 lists the directory itself; each level more descends once. 0 is treated as 1.
         #[serde(default = "one")]
         depth: u32,
@@ -77,7 +78,7 @@ pub enum Op {
     /// Create a directory and its parents; replies `ok`.
     Mkdir {
         /// The directory.
-        path: String,
+        path: WirePath,
         /// Permission bits for created directories; default 0o755.
         #[serde(default)]
         mode: Option<u32>,
@@ -85,7 +86,7 @@ pub enum Op {
     /// Remove a file, or a directory (which must be empty unless `recursive`); replies `ok`.
     Remove {
         /// The path.
-        path: String,
+        path: WirePath,
         /// Remove a directory and everything under it.
         #[serde(default)]
         recursive: bool,
@@ -93,9 +94,9 @@ pub enum Op {
     /// Rename `from` to `to`; replies `ok`.
     Rename {
         /// The source.
-        from: String,
+        from: WirePath,
         /// The destination.
-        to: String,
+        to: WirePath,
         /// Replace an existing destination; otherwise `already_exists`.
         #[serde(default)]
         overwrite: bool,
@@ -103,14 +104,14 @@ pub enum Op {
     /// Change permission bits; replies `ok`.
     Chmod {
         /// The path.
-        path: String,
+        path: WirePath,
         /// Permission bits, e.g. 0o644.
         mode: u32,
     },
     /// Paths under `root` matching a glob such as `src/**/*.rs`; replies `paths`.
     Glob {
         /// The directory the pattern is relative to.
-        root: String,
+        root: WirePath,
         /// The pattern.
         pattern: String,
         /// Most paths to return; default 10,000.
@@ -122,7 +123,7 @@ pub enum Op {
     /// Replace a string in a text file; replies `edited`.
     Edit {
         /// The file.
-        path: String,
+        path: WirePath,
         /// The text to find; must occur exactly once unless `replace_all`.
         old: String,
         /// Its replacement.
@@ -141,13 +142,13 @@ pub enum Op {
     /// bytes on `out` concatenated in the order listed, then eof.
     ReadBatch {
         /// The paths.
-        paths: Vec<String>,
+        paths: Vec<WirePath>,
     },
     /// Stream the directory (or file) as an uncompressed tar archive on `out`, then eof.
     /// Symlinks, modes and empty directories are kept.
     TarRead {
         /// What to archive; entries are named relative to it.
-        path: String,
+        path: WirePath,
         /// Entries whose relative path matches one of these globs are skipped.
         #[serde(default)]
         exclude: Vec<String>,
@@ -156,7 +157,7 @@ pub enum Op {
     /// creating it; replies `ok`.
     TarWrite {
         /// The destination directory.
-        path: String,
+        path: WirePath,
         /// The archive is gzip-compressed.
         #[serde(default)]
         gzip: bool,
@@ -164,7 +165,7 @@ pub enum Op {
     /// Report changes under a directory as `event` messages until cancelled.
     Watch {
         /// The directory.
-        path: String,
+        path: WirePath,
         /// Include subdirectories (new ones too).
         #[serde(default = "yes")]
         recursive: bool,
@@ -182,6 +183,40 @@ pub enum Op {
     Ports,
     /// Facts about the agent and its machine; replies `info`.
     Info,
+}
+
+impl Op {
+    /// Whether the operation names a path that is not UTF-8, which only an agent with the
+    /// `byte_paths` capability understands.
+    pub fn needs_byte_paths(&self) -> bool {
+        let odd = |p: &WirePath| p.to_str().is_none();
+        match self {
+            Op::Read { path, .. }
+            | Op::Stat { path }
+            | Op::List { path, .. }
+            | Op::Mkdir { path, .. }
+            | Op::Remove { path, .. }
+            | Op::Chmod { path, .. }
+            | Op::Edit { path, .. }
+            | Op::TarRead { path, .. }
+            | Op::TarWrite { path, .. }
+            | Op::Watch { path, .. }
+            | Op::Write(WriteSpec { path, .. })
+            | Op::Grep(GrepSpec { path, .. })
+            | Op::Glob { root: path, .. } => odd(path),
+            Op::Rename { from, to, .. } => odd(from) || odd(to),
+            Op::WriteBatch { files } => files.iter().any(|f| odd(&f.path)),
+            Op::ReadBatch { paths } => paths.iter().any(odd),
+            Op::Exec(_)
+            | Op::Attach { .. }
+            | Op::Wait { .. }
+            | Op::Kill { .. }
+            | Op::Processes
+            | Op::Connect { .. }
+            | Op::Ports
+            | Op::Info => false,
+        }
+    }
 }
 
 fn one() -> u32 {
@@ -287,7 +322,7 @@ pub struct PtySpec {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WriteSpec {
     /// The file.
-    pub path: String,
+    pub path: WirePath,
     /// Permission bits of a new file; default 0o644 (an existing file keeps its own).
     #[serde(default)]
     pub mode: Option<u32>,
@@ -316,7 +351,7 @@ pub enum IfExists {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchFile {
     /// The path.
-    pub path: String,
+    pub path: WirePath,
     /// Its size in bytes: how much of the `in` stream belongs to it.
     pub size: u64,
     /// Permission bits; default 0o644.
@@ -328,7 +363,7 @@ pub struct BatchFile {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrepSpec {
     /// File or directory to search (recursively).
-    pub path: String,
+    pub path: WirePath,
     /// What to find.
     pub pattern: String,
     /// `pattern` is a regular expression rather than a literal string.
@@ -362,7 +397,7 @@ pub enum Reply {
     /// Paths from a glob.
     Paths {
         /// Matching paths, relative to the root.
-        paths: Vec<String>,
+        paths: Vec<WirePath>,
         /// The limit was reached; there may be more.
         truncated: bool,
     },
@@ -420,7 +455,7 @@ pub enum FileKind {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileStat {
     /// The path as asked for, or relative to the listed directory in `entries`.
-    pub path: String,
+    pub path: WirePath,
     /// The kind.
     pub kind: FileKind,
     /// Size in bytes.
@@ -431,14 +466,33 @@ pub struct FileStat {
     pub mtime_ms: i64,
     /// A symlink's target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
+    pub target: Option<WirePath>,
+    /// A regular file's identity and links: with `links` above 1, two entries with the same
+    /// `file_id` are names of one file (hard links). Absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_id: Option<FileId>,
+    /// Bytes the file takes on disk (`st_blocks` × 512); less than `size` for a file with
+    /// holes. Absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated: Option<u64>,
+}
+
+/// Which file a name belongs to, on the agent's machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FileId {
+    /// The filesystem (`st_dev`).
+    pub device: u64,
+    /// The file on it (`st_ino`).
+    pub inode: u64,
+    /// How many names it has (`st_nlink`).
+    pub links: u64,
 }
 
 /// One matching line.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrepMatch {
     /// The file, relative to the searched path (its name when a file was searched).
-    pub path: String,
+    pub path: WirePath,
     /// 1-based line number.
     pub line: u64,
     /// The line's text, lossily decoded, without its newline.
@@ -449,7 +503,7 @@ pub struct GrepMatch {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchResult {
     /// The path.
-    pub path: String,
+    pub path: WirePath,
     /// Bytes written or to be streamed, when it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
@@ -525,19 +579,19 @@ pub enum WatchEvent {
     /// A file or directory appeared.
     Create {
         /// Its path relative to the watched directory.
-        path: String,
+        path: WirePath,
         /// It is a directory.
         dir: bool,
     },
     /// A file's content or metadata changed.
     Modify {
         /// Its path.
-        path: String,
+        path: WirePath,
     },
     /// A file or directory went away.
     Remove {
         /// Its path.
-        path: String,
+        path: WirePath,
         /// It was a directory.
         dir: bool,
     },
@@ -545,9 +599,9 @@ pub enum WatchEvent {
     /// reported as `create` or `remove`.
     Rename {
         /// The old path.
-        from: String,
+        from: WirePath,
         /// The new path.
-        to: String,
+        to: WirePath,
     },
     /// Events were lost (the kernel queue overflowed); rescan to converge.
     Overflow,

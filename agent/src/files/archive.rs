@@ -3,17 +3,21 @@
 //!
 //! Both stream through [`super::pump`]: the tar builder or parser runs on a blocking thread
 //! and the archive is never whole in memory. Symlinks stay symlinks; modes, mtimes and empty
-//! directories are kept; owners are recorded but not restored; hard links are archived as
-//! separate files; sockets and device nodes are left out. Unpacking ([`unpack`]) lands each
-//! file atomically and writes nothing outside the destination.
+//! directories are kept; owners are recorded but not restored; a file's second name is
+//! archived as a hard link to its first; a file with holes goes as a GNU sparse entry
+//! ([`sparse`]); FIFOs and devices go as their header alone, so the receiver can name what
+//! it did not make; sockets are left out. Unpacking ([`unpack`]) lands each file
+//! atomically, sparse ones with their holes, and writes nothing outside the destination.
 
+use std::collections::hash_map::{Entry, HashMap};
 use std::error::Error;
 use std::fs::{self, File, Metadata};
 use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use flate2::read::MultiGzDecoder;
-use tar::{Archive, Builder, Header, HeaderMode};
+use tar::{Archive, Builder, EntryType, Header, HeaderMode};
 use tether_proto::op::Reply;
 use tether_proto::{Channel, ErrorCode};
 use tracing::warn;
@@ -25,6 +29,7 @@ use super::search::NameOrPath;
 use super::{blocking, fail, refuse, relative, READ_CHUNK};
 use crate::stream::{OpError, OpResult, StreamCtx};
 
+mod sparse;
 mod unpack;
 
 /// Bytes of an incoming archive read at a time: 256 KiB.
@@ -53,6 +58,7 @@ pub(super) async fn tar_read(mut ctx: StreamCtx, root: PathBuf, exclude: Vec<Str
 /// file by its name). Excluded entries are skipped with everything beneath them.
 fn build(root: &Path, exclude: &NameOrPath, out: &mut Outgoing) -> Result<(), OpError> {
     let mut tar = Builder::new(BufWriter::with_capacity(READ_CHUNK, out));
+    let mut linked = HashMap::new();
     let meta = fs::metadata(root).map_err(fail(root))?;
     if meta.is_dir() {
         let walk = WalkDir::new(root)
@@ -67,23 +73,26 @@ fn build(root: &Path, exclude: &NameOrPath, out: &mut Outgoing) -> Result<(), Op
             })?;
             let path = entry.path();
             let meta = entry.metadata().map_err(|e| fail(path)(e.into()))?;
-            append(&mut tar, path, &relative(root, path), &meta).map_err(fail(path))?;
+            let name = relative(root, path);
+            append(&mut tar, path, name.as_path(), &meta, &mut linked).map_err(fail(path))?;
         }
     } else {
         let name = root.file_name().unwrap_or(root.as_os_str());
-        append(&mut tar, root, &name.to_string_lossy(), &meta).map_err(fail(root))?;
+        append(&mut tar, root, Path::new(name), &meta, &mut linked).map_err(fail(root))?;
     }
     tar.into_inner()
         .and_then(|mut w| w.flush())
         .map_err(fail(root))
 }
 
-/// Appends one entry from its (not followed) metadata.
+/// Appends one entry from its (not followed) metadata. `linked` maps the (device, inode)
+/// of each archived file with several names to the first name it was archived under.
 fn append<W: Write>(
     tar: &mut Builder<W>,
     path: &Path,
-    name: &str,
+    name: &Path,
     meta: &Metadata,
+    linked: &mut HashMap<(u64, u64), PathBuf>,
 ) -> io::Result<()> {
     let mut header = Header::new_gnu();
     header.set_metadata_in_mode(meta, HeaderMode::Complete);
@@ -93,13 +102,33 @@ fn append<W: Write>(
     } else if kind.is_dir() {
         tar.append_data(&mut header, name, io::empty())
     } else if kind.is_file() {
+        if meta.nlink() > 1 {
+            match linked.entry((meta.dev(), meta.ino())) {
+                Entry::Occupied(first) => {
+                    header.set_entry_type(EntryType::Link);
+                    header.set_size(0);
+                    return tar.append_link(&mut header, name, first.get());
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(name.to_path_buf());
+                }
+            }
+        }
+        let file = File::open(path)?;
+        if let Some(extents) = sparse::data_extents(&file, meta.len())? {
+            return sparse::append_sparse(tar, &mut header, name, file, meta.len(), extents);
+        }
         let file = Exactly {
-            file: File::open(path)?,
+            file,
             left: meta.len(),
             shrank: false,
             path,
         };
         tar.append_data(&mut header, name, file)
+    } else if kind.is_fifo() || kind.is_char_device() || kind.is_block_device() {
+        // The header alone: the receiver names it in its summary instead of making it.
+        header.set_size(0);
+        tar.append_data(&mut header, name, io::empty())
     } else {
         Ok(())
     }
@@ -225,7 +254,7 @@ mod tests {
         for name in ["empty", "link", "run.sh"] {
             let path = root.join(name);
             let meta = fs::symlink_metadata(&path).unwrap();
-            append(&mut tar, &path, name, &meta).unwrap();
+            append(&mut tar, &path, Path::new(name), &meta, &mut HashMap::new()).unwrap();
         }
         let bytes = tar.into_inner().unwrap();
         let mut archive = Archive::new(&bytes[..]);

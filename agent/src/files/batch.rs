@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use tether_proto::op::{BatchFile, BatchResult, Reply};
-use tether_proto::{Channel, ErrorCode};
+use tether_proto::{Channel, ErrorCode, WirePath};
 
 use super::atomic::{AtomicFile, Options};
 use super::pump::{self, Incoming};
@@ -99,7 +99,7 @@ fn write_one(
 
 /// `read_batch`: opens every file, replies `batch` with each size (from the open file, so
 /// it is what will be sent) or error, then streams the opened files' bytes on `out`.
-pub(super) async fn read_batch(mut ctx: StreamCtx, paths: Vec<Entry<String>>) -> OpResult {
+pub(super) async fn read_batch(mut ctx: StreamCtx, paths: Vec<Entry<WirePath>>) -> OpResult {
     if paths.len() > MAX_READ_BATCH {
         return Err(OpError::new(
             ErrorCode::TooLarge,
@@ -139,7 +139,7 @@ pub(super) async fn read_batch(mut ctx: StreamCtx, paths: Vec<Entry<String>>) ->
 }
 
 /// Opens each path; the results in request order, and the opened files with their sizes.
-fn open_all(paths: Vec<Entry<String>>) -> (Vec<BatchResult>, Vec<(File, u64, PathBuf)>) {
+fn open_all(paths: Vec<Entry<WirePath>>) -> (Vec<BatchResult>, Vec<(File, u64, PathBuf)>) {
     let mut results = Vec::with_capacity(paths.len());
     let mut files = Vec::new();
     for (asked, path) in paths {
@@ -167,7 +167,7 @@ fn open_all(paths: Vec<Entry<String>>) -> (Vec<BatchResult>, Vec<(File, u64, Pat
     (results, files)
 }
 
-fn failure(path: String, err: OpError) -> BatchResult {
+fn failure(path: WirePath, err: OpError) -> BatchResult {
     BatchResult {
         path,
         size: None,

@@ -9,8 +9,8 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use tether_proto::op::{FileKind, FileStat, Reply};
-use tether_proto::ErrorCode;
+use tether_proto::op::{FileId, FileKind, FileStat, Reply};
+use tether_proto::{ErrorCode, WirePath};
 use walkdir::WalkDir;
 
 use super::atomic::rename_no_replace;
@@ -20,7 +20,7 @@ use super::{
 use crate::stream::{OpError, OpResult, StreamCtx};
 
 /// The wire form of a file's metadata; `path` is as asked, or relative to a listed directory.
-pub(super) fn file_stat(path: String, meta: &Metadata, target: Option<String>) -> FileStat {
+pub(super) fn file_stat(path: WirePath, meta: &Metadata, target: Option<WirePath>) -> FileStat {
     let kind = match meta.file_type() {
         t if t.is_symlink() => FileKind::Symlink,
         t if t.is_dir() => FileKind::Dir,
@@ -34,21 +34,25 @@ pub(super) fn file_stat(path: String, meta: &Metadata, target: Option<String>) -
         mode: meta.mode() & 0o7777,
         mtime_ms: meta.mtime() * 1000 + meta.mtime_nsec() / 1_000_000,
         target,
+        file_id: (kind == FileKind::File).then(|| FileId {
+            device: meta.dev(),
+            inode: meta.ino(),
+            links: meta.nlink(),
+        }),
+        allocated: (kind == FileKind::File).then(|| meta.blocks().saturating_mul(512)),
     }
 }
 
-/// A symlink's target, lossily decoded; `None` for anything else.
-fn link_target(path: &Path, meta: &Metadata) -> Option<String> {
+/// A symlink's target, as its bytes; `None` for anything else.
+fn link_target(path: &Path, meta: &Metadata) -> Option<WirePath> {
     if !meta.file_type().is_symlink() {
         return None;
     }
-    fs::read_link(path)
-        .ok()
-        .map(|t| t.to_string_lossy().into_owned())
+    fs::read_link(path).ok().map(WirePath::from)
 }
 
 /// `stat`: the path's own metadata (a symlink is reported, not followed).
-pub(super) async fn stat(ctx: StreamCtx, asked: String, path: PathBuf) -> OpResult {
+pub(super) async fn stat(ctx: StreamCtx, asked: WirePath, path: PathBuf) -> OpResult {
     respond(ctx, move || {
         let meta = fs::symlink_metadata(&path).map_err(fail(&path))?;
         let stat = file_stat(asked, &meta, link_target(&path, &meta));
@@ -245,7 +249,7 @@ mod tests {
         fs::write(root.join("a/f"), "hello").unwrap();
         std::os::unix::fs::symlink("a", root.join("link")).unwrap();
 
-        let names = |depth| -> Vec<String> {
+        let names = |depth| -> Vec<WirePath> {
             list_dir(root, depth)
                 .unwrap()
                 .into_iter()
@@ -257,9 +261,9 @@ mod tests {
         let all = list_dir(root, 9).unwrap();
         let link = all.iter().find(|e| e.path == "link").unwrap();
         assert_eq!(link.kind, FileKind::Symlink);
-        assert_eq!(link.target.as_deref(), Some("a"));
+        assert_eq!(link.target, Some(WirePath::from("a")));
         assert_eq!(all.iter().find(|e| e.path == "a/f").unwrap().size, 5);
-        assert!(!all.iter().any(|e| e.path.starts_with("link/")));
+        assert!(!all.iter().any(|e| e.path.as_bytes().starts_with(b"link/")));
 
         let err = list_dir(&root.join("a/f"), 1).unwrap_err();
         assert_eq!(err.code, ErrorCode::NotADirectory);

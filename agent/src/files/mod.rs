@@ -30,7 +30,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tether_proto::limits::MAX_PAYLOAD;
 use tether_proto::op::{Op, Reply};
-use tether_proto::ErrorCode;
+use tether_proto::{ErrorCode, WirePath};
 
 use crate::agent::Agent;
 use crate::stream::{OpError, OpResult, StreamCtx};
@@ -89,7 +89,7 @@ const WATCH_BUFFER: usize = 64 << 10;
 
 /// Runs a file operation on its stream until it is finished.
 pub(crate) async fn run(ctx: StreamCtx, op: Op, agent: Arc<Agent>) -> OpResult {
-    let at = |path: &str| target(&agent, path);
+    let at = |path: &WirePath| target(&agent, path);
     match op {
         Op::Read { path, offset, len } => {
             let file = at(&path)?;
@@ -154,20 +154,20 @@ pub(crate) async fn run(ctx: StreamCtx, op: Op, agent: Arc<Agent>) -> OpResult {
 
 /// Validates a client path and resolves it: absolute as is, relative against the agent's
 /// working directory. The one place paths are checked.
-fn target(agent: &Agent, path: &str) -> Result<PathBuf, OpError> {
+fn target(agent: &Agent, path: &WirePath) -> Result<PathBuf, OpError> {
     validate(path)?;
-    Ok(agent.resolve(path))
+    Ok(agent.resolve(path.as_path()))
 }
 
 /// Rejects paths no file can have: empty, or containing a NUL byte.
-fn validate(path: &str) -> Result<(), OpError> {
+fn validate(path: &WirePath) -> Result<(), OpError> {
     if path.is_empty() {
         return Err(OpError::new(
             ErrorCode::InvalidPath,
             "the path is empty; name a file or directory",
         ));
     }
-    if path.contains('\0') {
+    if path.contains(0) {
         return Err(OpError::new(
             ErrorCode::InvalidPath,
             format!("the path {path:?} contains a NUL byte"),
@@ -219,12 +219,10 @@ fn worker_failed(err: tokio::task::JoinError) -> OpError {
     )
 }
 
-/// `path` relative to `root`, with `/` separators, lossily decoded: the form every reply uses.
-fn relative(root: &Path, path: &Path) -> String {
-    path.strip_prefix(root)
-        .unwrap_or(path)
-        .to_string_lossy()
-        .into_owned()
+/// `path` relative to `root`, with `/` separators, as its exact bytes: the form every reply
+/// uses.
+fn relative(root: &Path, path: &Path) -> WirePath {
+    WirePath::from(path.strip_prefix(root).unwrap_or(path))
 }
 
 /// Bytes `value` takes as JSON, to keep replies within [`REPLY_BUDGET`].
@@ -252,9 +250,15 @@ mod tests {
 
     #[test]
     fn paths_are_validated() {
-        assert_eq!(validate("").unwrap_err().code, ErrorCode::InvalidPath);
-        assert_eq!(validate("a\0b").unwrap_err().code, ErrorCode::InvalidPath);
-        assert!(validate("src/x").is_ok());
+        assert_eq!(
+            validate(&"".into()).unwrap_err().code,
+            ErrorCode::InvalidPath
+        );
+        assert_eq!(
+            validate(&"a\0b".into()).unwrap_err().code,
+            ErrorCode::InvalidPath
+        );
+        assert!(validate(&"src/x".into()).is_ok());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use regex::bytes::{Regex, RegexBuilder};
 use tether_proto::op::{GrepMatch, GrepSpec, Reply};
-use tether_proto::ErrorCode;
+use tether_proto::{ErrorCode, WirePath};
 use walkdir::WalkDir;
 
 use super::{
@@ -62,8 +62,9 @@ impl NameOrPath {
     }
 
     /// True when `rel` (a `/`-separated relative path) matches one of the patterns.
-    pub(super) fn is_match(&self, rel: &str) -> bool {
-        let name = rel.rsplit('/').next().unwrap_or(rel);
+    pub(super) fn is_match(&self, rel: &WirePath) -> bool {
+        let rel = rel.as_path();
+        let name = rel.file_name().unwrap_or(rel.as_os_str());
         self.names.is_match(name) || self.paths.is_match(rel)
     }
 }
@@ -83,7 +84,7 @@ pub(super) async fn glob(
     .await
 }
 
-fn find(root: &Path, pattern: &str, limit: usize) -> Result<(Vec<String>, bool), OpError> {
+fn find(root: &Path, pattern: &str, limit: usize) -> Result<(Vec<WirePath>, bool), OpError> {
     let matcher: GlobMatcher = parse_glob(pattern)?.compile_matcher();
     if !fs::metadata(root).map_err(fail(root))?.is_dir() {
         return Err(refuse(ErrorCode::NotADirectory, root, "Not a directory"));
@@ -109,7 +110,7 @@ fn find(root: &Path, pattern: &str, limit: usize) -> Result<(Vec<String>, bool),
             break;
         }
         let rel = relative(root, entry.path());
-        if !matcher.is_match(&rel) {
+        if !matcher.is_match(rel.as_path()) {
             continue;
         }
         bytes += encoded_len(&rel) + 1;
@@ -148,11 +149,11 @@ struct Found {
 
 impl Found {
     /// Records a match; false once the search must stop.
-    fn add(&mut self, path: &str, line: u64, text: &[u8]) -> bool {
+    fn add(&mut self, path: &WirePath, line: u64, text: &[u8]) -> bool {
         let text = strip_eol(text);
         let text = &text[..text.len().min(MAX_MATCH_TEXT)];
         let m = GrepMatch {
-            path: path.to_string(),
+            path: path.clone(),
             line,
             text: String::from_utf8_lossy(text).into_owned(),
         };
@@ -201,7 +202,7 @@ fn search(root: &Path, spec: &GrepSpec) -> Result<(Vec<GrepMatch>, bool), OpErro
     if !meta.is_dir() {
         let name = root
             .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
+            .map(|n| WirePath::from(Path::new(n)))
             .unwrap_or_default();
         if filter.as_ref().is_none_or(|f| f.is_match(&name)) {
             search_file(root, &name, &re, &mut found);
@@ -230,7 +231,7 @@ fn search(root: &Path, spec: &GrepSpec) -> Result<(Vec<GrepMatch>, bool), OpErro
 
 /// Searches one file line by line; false once the search must stop. Unreadable and binary
 /// files are skipped, as `grep -s` and `grep -I` do.
-fn search_file(path: &Path, rel: &str, re: &Lines, found: &mut Found) -> bool {
+fn search_file(path: &Path, rel: &WirePath, re: &Lines, found: &mut Found) -> bool {
     let Ok(mut file) = File::open(path) else {
         return true;
     };
@@ -315,7 +316,7 @@ mod tests {
 
     fn spec(pattern: &str) -> GrepSpec {
         GrepSpec {
-            path: String::new(),
+            path: WirePath::default(),
             pattern: pattern.into(),
             regex: false,
             ignore_case: false,
@@ -328,8 +329,8 @@ mod tests {
     fn greps_literals_and_regexes() {
         let dir = tree();
         let (m, _) = search(dir.path(), &spec("hello")).unwrap();
-        let got: Vec<_> = m.iter().map(|m| (m.path.as_str(), m.line)).collect();
-        assert_eq!(got, [("README.md", 1), ("src/app/lib.rs", 1)]);
+        let got: Vec<_> = m.iter().map(|m| format!("{}:{}", m.path, m.line)).collect();
+        assert_eq!(got, ["README.md:1", "src/app/lib.rs:1"]);
         assert_eq!(m[1].text, "// hello");
 
         let ci = GrepSpec {
@@ -338,8 +339,8 @@ mod tests {
             ..spec("hello")
         };
         let (m, _) = search(dir.path(), &ci).unwrap();
-        let got: Vec<_> = m.iter().map(|m| (m.path.as_str(), m.line)).collect();
-        assert_eq!(got, [("src/app/lib.rs", 1), ("src/main.rs", 2)]);
+        let got: Vec<_> = m.iter().map(|m| format!("{}:{}", m.path, m.line)).collect();
+        assert_eq!(got, ["src/app/lib.rs:1", "src/main.rs:2"]);
 
         let re = GrepSpec {
             regex: true,
@@ -371,10 +372,10 @@ mod tests {
     #[test]
     fn name_or_path_filters() {
         let f = NameOrPath::new(["*.log", "build/out", "/top"]).unwrap();
-        assert!(f.is_match("a/b/x.log"));
-        assert!(f.is_match("build/out"));
-        assert!(!f.is_match("src/build/out"));
-        assert!(f.is_match("top"));
-        assert!(!f.is_match("x.rs"));
+        assert!(f.is_match(&"a/b/x.log".into()));
+        assert!(f.is_match(&"build/out".into()));
+        assert!(!f.is_match(&"src/build/out".into()));
+        assert!(f.is_match(&"top".into()));
+        assert!(!f.is_match(&"x.rs".into()));
     }
 }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use bytes::BytesMut;
 use tether_proto::limits::{DATA_CHUNK, HEADER_LEN};
 use tether_proto::op::{IfExists, Reply, WriteSpec};
-use tether_proto::{frame, Channel, ErrorCode};
+use tether_proto::{frame, Channel, ErrorCode, WirePath};
 
 use super::atomic::{AtomicFile, Options};
 use super::meta::file_stat;
@@ -25,7 +25,7 @@ use crate::stream::{OpError, OpResult, StreamCtx};
 /// `read`: replies with the file's `stat`, streams the bytes on `out`, then `eof`.
 pub(super) async fn read(
     mut ctx: StreamCtx,
-    asked: String,
+    asked: WirePath,
     path: PathBuf,
     offset: u64,
     len: Option<u64>,

@@ -16,8 +16,10 @@ use std::path::PathBuf;
 
 use futures_util::StreamExt;
 use inotify::{EventMask, EventOwned, Inotify, WatchDescriptor, WatchMask, Watches};
+use std::os::unix::ffi::OsStrExt;
+
 use tether_proto::op::{Reply, WatchEvent};
-use tether_proto::ErrorCode;
+use tether_proto::{ErrorCode, WirePath};
 use tokio::time::Instant;
 use walkdir::WalkDir;
 
@@ -46,7 +48,7 @@ pub(super) async fn watch(mut ctx: StreamCtx, root: PathBuf, recursive: bool) ->
                 "Not a directory",
             ));
         }
-        tree.scan("", None)?;
+        tree.scan(&WirePath::default(), None)?;
         Ok(tree)
     })
     .await?;
@@ -77,7 +79,7 @@ pub(super) async fn watch(mut ctx: StreamCtx, root: PathBuf, recursive: bool) ->
                         }
                     }
                     Change::Overflow => {
-                        tree = blocking(move || tree.scan("", None).map(|()| tree)).await?;
+                        tree = blocking(move || tree.scan(&WirePath::default(), None).map(|()| tree)).await?;
                     }
                     Change::RootGone => {
                         send(&ctx, &mut batch).await?;
@@ -125,7 +127,7 @@ async fn send(ctx: &StreamCtx, batch: &mut Batch) -> OpResult {
 enum Change {
     None,
     /// A directory appeared at this relative path: watch it and report its contents.
-    NewDir(String),
+    NewDir(WirePath),
     /// The kernel dropped events: pick up directories we missed.
     Overflow,
     /// The watched directory itself was deleted.
@@ -136,7 +138,7 @@ enum Change {
 #[derive(Debug)]
 struct Moved {
     cookie: u32,
-    path: String,
+    path: WirePath,
     dir: bool,
 }
 
@@ -144,7 +146,7 @@ struct Moved {
 struct Tree {
     watches: Watches,
     /// Each watched directory's path relative to the root (`""` for the root).
-    dirs: HashMap<WatchDescriptor, String>,
+    dirs: HashMap<WatchDescriptor, WirePath>,
     root: PathBuf,
     recursive: bool,
     pending: Option<Moved>,
@@ -166,14 +168,14 @@ impl Tree {
     /// recording what is beneath as `create` events in `created` if given.
     fn scan(
         &mut self,
-        rel: &str,
+        rel: &WirePath,
         mut created: Option<&mut Vec<WatchEvent>>,
     ) -> Result<(), OpError> {
-        let top = self.root.join(rel);
+        let top = self.root.join(rel.as_path());
         let depth = if self.recursive { usize::MAX } else { 0 };
         for entry in WalkDir::new(&top).max_depth(depth).into_iter().flatten() {
             let is_dir = entry.file_type().is_dir();
-            let path = join(rel, &super::relative(&top, entry.path()));
+            let path = join(rel, super::relative(&top, entry.path()).as_bytes());
             if entry.depth() > 0 {
                 if let Some(created) = created.as_deref_mut() {
                     created.push(WatchEvent::Create {
@@ -235,7 +237,7 @@ impl Tree {
             }
             return Change::None;
         };
-        let path = join(&base, &name.to_string_lossy());
+        let path = join(&base, name.as_bytes());
         let dir = event.mask.contains(EventMask::ISDIR);
         if let Some(from) = self.pending.take() {
             if event.mask.contains(EventMask::MOVED_TO) && event.cookie == from.cookie {
@@ -309,26 +311,34 @@ impl Tree {
     }
 
     /// A watched directory moved within the tree: its watches now report new paths.
-    fn rename_dirs(&mut self, from: &str, to: &str) {
+    fn rename_dirs(&mut self, from: &WirePath, to: &WirePath) {
         for path in self.dirs.values_mut() {
             if under(path, from) {
-                *path = format!("{to}{}", &path[from.len()..]);
+                let mut moved = to.as_bytes().to_vec();
+                moved.extend_from_slice(&path.as_bytes()[from.as_bytes().len()..]);
+                *path = WirePath::from(moved);
             }
         }
     }
 }
 
 /// True when `path` is `dir` or lies beneath it.
-fn under(path: &str, dir: &str) -> bool {
-    path.strip_prefix(dir)
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+fn under(path: &WirePath, dir: &WirePath) -> bool {
+    path.as_bytes()
+        .strip_prefix(dir.as_bytes())
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(b"/"))
 }
 
-fn join(base: &str, name: &str) -> String {
+fn join(base: &WirePath, name: &[u8]) -> WirePath {
     match (base.is_empty(), name.is_empty()) {
-        (true, _) => name.to_string(),
-        (_, true) => base.to_string(),
-        _ => format!("{base}/{name}"),
+        (true, _) => WirePath::from(name),
+        (_, true) => base.clone(),
+        _ => {
+            let mut joined = base.as_bytes().to_vec();
+            joined.push(b'/');
+            joined.extend_from_slice(name);
+            WirePath::from(joined)
+        }
     }
 }
 
@@ -337,7 +347,7 @@ fn join(base: &str, name: &str) -> String {
 struct Batch {
     events: Vec<WatchEvent>,
     /// Paths with a `modify` queued and no later event about them.
-    modified: HashSet<String>,
+    modified: HashSet<WirePath>,
 }
 
 impl Batch {
@@ -356,7 +366,7 @@ impl Batch {
         self.events.push(event);
     }
 
-    fn modify(&mut self, path: String) {
+    fn modify(&mut self, path: WirePath) {
         if self.modified.insert(path.clone()) {
             self.events.push(WatchEvent::Modify { path });
         }
@@ -406,10 +416,10 @@ mod tests {
 
     #[test]
     fn paths_under_and_joined() {
-        assert!(under("a/b", "a"));
-        assert!(under("a", "a"));
-        assert!(!under("ab", "a"));
-        assert_eq!(join("", "x"), "x");
-        assert_eq!(join("a", "x"), "a/x");
+        assert!(under(&"a/b".into(), &"a".into()));
+        assert!(under(&"a".into(), &"a".into()));
+        assert!(!under(&"ab".into(), &"a".into()));
+        assert_eq!(join(&"".into(), b"x"), "x");
+        assert_eq!(join(&"a".into(), b"x"), "a/x");
     }
 }

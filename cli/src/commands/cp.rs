@@ -7,6 +7,7 @@
 //! directory receives the source inside it under its own name.
 
 use std::io::IsTerminal;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
@@ -16,11 +17,12 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio_util::io::SyncIoBridge;
 
 use tether_proto::op::{FileKind, IfExists, Op, WriteSpec};
-use tether_proto::ErrorCode;
+use tether_proto::{ErrorCode, WirePath};
 
 use super::location::Location;
 use super::remote::Remote;
-use tether_client::escape::escape_str;
+use tether_client::escape::{escape_os, escape_str};
+use tether_client::hostfs::pack::Packer;
 use tether_client::hostfs::{self, HostFsError, ModePolicy};
 use tether_client::{ClientError, Session};
 
@@ -63,10 +65,12 @@ pub(super) async fn run(remote: Remote, args: CpArgs) -> anyhow::Result<()> {
             })
             .await;
             bar.finish();
-            copied.map(drop).map_err(|e| match e {
+            let copied = copied.map_err(|e| match e {
                 HostFsError::Remote(e) => remote_context(e.into(), &id),
                 other => other.into(),
-            })
+            })?;
+            report_special(&copied.special);
+            Ok(())
         }
         (Location::Local(src), Location::Remote { id, path }) => {
             let session = remote.connect(&id).await?;
@@ -81,6 +85,19 @@ pub(super) async fn run(remote: Remote, args: CpArgs) -> anyhow::Result<()> {
             "neither side is in a sandbox: write one side as ID:/path (see `tether ls`)"
         ),
     }
+}
+
+/// The summary line of what was left out: FIFOs, sockets and devices are never copied.
+fn report_special(names: &[String]) {
+    if names.is_empty() {
+        return;
+    }
+    let count = names.len();
+    let what = if count == 1 { "file" } else { "files" };
+    eprintln!(
+        "skipped {count} special {what} (FIFOs, sockets and devices are not copied): {}",
+        names.join(", ")
+    );
 }
 
 /// Says where an error the agent reported happened (its message names the path).
@@ -99,8 +116,13 @@ async fn upload(session: &Session, src: &Path, dst: &str) -> anyhow::Result<()> 
         Err(e) => return Err(e.into()),
     };
     let target = match (into_dir, src.file_name()) {
-        (true, Some(name)) => format!("{}/{}", dst.trim_end_matches('/'), name.to_string_lossy()),
-        _ => dst.to_string(),
+        (true, Some(name)) => {
+            let mut path = dst.trim_end_matches('/').as_bytes().to_vec();
+            path.push(b'/');
+            path.extend_from_slice(name.as_bytes());
+            WirePath::from(path)
+        }
+        _ => WirePath::from(dst),
     };
     if meta.is_dir() {
         upload_dir(session, src, &target).await
@@ -115,14 +137,14 @@ async fn upload_file(
     session: &Session,
     src: &Path,
     meta: &std::fs::Metadata,
-    target: &str,
+    target: &WirePath,
 ) -> anyhow::Result<()> {
     let file = tokio::fs::File::open(src)
         .await
         .with_context(|| format!("cannot read {}", src.display()))?;
     let file = tokio::io::BufReader::with_capacity(FILE_READ_BYTES, file);
     let spec = WriteSpec {
-        path: target.into(),
+        path: target.clone(),
         mode: Some(meta.permissions().mode() & 0o7777),
         create_parents: false,
         if_exists: IfExists::Overwrite,
@@ -136,27 +158,57 @@ async fn upload_file(
     Ok(())
 }
 
-async fn upload_dir(session: &Session, src: &Path, target: &str) -> anyhow::Result<()> {
+async fn upload_dir(session: &Session, src: &Path, target: &WirePath) -> anyhow::Result<()> {
     let (writer, reader) = tokio::io::duplex(PIPE_BYTES);
     let bridge = SyncIoBridge::new(writer);
     let root = src.to_path_buf();
-    let pack = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+    let pack = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<String>> {
         let mut builder = tar::Builder::new(bridge);
-        builder.follow_symlinks(false);
-        builder.append_dir_all(".", &root)?;
+        let mut packer = Packer::default();
+        pack_dir(&mut builder, &mut packer, &root, Path::new(""))?;
         let mut bridge = builder.into_inner()?;
         // Shutting the pipe down is the archive's end-of-file for the upload.
-        bridge.shutdown()
+        bridge.shutdown()?;
+        Ok(packer
+            .skipped
+            .iter()
+            .map(|p| escape_os(p.as_os_str()).into_owned())
+            .collect())
     });
     let bar = progress(None);
     let op = Op::TarWrite {
-        path: target.into(),
+        path: target.clone(),
         gzip: false,
     };
     let (sent, packed) = tokio::join!(session.upload(op, reader, |n| bar.advance_to(n)), pack);
     bar.finish();
-    packed?.with_context(|| format!("cannot pack {}", src.display()))?;
+    // A failed upload is the cause: the packer then only saw its pipe close ("broken pipe").
     sent?;
+    let skipped = packed?.with_context(|| format!("cannot pack {}", src.display()))?;
+    report_special(&skipped);
+    Ok(())
+}
+
+/// Archives everything below `dir` (not following symlinks), named under `rel`, parents
+/// before their contents and siblings in name order.
+fn pack_dir<W: std::io::Write>(
+    tar: &mut tar::Builder<W>,
+    packer: &mut Packer,
+    dir: &Path,
+    rel: &Path,
+) -> std::io::Result<()> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()?;
+    names.sort();
+    for name in names {
+        let (path, name) = (dir.join(&name), rel.join(&name));
+        let meta = std::fs::symlink_metadata(&path)?;
+        packer.append(tar, &path, &name, &meta)?;
+        if meta.is_dir() {
+            pack_dir(tar, packer, &path, &name)?;
+        }
+    }
     Ok(())
 }
 

@@ -24,6 +24,7 @@ mod embedded;
 mod exec;
 mod forward;
 mod image;
+mod interrupt;
 mod lifecycle;
 mod location;
 mod output;
@@ -119,7 +120,7 @@ fn dispatch(cli: Cli) -> i32 {
         Command::Info(args) => done(client(relay, |r| lifecycle::info(r, args))),
         Command::Token(cmd) => done(client(relay, |r| token::run(r, cmd))),
         Command::Secret(cmd) => done(client(relay, |r| secret::run(r, cmd))),
-        Command::Cp(args) => done(client(relay, |r| cp::run(r, args))),
+        Command::Cp(args) => done(client(relay, |r| interrupt::or_signal(cp::run(r, args)))),
         Command::Exec(args) => status(client(relay, |r| exec::run(r, args))),
         Command::Shell(args) => status(client(relay, |r| shell::run(r, args))),
         Command::Run(args) => status(run::run(relay, args)),
@@ -187,7 +188,10 @@ fn done(result: anyhow::Result<()>) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             report(&e);
-            FAILED
+            match e.downcast_ref::<interrupt::Interrupted>() {
+                Some(cut) => 128 + cut.signal,
+                None => FAILED,
+            }
         }
     }
 }
@@ -206,10 +210,20 @@ fn status(result: anyhow::Result<i32>) -> i32 {
 fn report(e: &anyhow::Error) {
     let _ = std::io::stdout().flush();
     // Errors carry sandbox text (agent messages, file names): escaped, never raw.
-    eprintln!(
-        "tether: {}",
-        tether_client::escape::escape_lines(&format!("{e:#}"))
-    );
+    eprintln!("tether: {}", tether_client::escape::escape_lines(&chain(e)));
+}
+
+/// The error and its causes on one line, each cause left out when the text before it
+/// already says it (many errors quote their source), so nothing is said twice.
+fn chain(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text = format!("{text}: {cause}");
+        }
+    }
+    text
 }
 
 /// Parses `KEY=VALUE`.
@@ -229,6 +243,15 @@ fn duration(s: &str) -> Result<std::time::Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_not_repeated() {
+        let os = std::io::Error::from_raw_os_error(28);
+        let inner = anyhow::anyhow!("{os}").context(format!("/w/big: {os}"));
+        assert_eq!(chain(&inner), format!("/w/big: {os}"));
+        let other = anyhow::anyhow!("disk full").context("writing /w/big");
+        assert_eq!(chain(&other), "writing /w/big: disk full");
+    }
     use clap::CommandFactory;
 
     #[test]

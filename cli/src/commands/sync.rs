@@ -107,8 +107,8 @@ pub(super) async fn run(remote: Remote, args: SyncArgs) -> anyhow::Result<()> {
                 modes: ModePolicy::from_flag(args.preserve_mode),
             };
             let session = remote.connect(&id).await?;
-            sync::pull(&session, &spec, &reporter).await?;
-            Ok(())
+            let pull = async { Ok(sync::pull(&session, &spec, &reporter).await.map(drop)?) };
+            super::interrupt::or_signal(pull).await
         }
         (Location::Remote { .. }, Location::Remote { .. }) => {
             anyhow::bail!("both sides are in sandboxes: one side of a sync is a local directory")

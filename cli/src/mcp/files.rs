@@ -155,7 +155,7 @@ pub(super) async fn read(server: &Server, args: ReadArgs) -> Result<Value, ToolE
     }
     let session = server.connections.get(&args.sandbox_id).await?;
     let op = Op::Read {
-        path: args.path.clone(),
+        path: args.path.as_str().into(),
         offset: 0,
         len: Some(READ_MAX_BYTES + 1),
     };
@@ -279,7 +279,7 @@ pub(super) async fn glob(server: &Server, args: GlobArgs) -> Result<Value, ToolE
     }
     let session = server.connections.get(&args.sandbox_id).await?;
     let op = Op::Glob {
-        root: root.clone(),
+        root: root.as_str().into(),
         pattern: args.pattern,
         limit: Some(GLOB_MAX_PATHS),
     };
@@ -310,7 +310,7 @@ pub(super) async fn grep(server: &Server, args: GrepArgs) -> Result<Value, ToolE
     }
     let session = server.connections.get(&args.sandbox_id).await?;
     let spec = GrepSpec {
-        path: path.clone(),
+        path: path.as_str().into(),
         pattern: args.pattern,
         regex: args.regex,
         ignore_case: args.ignore_case,
@@ -322,7 +322,13 @@ pub(super) async fn grep(server: &Server, args: GrepArgs) -> Result<Value, ToolE
     matches.truncate(limit as usize);
     let matches: Vec<(String, u64, String)> = matches
         .into_iter()
-        .map(|m| (m.path, m.line, cut_line(&m.text, MAX_LINE_CHARS)))
+        .map(|m| {
+            (
+                m.path.to_string(),
+                m.line,
+                cut_line(&m.text, MAX_LINE_CHARS),
+            )
+        })
         .collect();
     let kept = within_budget(matches.iter().map(|(p, _, t)| p.len() + t.len() + 48));
     let over = total > kept;

@@ -81,7 +81,7 @@ pub(super) async fn upload(server: &Server, args: UploadArgs) -> Result<Value, T
             Ok::<_, std::io::Error>(())
         });
         let op = Op::TarWrite {
-            path: args.sandbox_path.clone(),
+            path: args.sandbox_path.as_str().into(),
             gzip: false,
         };
         let (sent, packed) = tokio::join!(session.upload(op, reader, |_| {}), packing);
@@ -108,7 +108,7 @@ pub(super) async fn upload(server: &Server, args: UploadArgs) -> Result<Value, T
         .map_err(|e| ToolError::HostIo(format!("cannot open {shown}: {e}")))?;
     let mode = file_mode(&file);
     let spec = WriteSpec {
-        path: args.sandbox_path.clone(),
+        path: args.sandbox_path.as_str().into(),
         mode: Some(mode),
         create_parents: true,
         if_exists: Default::default(),

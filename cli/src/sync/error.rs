@@ -22,6 +22,9 @@ pub enum SyncError {
     /// The remote side of the sync is not a directory.
     #[error("{0} in the sandbox is not a directory: sync into a directory")]
     RemoteNotADirectory(String),
+    /// The directory a pull was asked for is not in the sandbox.
+    #[error("{0} does not exist in the sandbox: nothing to pull (check the path with `tether exec ID -- ls`)")]
+    RemoteMissing(String),
     /// An `--exclude` pattern is not valid gitignore syntax.
     #[error("invalid exclude pattern `{pattern}`: {reason}")]
     Pattern {

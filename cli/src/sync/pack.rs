@@ -4,8 +4,11 @@
 //! the baseline records: a file edited after the scan is sent as it is now, and a later
 //! change still looks like one.
 
+use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,12 +16,14 @@ use std::sync::Arc;
 use flate2::write::GzEncoder;
 use indicatif::ProgressBar;
 use tar::{Builder, EntryType, Header, HeaderMode};
-use tokio::io::{ReadHalf, SimplexStream};
+use tokio::io::DuplexStream;
 use tokio::task::JoinHandle;
 use tokio_util::io::SyncIoBridge;
 
 use super::constants::{PACK_BUFFER, PIPE_BYTES};
-use super::tree::{Entry, Tree};
+use super::tree::{key, local_path, Entry, Tree};
+use tether_client::escape::escape_os;
+use tether_client::hostfs::pack::{append_file, data_extents};
 
 /// Starts packing `paths` (relative to `local`) on a blocking thread; returns the archive's
 /// bytes to upload and the packer, whose result says what went in. `content` and
@@ -26,14 +31,14 @@ use super::tree::{Entry, Tree};
 pub(crate) fn start(
     local: PathBuf,
     paths: Vec<String>,
+    linked: HashMap<(u64, u64), PathBuf>,
     gzip: bool,
     content: Arc<AtomicU64>,
     progress: ProgressBar,
-) -> (
-    ReadHalf<SimplexStream>,
-    JoinHandle<Result<Packed, PackError>>,
-) {
-    let (reader, writer) = tokio::io::simplex(PIPE_BYTES);
+) -> (DuplexStream, JoinHandle<Result<Packed, PackError>>) {
+    // A duplex pipe, not a simplex one: when the upload fails and drops its end, the
+    // packer's next write fails at once ("broken pipe") instead of waiting forever for room.
+    let (reader, writer) = tokio::io::duplex(PIPE_BYTES);
     let packer = tokio::task::spawn_blocking(move || {
         // Batches the tar builder's small writes into pipe-sized ones.
         let sink = BufWriter::with_capacity(PACK_BUFFER, SyncIoBridge::new(writer));
@@ -48,14 +53,16 @@ pub(crate) fn start(
                 content,
                 progress,
             };
-            pack(&local, &paths, counted, |c| close(c.inner.finish()?))
+            pack(&local, &paths, linked, counted, |c| {
+                close(c.inner.finish()?)
+            })
         } else {
             let counted = Counting {
                 inner: sink,
                 content,
                 progress,
             };
-            pack(&local, &paths, counted, |c| close(c.inner))
+            pack(&local, &paths, linked, counted, |c| close(c.inner))
         }
     });
     (reader, packer)
@@ -84,6 +91,7 @@ pub(crate) struct Packed {
 fn pack<W: Write>(
     root: &Path,
     paths: &[String],
+    mut linked: HashMap<(u64, u64), PathBuf>,
     out: W,
     finish: impl FnOnce(W) -> io::Result<()>,
 ) -> Result<Packed, PackError> {
@@ -95,8 +103,8 @@ fn pack<W: Write>(
         problems: Vec::new(),
     };
     for rel in paths {
-        let path = root.join(rel);
-        match append(&mut tar, &path, rel) {
+        let path = root.join(local_path(rel));
+        match append(&mut tar, &path, &local_path(rel), &mut linked) {
             Ok(Some(entry)) => {
                 packed.sent.insert(rel.clone(), entry);
             }
@@ -105,7 +113,7 @@ fn pack<W: Write>(
             Err(Appending::Read(e)) => {
                 packed
                     .problems
-                    .push(format!("{}: {e}; not sent", path.display()));
+                    .push(format!("{}: {e}; not sent", escape_os(path.as_os_str())));
                 packed.skipped.push(rel.clone());
             }
             Err(Appending::Write(e)) => return Err(PackError::Pipe(e)),
@@ -125,7 +133,8 @@ enum Appending {
 fn append<W: Write>(
     tar: &mut Builder<W>,
     path: &Path,
-    rel: &str,
+    rel: &Path,
+    linked: &mut HashMap<(u64, u64), PathBuf>,
 ) -> Result<Option<Entry>, Appending> {
     let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
     let meta = match fs::symlink_metadata(path) {
@@ -145,6 +154,22 @@ fn append<W: Write>(
         let meta = file.metadata().map_err(Appending::Read)?;
         header.set_metadata_in_mode(&meta, HeaderMode::Complete);
         let entry = Entry::from_metadata(&meta, None);
+        // A second name of a file this archive holds goes as a hard link to the first.
+        if meta.nlink() > 1 {
+            if let Some(first) = linked.get(&(meta.dev(), meta.ino())) {
+                header.set_entry_type(EntryType::Link);
+                header.set_size(0);
+                tar.append_link(&mut header, rel, first)
+                    .map_err(Appending::Write)?;
+                return Ok(entry);
+            }
+            linked.insert((meta.dev(), meta.ino()), rel.to_path_buf());
+        }
+        let holes = data_extents(&file, meta.len()).map_err(Appending::Read)?;
+        if holes.is_some() {
+            append_file(tar, &mut header, rel, file, meta.len()).map_err(Appending::Write)?;
+            return Ok(entry);
+        }
         let body = Exactly {
             file,
             left: meta.len(),
@@ -173,7 +198,7 @@ fn append<W: Write>(
             .map_err(Appending::Write)?;
         return Ok(Entry::from_metadata(
             &meta,
-            Some(target.to_string_lossy().into_owned()),
+            Some(key(target.as_os_str().as_bytes())),
         ));
     }
     Ok(None)
@@ -241,7 +266,8 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let mut bytes = Vec::new();
-        let Packed { sent, skipped, .. } = pack(root, &paths, &mut bytes, |_| Ok(())).unwrap();
+        let Packed { sent, skipped, .. } =
+            pack(root, &paths, HashMap::new(), &mut bytes, |_| Ok(())).unwrap();
         assert_eq!(skipped, ["gone"]);
         assert_eq!(sent["d/f"].size, 5);
         assert_eq!(sent["l"].kind, Kind::Symlink);

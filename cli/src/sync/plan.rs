@@ -183,6 +183,7 @@ mod tests {
             tree: tree(entries),
             pinned: pinned.iter().map(|p| p.to_string()).collect(),
             problems: Vec::new(),
+            ..Listing::default()
         }
     }
 

@@ -12,15 +12,16 @@
 //! O_NOFOLLOW`) renamed into place, symlinks are created only once every file has landed,
 //! and setuid/setgid/sticky bits are dropped unless `--preserve-mode` keeps them.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs;
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use tether_proto::op::{Op, Reply};
-use tether_proto::Channel;
+use tether_proto::op::{FileId, Op, Reply};
+use tether_proto::{Channel, ErrorCode, WirePath};
 use tokio::sync::mpsc;
 
 use super::baseline::Baseline;
@@ -31,7 +32,7 @@ use super::remote::{self, absolute};
 use super::report::{Phase, Reporter, Stats};
 use super::rules::Rules;
 use super::scan;
-use super::tree::{recorded, Entry, Kind, Tree};
+use super::tree::{self, key, recorded, Entry, Kind, Tree};
 use super::SyncSpec;
 use tether_client::hostfs::path::MAX_NAME_BYTES;
 use tether_client::hostfs::{Dest, Landing, Links, SandboxPath};
@@ -44,6 +45,17 @@ pub async fn pull(
     reporter: &Reporter,
 ) -> Result<Stats, SyncError> {
     let started = Instant::now();
+    // A missing remote directory is a mistake to report, not an empty tree to mirror (which
+    // would create the local directory and say "up to date").
+    let root_path = WirePath::from(spec.remote.as_str());
+    match remote::timed(&root_path, session.stat(&root_path)).await {
+        Ok(stat) if stat.kind == tether_proto::op::FileKind::Dir => {}
+        Ok(_) => return Err(SyncError::RemoteNotADirectory(spec.remote.clone())),
+        Err(SyncError::Remote { source, .. }) if source.code() == Some(ErrorCode::NotFound) => {
+            return Err(SyncError::RemoteMissing(spec.remote.clone()))
+        }
+        Err(e) => return Err(e),
+    }
     fs::create_dir_all(&spec.local).map_err(SyncError::local(&spec.local))?;
     let root = spec
         .local
@@ -76,10 +88,13 @@ pub async fn pull(
         checked: listing.tree.len() as u64,
         ..Stats::default()
     };
-    let mut fetch: Vec<(SandboxPath, Entry)> = Vec::new();
+    let mut fetch: Vec<(Fetch, Entry)> = Vec::new();
     let mut links = Links::default();
+    // A file with several names is fetched once, by its first; the others become links.
+    let mut first_names: HashMap<FileId, SandboxPath> = HashMap::new();
+    let mut hard_links: Vec<(SandboxPath, SandboxPath)> = Vec::new();
     for (rel, r) in &listing.tree {
-        let path = SandboxPath::parse_str(rel)?;
+        let path = SandboxPath::parse(&tree::bytes(rel))?;
         match local.tree.get(rel) {
             Some(l) if l.same(r) => continue,
             Some(l) if l.is_dir() && r.is_dir() => {}
@@ -90,7 +105,7 @@ pub async fn pull(
             }
             Some(_) => {
                 let kept = conflict_name(rel, &stamp);
-                dest.rename(&path, &SandboxPath::parse_str(&kept)?)?;
+                dest.rename(&path, &SandboxPath::parse(&tree::bytes(&kept))?)?;
                 reporter.conflict(rel, &kept);
                 stats.conflicts += 1;
             }
@@ -102,10 +117,20 @@ pub async fn pull(
                 stats.dirs += 1;
             }
             Kind::Symlink => {
-                links.add(path, r.target.as_deref().unwrap_or_default().as_bytes())?;
+                links.add(path, &tree::bytes(r.target.as_deref().unwrap_or_default()))?;
                 stats.files += 1;
             }
-            Kind::File => fetch.push((path, r.clone())),
+            Kind::File => {
+                if let Some(id) = listing.ids.get(rel) {
+                    if let Some(first) = first_names.get(id) {
+                        hard_links.push((first.clone(), path));
+                        continue;
+                    }
+                    first_names.insert(*id, path.clone());
+                }
+                let sparse = listing.sparse.contains(rel);
+                fetch.push((Fetch { path, sparse }, r.clone()));
+            }
         }
     }
 
@@ -120,12 +145,16 @@ pub async fn pull(
         stats.wire_bytes += bytes;
     }
     progress.finish_and_clear();
+    for (first, path) in &hard_links {
+        dest.hard_link(first, path)?;
+        stats.files += 1;
+    }
     // Only now: no file of this pull can be written through a link it creates.
     links.create(&dest)?;
 
     // Directory modes last, deepest first: a read-only directory must not block its contents.
     for (rel, r) in listing.tree.iter().rev().filter(|(_, r)| r.is_dir()) {
-        dest.chmod_dir(&SandboxPath::parse_str(rel)?, r.mode)?;
+        dest.chmod_dir(&SandboxPath::parse(&tree::bytes(rel))?, r.mode)?;
     }
     let now: Tree = listing
         .tree
@@ -178,6 +207,12 @@ fn batches<P>(files: &[(P, Entry)]) -> Vec<&[(P, Entry)]> {
     out
 }
 
+/// A file to fetch: where it lands, and whether it has holes to keep.
+struct Fetch {
+    path: SandboxPath,
+    sparse: bool,
+}
+
 /// What the writer thread is told.
 enum ToWriter {
     Begin {
@@ -185,6 +220,7 @@ enum ToWriter {
         size: u64,
         mode: u32,
         mtime_s: i64,
+        sparse: bool,
     },
     Data(Bytes),
 }
@@ -192,7 +228,7 @@ enum ToWriter {
 /// While the current file has all its bytes (`left` is 0), tells the writer to begin the next
 /// announced one; returns the bytes the file now being written still expects.
 async fn begin_next(
-    queue: &mut std::collections::VecDeque<(&SandboxPath, u64, &Entry)>,
+    queue: &mut std::collections::VecDeque<(&Fetch, u64, &Entry)>,
     mut left: u64,
     tx: &mpsc::Sender<ToWriter>,
 ) -> Result<u64, SyncError> {
@@ -201,7 +237,8 @@ async fn begin_next(
             break;
         };
         tx.send(ToWriter::Begin {
-            path: SandboxPath::clone(rel),
+            path: rel.path.clone(),
+            sparse: rel.sparse,
             size,
             mode: e.mode,
             mtime_s: e.mtime_s,
@@ -218,12 +255,12 @@ async fn read_batch(
     session: &Session,
     remote_root: &str,
     dest: &Arc<Dest>,
-    files: &[(SandboxPath, Entry)],
+    files: &[(Fetch, Entry)],
     progress: &indicatif::ProgressBar,
 ) -> Result<(u64, u64), SyncError> {
-    let paths: Vec<String> = files
+    let paths: Vec<WirePath> = files
         .iter()
-        .map(|(rel, _)| absolute(remote_root, &String::from_utf8_lossy(rel.as_bytes())))
+        .map(|(rel, _)| absolute(remote_root, &key(rel.path.as_bytes())))
         .collect();
     let mut stream = session
         .open(Op::ReadBatch { paths })
@@ -293,6 +330,9 @@ struct Open {
     left: u64,
     mode: u32,
     mtime_s: i64,
+    /// The file's length, when it has holes: zeros are skipped, not written, and the
+    /// length set at the end.
+    sparse: Option<u64>,
 }
 
 impl Open {
@@ -302,6 +342,7 @@ impl Open {
         size: u64,
         mode: u32,
         mtime_s: i64,
+        sparse: bool,
     ) -> Result<Open, SyncError> {
         let (dir, name) = dest.parent(&path, true)?;
         let name = name.to_os_string();
@@ -312,14 +353,25 @@ impl Open {
             left: size,
             mode,
             mtime_s,
+            sparse: sparse.then_some(size),
         })
     }
 
     /// Lands the file if all of it came; a file cut short is dropped, and its temporary
     /// file with it. Returns whether it landed.
-    fn finish(self) -> Result<bool, SyncError> {
+    fn finish(mut self) -> Result<bool, SyncError> {
         if self.left != 0 {
             return Ok(false);
+        }
+        if let Some(size) = self.sparse {
+            let shown = self.landing.shown().to_string();
+            self.landing
+                .file()
+                .set_len(size)
+                .map_err(|e| SyncError::Local {
+                    path: shown.into(),
+                    source: e,
+                })?;
         }
         // The sandbox's number: one beyond what a time can hold is left out.
         let mtime = UNIX_EPOCH.checked_add(Duration::from_secs(self.mtime_s.max(0) as u64));
@@ -340,24 +392,29 @@ fn write_files(dest: &Dest, mut rx: mpsc::Receiver<ToWriter>) -> Result<u64, Syn
                 size,
                 mode,
                 mtime_s,
+                sparse,
             } => {
                 if let Some(open) = current.take() {
                     written += u64::from(open.finish()?);
                 }
-                current = Some(Open::start(dest, path, size, mode, mtime_s)?);
+                current = Some(Open::start(dest, path, size, mode, mtime_s, sparse)?);
             }
             ToWriter::Data(bytes) => {
                 let Some(open) = current.as_mut() else {
                     continue;
                 };
                 let shown = open.landing.shown().to_string();
-                open.landing
-                    .file()
-                    .write_all(&bytes)
-                    .map_err(|e| SyncError::Local {
-                        path: shown.into(),
-                        source: e,
-                    })?;
+                let file = open.landing.file();
+                let wrote = if open.sparse.is_some() && bytes.iter().all(|&b| b == 0) {
+                    // A hole: left unwritten, and the length set when the file is whole.
+                    file.seek(SeekFrom::Current(bytes.len() as i64)).map(drop)
+                } else {
+                    file.write_all(&bytes)
+                };
+                wrote.map_err(|e| SyncError::Local {
+                    path: shown.into(),
+                    source: e,
+                })?;
                 open.left = open.left.saturating_sub(bytes.len() as u64);
             }
         }
@@ -392,6 +449,7 @@ mod tests {
             size,
             mode: 0o600,
             mtime_s: 5,
+            sparse: false,
         };
         // Cut after 3 of 10 bytes: the old file stays, and no temporary file is left.
         let cut = send(vec![begin(10), ToWriter::Data(Bytes::from_static(b"new"))]);

@@ -2,6 +2,8 @@
 //! streams (gzip-compressed unless the link is local; see [`pack`]) of everything to send,
 //! several side by side for a large upload, then directories pruned.
 
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use super::error::SyncError;
 use super::pack::{self, PackError, Packed};
 use super::plan::Plan;
 use super::remote::{absolute, timed};
-use super::tree::{Entry, Tree};
+use super::tree::{local_path, Entry, Tree};
 use tether_client::Session;
 
 /// Where a push goes.
@@ -165,15 +167,47 @@ async fn upload(
         packed.problems.extend(p.problems);
         wire += w;
     };
-    let (shards, dirs) = shard(paths, local, PUSH_STREAMS);
-    let sending = shards
-        .into_iter()
-        .map(|shard| upload_one(session, target, shard, content.clone(), progress));
+    let (mut shards, mut dirs) = shard(paths, local, PUSH_STREAMS);
+    // Streams land side by side, so a second name of a file goes in the last stream, as a
+    // hard link to the first name another stream has landed by then.
+    let mut firsts = HashMap::new();
+    if shards.len() > 1 {
+        for shard in &mut shards {
+            shard.retain(|rel| {
+                let Ok(meta) = std::fs::symlink_metadata(target.local.join(local_path(rel))) else {
+                    return true;
+                };
+                if !meta.is_file() || meta.nlink() < 2 {
+                    return true;
+                }
+                match firsts.entry((meta.dev(), meta.ino())) {
+                    std::collections::hash_map::Entry::Occupied(_) => {
+                        dirs.push(rel.clone());
+                        false
+                    }
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(local_path(rel));
+                        true
+                    }
+                }
+            });
+        }
+    }
+    let sending = shards.into_iter().map(|shard| {
+        upload_one(
+            session,
+            target,
+            shard,
+            HashMap::new(),
+            content.clone(),
+            progress,
+        )
+    });
     for result in futures_util::future::try_join_all(sending).await? {
         merge(result);
     }
     if !dirs.is_empty() {
-        merge(upload_one(session, target, dirs, content.clone(), progress).await?);
+        merge(upload_one(session, target, dirs, firsts, content.clone(), progress).await?);
     }
     done.sent = packed.sent;
     done.skipped = packed.skipped;
@@ -219,18 +253,20 @@ async fn upload_one(
     session: &Session,
     target: &Target,
     paths: Vec<String>,
+    linked: HashMap<(u64, u64), PathBuf>,
     content: Arc<AtomicU64>,
     progress: &ProgressBar,
 ) -> Result<(Packed, u64), SyncError> {
     let (reader, packer) = pack::start(
         target.local.clone(),
         paths,
+        linked,
         target.gzip,
         content,
         progress.clone(),
     );
     let op = Op::TarWrite {
-        path: target.remote.clone(),
+        path: target.remote.as_str().into(),
         gzip: target.gzip,
     };
     let mut wire = 0;
@@ -238,10 +274,8 @@ async fn upload_one(
     let packed = packer.await.map_err(|e| SyncError::Worker(e.to_string()))?;
     match (packed, sent) {
         (Ok(packed), Ok(_)) => Ok((packed, wire)),
-        (_, Err(e)) => Err(SyncError::remote(format!(
-            "unpacking into {} in the sandbox",
-            target.remote
-        ))(e)),
+        // The agent's message names the directory and the file.
+        (_, Err(e)) => Err(SyncError::remote("in the sandbox")(e)),
         (Err(PackError::Pipe(source)), Ok(_)) => Err(SyncError::Local {
             path: target.local.clone(),
             source,

@@ -10,12 +10,14 @@
 use std::collections::{HashMap, HashSet};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tether_proto::ErrorCode;
+use tether_proto::op::FileId;
+use tether_proto::{ErrorCode, WirePath};
 
 use super::constants::{REMOTE_CONCURRENCY, REQUEST_TIMEOUT};
 use super::error::SyncError;
 use super::rules::{PathFilter, Rules};
-use super::tree::{ancestors, join, Entry, Tree};
+use super::tree::{ancestors, bytes, join, key, shown, Entry, Tree};
+use tether_client::escape::escape;
 use tether_client::hostfs::SandboxPath;
 use tether_client::{ClientError, Session};
 
@@ -29,6 +31,10 @@ pub(crate) struct Listing {
     pub pinned: HashSet<String>,
     /// What could not be listed, in words.
     pub problems: Vec<String>,
+    /// Files with more than one name, by key: names with the same id are one file.
+    pub ids: HashMap<String, FileId>,
+    /// Files with holes (sparse), by key.
+    pub sparse: HashSet<String>,
 }
 
 impl Listing {
@@ -47,12 +53,15 @@ impl Listing {
     }
 }
 
-/// The absolute remote path of `rel` under `root`.
-pub(crate) fn absolute(root: &str, rel: &str) -> String {
-    match rel.is_empty() {
-        true => root.to_string(),
-        false => format!("{}/{rel}", root.trim_end_matches('/')),
+/// The absolute remote path of `rel` (a [key](super::tree::key)) under `root`.
+pub(crate) fn absolute(root: &str, rel: &str) -> WirePath {
+    let mut path = root.as_bytes().to_vec();
+    if !rel.is_empty() {
+        path.truncate(root.trim_end_matches('/').len());
+        path.push(b'/');
+        path.extend_from_slice(&bytes(rel));
     }
+    WirePath::from(path)
 }
 
 /// Lists `root/under` (and everything below it) as the rules see it. A missing directory
@@ -97,7 +106,9 @@ pub(crate) async fn list(
                 }
                 Some(ErrorCode::NotFound) => continue,
                 Some(ErrorCode::NotADirectory) if dir == under => {
-                    return Err(SyncError::RemoteNotADirectory(path))
+                    return Err(SyncError::RemoteNotADirectory(
+                        escape(path.as_bytes()).into_owned(),
+                    ))
                 }
                 _ => return Err(SyncError::Remote { context, source }),
             },
@@ -106,9 +117,15 @@ pub(crate) async fn list(
         for stat in entries {
             // The agent's word: a path that would leave the synced directory ends the sync
             // before anything is written, in either direction.
-            SandboxPath::parse_str(&stat.path)?;
-            let rel = join(&dir, &stat.path);
+            SandboxPath::parse(stat.path.as_bytes())?;
+            let rel = join(&dir, &key(stat.path.as_bytes()));
             let entry = Entry::from_stat(&stat);
+            if entry.is_none() {
+                out.problems.push(format!(
+                    "{}: a FIFO, socket or device in the sandbox; not synced",
+                    shown(&rel)
+                ));
+            }
             let is_dir = entry.as_ref().is_some_and(Entry::is_dir);
             if entry.is_none() || filter.ignored(&rel, is_dir) {
                 // Pin from the topmost ignored path only: below it, the pins are there.
@@ -120,6 +137,12 @@ pub(crate) async fn list(
             }
             if depth == 1 && is_dir {
                 queue.push((rel.clone(), u32::MAX));
+            }
+            if let Some(id) = stat.file_id.filter(|id| id.links > 1) {
+                out.ids.insert(rel.clone(), id);
+            }
+            if stat.allocated.is_some_and(|a| a < stat.size) {
+                out.sparse.insert(rel.clone());
             }
             if let Some(entry) = entry {
                 out.tree.insert(rel, entry);
@@ -161,9 +184,10 @@ pub(crate) async fn stat_many(
 
 /// Runs one request/response operation on `path` within [`REQUEST_TIMEOUT`].
 pub(crate) async fn timed<T>(
-    path: &str,
+    path: &WirePath,
     request: impl std::future::Future<Output = Result<T, ClientError>>,
 ) -> Result<T, SyncError> {
+    let path = escape(path.as_bytes());
     match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
         Ok(result) => result.map_err(SyncError::remote(format!("{path} in the sandbox"))),
         Err(_) => Err(SyncError::Timeout(format!("{path} in the sandbox"))),
@@ -183,6 +207,8 @@ mod tests {
         pins.sort();
         assert_eq!(pins, ["", "a", "a/b", "a/b/c", "a/b/d"]);
         assert_eq!(absolute("/w/", "x/y"), "/w/x/y");
+        let odd = super::super::tree::key(b"x/\xfe");
+        assert_eq!(absolute("/w", &odd).as_bytes(), b"/w/x/\xfe");
         assert_eq!(absolute("/w", ""), "/w");
     }
 }

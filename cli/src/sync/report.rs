@@ -11,6 +11,7 @@ use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
 use super::constants::PROGRESS_MIN_BYTES;
+use super::tree::shown;
 
 /// What one batch (or the initial sync) did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -156,6 +157,8 @@ impl Reporter {
 
     /// A changed file was kept as a conflict copy.
     pub(crate) fn conflict(&self, path: &str, kept_as: &str) {
+        // Keys hold names that are not UTF-8 in their own form; people see them escaped.
+        let (path, kept_as) = (&*shown(path), &*shown(kept_as));
         self.emit(&Line::Conflict { path, kept_as }, || {
             format!("conflict: {path} changed on both sides; the other side's copy is kept as {kept_as}")
         });

@@ -2,20 +2,22 @@
 //! compares. Ignored directories are pruned, never entered. Runs on a blocking thread.
 
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
 use ignore::WalkBuilder;
 
 use super::rules::Rules;
-use super::tree::{Entry, Tree};
+use super::tree::{key, local_path, Entry, Tree};
+use tether_client::escape::escape_os;
 
 /// What a walk found.
 #[derive(Debug, Default)]
 pub(crate) struct Scan {
     /// The entries, relative to the synced root.
     pub tree: Tree,
-    /// Paths that could not be read or named (not UTF-8), in words, to report.
+    /// Paths that could not be read, in words, to report.
     pub problems: Vec<String>,
 }
 
@@ -58,10 +60,6 @@ pub(crate) fn scan(
         };
         let path = entry.path();
         let Some(rel) = relative(root, path) else {
-            out.problems.push(format!(
-                "{}: the name is not UTF-8; skipped",
-                path.display()
-            ));
             continue;
         };
         let meta = match fs::symlink_metadata(path) {
@@ -81,13 +79,19 @@ pub(crate) fn scan(
         }
         let target = match meta.file_type().is_symlink() {
             true => match fs::read_link(path) {
-                Ok(t) => Some(t.to_string_lossy().into_owned()),
+                Ok(t) => Some(key(t.as_os_str().as_bytes())),
                 Err(_) => continue,
             },
             false => None,
         };
-        if let Some(e) = Entry::from_metadata(&meta, target) {
-            out.tree.insert(rel, e);
+        match Entry::from_metadata(&meta, target) {
+            Some(e) => {
+                out.tree.insert(rel, e);
+            }
+            None => out.problems.push(format!(
+                "{}: a FIFO, socket or device; not synced",
+                escape_os(path.as_os_str())
+            )),
         }
     }
     out
@@ -95,20 +99,21 @@ pub(crate) fn scan(
 
 /// One local path's entry, if it exists and is something the sync carries.
 pub(crate) fn stat(root: &Path, rel: &str) -> Option<Entry> {
-    let path = root.join(rel);
+    let path = root.join(local_path(rel));
     let meta = fs::symlink_metadata(&path).ok()?;
     let target = match meta.file_type().is_symlink() {
-        true => Some(fs::read_link(&path).ok()?.to_string_lossy().into_owned()),
+        true => Some(key(fs::read_link(&path).ok()?.as_os_str().as_bytes())),
         false => None,
     };
     Entry::from_metadata(&meta, target)
 }
 
-/// `path` relative to `root`, `/`-separated; `None` outside it or when not UTF-8.
+/// The key of `path` relative to `root` ([`key`]: any name, UTF-8 or not); `None` outside it.
 pub(crate) fn relative(root: &Path, path: &Path) -> Option<String> {
     let rel = path.strip_prefix(root).ok()?;
-    let s = rel.to_str()?;
-    Some(s.trim_end_matches('/').to_string())
+    let raw = rel.as_os_str().as_bytes();
+    let end = raw.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
+    Some(key(&raw[..end]))
 }
 
 #[cfg(test)]

@@ -1,6 +1,13 @@
 //! The vocabulary both sides share: a tree is a map from relative path (`/`-separated, no
 //! leading slash, `""` never present) to an [`Entry`], sorted, so a directory's descendants
 //! are one contiguous range of keys.
+//!
+//! A file name is bytes, and the keys are `String`s (the rules, the plan and the baseline
+//! file all work on text). [`key`] maps a name's bytes into a key losslessly and [`bytes`]
+//! maps it back: UTF-8 passes through, and each byte that is not part of valid UTF-8, like
+//! the marker [`BYTE_MARK`] itself, is written as the marker and two hex digits. Every place
+//! that names a file (on disk, in a request, in a tar entry) goes through [`bytes`]; what is
+//! shown to a person goes through [`shown`].
 
 use std::collections::BTreeMap;
 use std::fs::Metadata;
@@ -8,6 +15,73 @@ use std::os::unix::fs::MetadataExt;
 
 use serde::{Deserialize, Serialize};
 use tether_proto::op::{FileKind, FileStat};
+
+/// Marks a byte of a name that is not UTF-8 inside a key: U+10FFFD, the last private-use
+/// code point (no real name has any business holding it; one that does still round-trips).
+pub(crate) const BYTE_MARK: char = '\u{10FFFD}';
+
+/// The key of a relative path given as its bytes.
+pub(crate) fn key(raw: &[u8]) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mark = |out: &mut String, b: u8| {
+        out.push(BYTE_MARK);
+        out.push_str(&format!("{b:02x}"));
+    };
+    for chunk in raw.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == BYTE_MARK {
+                let mut buf = [0; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    mark(&mut out, b);
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        for &b in chunk.invalid() {
+            mark(&mut out, b);
+        }
+    }
+    out
+}
+
+/// The bytes a key stands for: the inverse of [`key`].
+pub(crate) fn bytes(key: &str) -> Vec<u8> {
+    if !key.contains(BYTE_MARK) {
+        return key.as_bytes().to_vec();
+    }
+    let mut out = Vec::with_capacity(key.len());
+    let mut chars = key.chars();
+    while let Some(c) = chars.next() {
+        if c == BYTE_MARK {
+            let hex: String = chars.by_ref().take(2).collect();
+            match u8::from_str_radix(&hex, 16) {
+                Ok(b) => out.push(b),
+                // Not a key [`key`] made: keep the text as it is.
+                Err(_) => {
+                    let mut buf = [0; 4];
+                    out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                    out.extend_from_slice(hex.as_bytes());
+                }
+            }
+        } else {
+            let mut buf = [0; 4];
+            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+        }
+    }
+    out
+}
+
+/// The key as a local path (the same bytes).
+pub(crate) fn local_path(key: &str) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    std::path::PathBuf::from(std::ffi::OsString::from_vec(bytes(key)))
+}
+
+/// A key for a person to read: its real bytes, escaped like every name the CLI shows.
+pub(crate) fn shown(key: &str) -> String {
+    tether_client::escape::escape(&bytes(key)).into_owned()
+}
 
 /// A tree: relative path to entry.
 pub(crate) type Tree = BTreeMap<String, Entry>;
@@ -89,7 +163,7 @@ impl Entry {
             mtime_ns: stat.mtime_ms.rem_euclid(1000) as u32 * NANOS_PER_MILLI,
             remote_ns: 0,
             mode: stat.mode & 0o7777,
-            target: stat.target.clone(),
+            target: stat.target.as_ref().map(|t| key(t.as_bytes())),
         }))
     }
 
@@ -213,6 +287,26 @@ pub(crate) fn remove_subtree(tree: &mut Tree, root: &str) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn keys_keep_every_name_apart_and_give_its_bytes_back() {
+        let names: [&[u8]; 6] = [
+            b"plain/name.rs",
+            b"bad\xfe",
+            b"bad\xff",
+            "unicod\u{e9} \u{10FFFD}fe".as_bytes(),
+            b"\xf4\x8f\xbf",
+            b"",
+        ];
+        let keys: Vec<String> = names.iter().map(|n| key(n)).collect();
+        for (name, k) in names.iter().zip(&keys) {
+            assert_eq!(&bytes(k), name, "{k:?}");
+        }
+        let distinct: std::collections::HashSet<&String> = keys.iter().collect();
+        assert_eq!(distinct.len(), names.len());
+        assert_eq!(keys[0], "plain/name.rs");
+        assert_eq!(shown(&keys[1]), "bad\\xfe");
+    }
+
     fn file(size: u64, mtime_s: i64) -> Entry {
         Entry {
             kind: Kind::File,
@@ -264,6 +358,8 @@ mod tests {
             mode: 0o100644,
             mtime_ms,
             target: None,
+            file_id: None,
+            allocated: None,
         };
         let landed = Entry::from_stat(&stat(10_000)).unwrap();
         let edited = Entry::from_stat(&stat(10_250)).unwrap();
@@ -286,6 +382,8 @@ mod tests {
             mode: 0o100644,
             mtime_ms: 10_999,
             target: None,
+            file_id: None,
+            allocated: None,
         };
         assert!(Entry::from_stat(&stat).unwrap().same(&file(3, 10)));
     }

@@ -120,6 +120,16 @@ impl Dest {
         Ok((self.walk(&dirs, create, path)?, name))
     }
 
+    /// Makes `to` a second name of the file `from` (both below the destination), replacing
+    /// a file or symlink already at `to`.
+    pub fn hard_link(&self, from: &SandboxPath, to: &SandboxPath) -> Result<(), HostFsError> {
+        let (from_dir, from_name) = self.parent(from, false)?;
+        let (to_dir, to_name) = self.parent(to, true)?;
+        self.unlink(to)?;
+        rustix::fs::linkat(&from_dir, from_name, &to_dir, to_name, AtFlags::empty())
+            .map_err(|e| HostFsError::io("link", self.shown(to))(e.into()))
+    }
+
     /// Removes the file or symlink `path` (never a directory); a missing one is no error.
     pub fn unlink(&self, path: &SandboxPath) -> Result<(), HostFsError> {
         let (dir, name) = self.parent(path, false)?;

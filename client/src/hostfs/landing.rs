@@ -4,10 +4,16 @@
 //! and renames it into place with `renameat`, which replaces a symlink standing at the final
 //! name rather than following it. [`Links`] holds symlinks back until every file has landed,
 //! so no write of the same transfer can go through one.
+//!
+//! Every temporary file is also listed in [`UNLANDED`] until it lands or is dropped, so a
+//! process about to die of a signal can remove them all with [`abandon`] (a guard's `Drop`
+//! never runs then), and no new one is made after.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::SystemTime;
 
 use rustix::fs::{AtFlags, OFlags, Timespec, Timestamps};
@@ -27,6 +33,22 @@ const TEMP_RANDOM_HEX: usize = 12;
 /// else creates files with the same prefix at the same time).
 const TEMP_ATTEMPTS: usize = 16;
 
+/// The temporary files not yet landed or dropped: their directories (a duplicate of each
+/// fd) and names, by [`Landing`] id; `None` once [`abandon`] ran.
+static UNLANDED: Mutex<Option<Vec<(u64, OwnedFd, OsString)>>> = Mutex::new(Some(Vec::new()));
+
+/// Ids of [`Landing`]s, to find their [`UNLANDED`] entries.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// Removes every temporary file a [`Landing`] of this process still has, and refuses new
+/// ones from now on: for a process ending on a signal, where no `Drop` will run.
+pub fn abandon() {
+    let mut unlanded = UNLANDED.lock().unwrap_or_else(|e| e.into_inner());
+    for (_, dir, tmp) in unlanded.take().unwrap_or_default() {
+        let _ = rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty());
+    }
+}
+
 /// A short random name for a temporary file.
 fn temp_name() -> OsString {
     let random: u64 = rand::random();
@@ -44,6 +66,8 @@ pub struct Landing {
     /// The final path, escaped, for messages.
     shown: String,
     landed: bool,
+    /// Its entry in [`UNLANDED`].
+    id: u64,
 }
 
 impl Landing {
@@ -52,17 +76,34 @@ impl Landing {
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let mut last = Errno::EXIST;
+        // Held while the file is made and listed, so [`abandon`] sees it or stops it.
+        let mut unlanded = UNLANDED.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(listed) = unlanded.as_mut() else {
+            return Err(HostFsError::io("create a temporary file for", shown)(
+                Errno::CANCELED.into(),
+            ));
+        };
         for _ in 0..TEMP_ATTEMPTS {
             let tmp = temp_name();
             match rustix::fs::openat(&dir, &tmp, flags, super::permissions(0o600)) {
                 Ok(fd) => {
+                    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+                    match rustix::io::dup(&dir) {
+                        Ok(copy) => listed.push((id, copy, tmp.clone())),
+                        Err(e) => {
+                            let _ = rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty());
+                            last = e;
+                            break;
+                        }
+                    }
                     return Ok(Landing {
                         dir,
                         tmp,
                         file: File::from(fd),
                         shown,
                         landed: false,
-                    })
+                        id,
+                    });
                 }
                 Err(Errno::EXIST) => last = Errno::EXIST,
                 Err(e) => {
@@ -110,7 +151,18 @@ impl Landing {
         rustix::fs::renameat(&self.dir, &self.tmp, &self.dir, name)
             .map_err(|e| fail("move into place")(e.into()))?;
         self.landed = true;
+        self.unlist();
         Ok(())
+    }
+}
+
+impl Landing {
+    /// Takes this file off [`UNLANDED`].
+    fn unlist(&self) {
+        let mut unlanded = UNLANDED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(listed) = unlanded.as_mut() {
+            listed.retain(|(id, _, _)| *id != self.id);
+        }
     }
 }
 
@@ -118,6 +170,7 @@ impl Drop for Landing {
     fn drop(&mut self) {
         if !self.landed {
             let _ = rustix::fs::unlinkat(&self.dir, &self.tmp, AtFlags::empty());
+            self.unlist();
         }
     }
 }

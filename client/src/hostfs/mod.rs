@@ -12,6 +12,8 @@
 //!   O_NOFOLLOW`) and renamed into place with `renameat`, removed if it never lands; [`Links`],
 //!   the symlinks, created only once every file has landed;
 //! - [`unpack`]: a tar stream from the sandbox unpacked through all of the above;
+//! - [`pack`]: the other way, a host tree into a tar stream exactly (holes, hard links;
+//!   FIFOs and devices named, not sent);
 //! - [`download`]: `tether cp ID:/path LOCAL`;
 //! - [`error`]: why it failed, [`HostFsError`].
 //!
@@ -23,6 +25,7 @@ pub mod dir;
 pub mod download;
 pub mod error;
 pub mod landing;
+pub mod pack;
 pub mod path;
 pub mod unpack;
 

@@ -1,23 +1,27 @@
 //! A tar stream from a sandbox (`tar_read`) unpacked into a [`Dest`]: every entry's path
 //! checked, files through [`Landing`], symlinks held in [`Links`] until every file has
 //! landed, directory modes set last (deepest first, so a read-only directory does not block
-//! its contents). Hard links, devices and fifos are refused: the agent never sends them, so
-//! an archive holding one is lying.
+//! its contents). A sparse entry lands with its holes; a hard link is made only to a file
+//! this same archive landed; FIFOs and devices are not made, only named in
+//! [`Unpacked::special`] for the summary.
 
 use std::io::{self, Read};
 use std::time::{Duration, SystemTime};
+
+use std::collections::HashSet;
 
 use tar::EntryType;
 
 use super::dir::Dest;
 use super::error::HostFsError;
 use super::landing::{Landing, Links};
+use super::pack::copy_sparse;
 use super::path::SandboxPath;
 use super::ModePolicy;
 use crate::escape::escape;
 
 /// What an unpack wrote.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Unpacked {
     /// Regular files.
     pub files: u64,
@@ -25,7 +29,14 @@ pub struct Unpacked {
     pub dirs: u64,
     /// Symlinks.
     pub links: u64,
+    /// Hard links (second and later names of a file).
+    pub hard_links: u64,
+    /// FIFOs and devices the archive listed, not made here (paths, escaped).
+    pub special: Vec<String>,
 }
+
+/// Bytes copied from the archive to a file per write: 256 KiB.
+const COPY_BUFFER: usize = 256 << 10;
 
 /// Unpacks the archive `input` into `dest`. Stops at the first entry it refuses; what
 /// landed before it stays (all of it inside `dest`).
@@ -34,6 +45,9 @@ pub fn unpack<R: Read>(input: R, dest: &Dest, modes: ModePolicy) -> Result<Unpac
     let mut done = Unpacked::default();
     let mut links = Links::default();
     let mut dirs: Vec<(SandboxPath, u32)> = Vec::new();
+    // The files this archive landed: the only ones a hard link in it may name.
+    let mut landed: HashSet<SandboxPath> = HashSet::new();
+    let mut buffer = vec![0; COPY_BUFFER];
     let malformed = |e: io::Error| HostFsError::Malformed(e.to_string());
     for entry in archive.entries().map_err(malformed)? {
         let mut entry = entry.map_err(malformed)?;
@@ -49,7 +63,7 @@ pub fn unpack<R: Read>(input: R, dest: &Dest, modes: ModePolicy) -> Result<Unpac
                 dirs.push((path, modes.apply(mode)));
                 done.dirs += 1;
             }
-            EntryType::Regular | EntryType::Continuous => {
+            EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
                 let path = SandboxPath::parse(&raw)?;
                 let mtime = entry.header().mtime().map_err(malformed)?;
                 let (dir, name) = dest.parent(&path, true)?;
@@ -57,15 +71,41 @@ pub fn unpack<R: Read>(input: R, dest: &Dest, modes: ModePolicy) -> Result<Unpac
                 // Bytes are copied as they come: the announced size is never used to
                 // allocate, only to tell a whole file from one cut short.
                 let announced = entry.size();
-                let copied = io::copy(&mut entry, landing.file())
-                    .map_err(HostFsError::io("write", dest.shown(&path)))?;
+                let copied = if kind == EntryType::GNUSparse {
+                    copy_sparse(&mut entry, landing.file(), &mut buffer)
+                } else {
+                    io::copy(&mut entry, landing.file())
+                }
+                .map_err(HostFsError::io("write", dest.shown(&path)))?;
                 if copied != announced {
                     return Err(HostFsError::Truncated { path: path.shown() });
                 }
                 // The sandbox's number: one beyond what a time can hold is left out.
                 let mtime = SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(mtime));
                 landing.land(name, modes.apply(mode), mtime)?;
+                landed.insert(path);
                 done.files += 1;
+            }
+            EntryType::Link => {
+                let path = SandboxPath::parse(&raw)?;
+                let source = entry.link_name_bytes().unwrap_or_default().into_owned();
+                let source = SandboxPath::parse(&source)?;
+                if !landed.contains(&source) {
+                    return Err(HostFsError::Unsupported {
+                        path: escape(&raw).into_owned(),
+                        kind: format!(
+                            "hard link to {}, a file this archive did not send",
+                            source.shown()
+                        ),
+                    });
+                }
+                dest.hard_link(&source, &path)?;
+                done.hard_links += 1;
+            }
+            EntryType::Fifo | EntryType::Char | EntryType::Block => {
+                SandboxPath::parse(&raw)?;
+                done.special
+                    .push(format!("{} ({})", escape(&raw), kind_name(kind)));
             }
             EntryType::Symlink => {
                 let path = SandboxPath::parse(&raw)?;
@@ -210,15 +250,38 @@ mod tests {
     }
 
     #[test]
-    fn hard_links_and_devices_are_refused() {
+    fn hard_links_reach_only_files_of_the_same_archive() {
+        for (target, why) in [("/etc/shadow", "absolute"), ("x", "did not send")] {
+            let tar = archive(|b| {
+                b.append_link(&mut header(EntryType::Link, 0o644, 0), "h", target)
+                    .unwrap();
+            });
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("x"), "here before").unwrap();
+            let dest = Dest::open(dir.path(), false).unwrap();
+            let err = unpack(&tar[..], &dest, ModePolicy::DropSpecial).unwrap_err();
+            assert!(err.to_string().contains(why), "{err}");
+            assert!(!dir.path().join("h").exists());
+        }
         let tar = archive(|b| {
-            b.append_link(&mut header(EntryType::Link, 0o644, 0), "h", "/etc/shadow")
+            b.append_data(&mut header(EntryType::Regular, 0o644, 2), "a", &b"hi"[..])
+                .unwrap();
+            b.append_link(&mut header(EntryType::Link, 0o644, 0), "sub/b", "a")
+                .unwrap();
+            b.append_data(&mut header(EntryType::Fifo, 0o644, 0), "pipe", &b""[..])
                 .unwrap();
         });
         let dir = tempfile::tempdir().unwrap();
         let dest = Dest::open(dir.path(), false).unwrap();
-        let err = unpack(&tar[..], &dest, ModePolicy::DropSpecial).unwrap_err();
-        assert!(err.to_string().contains("hard link"), "{err}");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let done = unpack(&tar[..], &dest, ModePolicy::DropSpecial).unwrap();
+        assert_eq!((done.files, done.hard_links), (1, 1));
+        assert_eq!(done.special, ["pipe (fifo)"]);
+        assert!(!dir.path().join("pipe").exists());
+        use std::os::unix::fs::MetadataExt;
+        let (a, b) = (
+            std::fs::metadata(dir.path().join("a")).unwrap(),
+            std::fs::metadata(dir.path().join("sub/b")).unwrap(),
+        );
+        assert_eq!(a.ino(), b.ino());
     }
 }

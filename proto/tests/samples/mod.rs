@@ -12,7 +12,7 @@ use tether_proto::op::{
     AgentInfo, BatchFile, BatchResult, Command, ExecSpec, FileKind, FileStat, GrepMatch, GrepSpec,
     IfExists, ListeningPort, Op, ProcessInfo, PtySpec, Reply, WatchEvent, WriteSpec,
 };
-use tether_proto::{Channel, ErrorCode, ProcessId, StreamId};
+use tether_proto::{Channel, ErrorCode, ProcessId, StreamId, WirePath};
 
 /// The wire name (`"type"`) of a control message.
 pub(crate) fn control_name(c: &Control) -> &'static str {
@@ -132,6 +132,10 @@ fn s(v: &str) -> String {
     v.to_string()
 }
 
+fn p(v: &str) -> WirePath {
+    WirePath::from(v)
+}
+
 /// Every operation, with the options that matter set, plus variants of the nested enums
 /// (`command`, `if_exists`).
 pub(crate) fn ops() -> Vec<Op> {
@@ -177,59 +181,59 @@ pub(crate) fn ops() -> Vec<Op> {
         },
         Op::Processes,
         Op::Read {
-            path: s("/etc/hostname"),
+            path: p("/etc/hostname"),
             offset: 0,
             len: None,
         },
         Op::Write(WriteSpec {
-            path: s("src/main.rs"),
+            path: p("src/main.rs"),
             mode: Some(0o644),
             create_parents: true,
             if_exists: IfExists::Overwrite,
         }),
         Op::Write(WriteSpec {
-            path: s("new.txt"),
+            path: p("new.txt"),
             mode: None,
             create_parents: false,
             if_exists: IfExists::Fail,
         }),
         Op::Write(WriteSpec {
-            path: s("log.txt"),
+            path: p("log.txt"),
             mode: None,
             create_parents: false,
             if_exists: IfExists::Append,
         }),
         Op::Stat {
-            path: s("Cargo.toml"),
+            path: p("Cargo.toml"),
         },
         Op::List {
-            path: s("/work"),
+            path: p("/work"),
             depth: 2,
         },
         Op::Mkdir {
-            path: s("/work/target/tmp"),
+            path: p("/work/target/tmp"),
             mode: Some(0o700),
         },
         Op::Remove {
-            path: s("/work/target"),
+            path: p("/work/target"),
             recursive: true,
         },
         Op::Rename {
-            from: s("a.txt"),
-            to: s("b.txt"),
+            from: p("a.txt"),
+            to: p("b.txt"),
             overwrite: false,
         },
         Op::Chmod {
-            path: s("run.sh"),
+            path: p("run.sh"),
             mode: 0o755,
         },
         Op::Glob {
-            root: s("/work"),
+            root: p("/work"),
             pattern: s("src/**/*.rs"),
             limit: Some(100),
         },
         Op::Grep(GrepSpec {
-            path: s("/work/src"),
+            path: p("/work/src"),
             pattern: s("fn \\w+_test"),
             regex: true,
             ignore_case: false,
@@ -237,7 +241,7 @@ pub(crate) fn ops() -> Vec<Op> {
             limit: Some(50),
         }),
         Op::Edit {
-            path: s("src/lib.rs"),
+            path: p("src/lib.rs"),
             old: s("let x = 1;"),
             new: s("let x = 2;"),
             replace_all: false,
@@ -245,30 +249,30 @@ pub(crate) fn ops() -> Vec<Op> {
         Op::WriteBatch {
             files: vec![
                 BatchFile {
-                    path: s("a.txt"),
+                    path: p("a.txt"),
                     size: 5,
                     mode: None,
                 },
                 BatchFile {
-                    path: s("bin/run"),
+                    path: p("bin/run"),
                     size: 12,
                     mode: Some(0o755),
                 },
             ],
         },
         Op::ReadBatch {
-            paths: vec![s("a.txt"), s("missing.txt")],
+            paths: vec![p("a.txt"), p("missing.txt")],
         },
         Op::TarRead {
-            path: s("/work"),
+            path: p("/work"),
             exclude: vec![s("target"), s("**/*.o")],
         },
         Op::TarWrite {
-            path: s("/work"),
+            path: p("/work"),
             gzip: true,
         },
         Op::Watch {
-            path: s("/work/src"),
+            path: p("/work/src"),
             recursive: true,
         },
         Op::Connect {
@@ -282,12 +286,14 @@ pub(crate) fn ops() -> Vec<Op> {
 
 fn stat(path: &str, kind: FileKind, size: u64, mode: u32, target: Option<&str>) -> FileStat {
     FileStat {
-        path: s(path),
+        path: p(path),
         kind,
         size,
         mode,
         mtime_ms: 1_767_225_600_000,
-        target: target.map(s),
+        target: target.map(p),
+        file_id: None,
+        allocated: None,
     }
 }
 
@@ -302,15 +308,20 @@ pub(crate) fn replies() -> Vec<Reply> {
                 stat("src/main.rs", FileKind::File, 812, 0o644, None),
                 stat("latest", FileKind::Symlink, 6, 0o777, Some("v1.2.3")),
                 stat("run.sock", FileKind::Other, 0, 0o600, None),
+                FileStat {
+                    target: Some(WirePath::from(b"v\xff".to_vec())),
+                    path: WirePath::from(b"bad\xfe".to_vec()),
+                    ..stat("", FileKind::Symlink, 2, 0o777, None)
+                },
             ],
         },
         Reply::Paths {
-            paths: vec![s("src/lib.rs"), s("src/main.rs")],
+            paths: vec![p("src/lib.rs"), p("src/main.rs")],
             truncated: false,
         },
         Reply::Matches {
             matches: vec![GrepMatch {
-                path: s("lib.rs"),
+                path: p("lib.rs"),
                 line: 42,
                 text: s("fn parse_test() {"),
             }],
@@ -321,13 +332,13 @@ pub(crate) fn replies() -> Vec<Reply> {
         Reply::Batch {
             results: vec![
                 BatchResult {
-                    path: s("a.txt"),
+                    path: p("a.txt"),
                     size: Some(5),
                     error: None,
                     message: None,
                 },
                 BatchResult {
-                    path: s("missing.txt"),
+                    path: p("missing.txt"),
                     size: None,
                     error: Some(ErrorCode::NotFound),
                     message: Some(s("missing.txt: no such file or directory")),
@@ -374,19 +385,19 @@ pub(crate) fn replies() -> Vec<Reply> {
 pub(crate) fn events() -> Vec<WatchEvent> {
     vec![
         WatchEvent::Create {
-            path: s("src/new.rs"),
+            path: p("src/new.rs"),
             dir: false,
         },
         WatchEvent::Modify {
-            path: s("src/lib.rs"),
+            path: p("src/lib.rs"),
         },
         WatchEvent::Remove {
-            path: s("build"),
+            path: p("build"),
             dir: true,
         },
         WatchEvent::Rename {
-            from: s("a.rs"),
-            to: s("b.rs"),
+            from: p("a.rs"),
+            to: p("b.rs"),
         },
         WatchEvent::Overflow,
     ]

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tether_client::{ClientError, Event, RawStream, Session};
 use tether_e2e::{eventually, Agent};
 use tether_proto::op::{BatchFile, FileKind, GrepSpec, IfExists, Op, Reply, WatchEvent, WriteSpec};
-use tether_proto::{Channel, ErrorCode};
+use tether_proto::{Channel, ErrorCode, WirePath};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -84,6 +84,10 @@ fn s(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
+fn w(path: &Path) -> WirePath {
+    WirePath::from(path)
+}
+
 fn mode_of(path: &Path) -> u32 {
     fs::symlink_metadata(path).unwrap().mode() & 0o7777
 }
@@ -115,7 +119,7 @@ async fn write_then_read_back_with_ranges() {
 
     // `stat` comes first, then the range, then eof.
     let op = Op::Read {
-        path: s(&on_disk),
+        path: w(&on_disk),
         offset: 10,
         len: Some(100),
     };
@@ -131,7 +135,7 @@ async fn write_then_read_back_with_ranges() {
     assert!(d.eof && d.error.is_none());
 
     let past_end = Op::Read {
-        path: s(&on_disk),
+        path: w(&on_disk),
         offset: 1 << 40,
         len: None,
     };
@@ -340,8 +344,8 @@ async fn stat_list_mkdir_remove_rename_chmod() {
 
     let st = session.stat("link").await.unwrap();
     assert_eq!(
-        (st.kind, st.target.as_deref()),
-        (FileKind::Symlink, Some("a/file"))
+        (st.kind, st.target.as_ref().map(|t| t.to_string())),
+        (FileKind::Symlink, Some("a/file".to_string()))
     );
     assert_eq!(st.path, "link");
     let st = session.stat(&s(&dir.join("a/file"))).await.unwrap();
@@ -349,7 +353,7 @@ async fn stat_list_mkdir_remove_rename_chmod() {
     assert_eq!(code(session.stat("nope").await), ErrorCode::NotFound);
 
     let names = |entries: Vec<tether_proto::op::FileStat>| -> Vec<String> {
-        let mut v: Vec<String> = entries.into_iter().map(|e| e.path).collect();
+        let mut v: Vec<String> = entries.into_iter().map(|e| e.path.to_string()).collect();
         v.sort();
         v
     };
@@ -521,7 +525,7 @@ async fn glob_grep_and_edit() {
     assert_eq!(paths, ["src/app/lib.rs", "src/main.rs"]);
     assert!(!truncated);
     let limited = Op::Glob {
-        root: s(dir),
+        root: w(dir),
         pattern: "**".into(),
         limit: Some(2),
     };
@@ -540,7 +544,7 @@ async fn glob_grep_and_edit() {
     assert_eq!(code(session.glob("nope", "*").await), ErrorCode::NotFound);
 
     let grep = |pattern: &str| GrepSpec {
-        path: s(dir),
+        path: w(dir),
         pattern: pattern.into(),
         regex: false,
         ignore_case: false,
@@ -548,11 +552,11 @@ async fn glob_grep_and_edit() {
         limit: None,
     };
     let (matches, _) = session.grep(grep("hello")).await.unwrap();
-    let found: Vec<(&str, u64)> = matches.iter().map(|m| (m.path.as_str(), m.line)).collect();
-    assert_eq!(
-        found,
-        [("notes.md", 1), ("src/app/lib.rs", 2), ("src/main.rs", 2)]
-    );
+    let found: Vec<String> = matches
+        .iter()
+        .map(|m| format!("{}:{}", m.path, m.line))
+        .collect();
+    assert_eq!(found, ["notes.md:1", "src/app/lib.rs:2", "src/main.rs:2"]);
     assert_eq!(matches[2].text, "    hello();");
     let spec = GrepSpec {
         regex: true,
@@ -563,7 +567,7 @@ async fn glob_grep_and_edit() {
     let (matches, _) = session.grep(spec).await.unwrap();
     assert_eq!(matches.len(), 1);
     assert_eq!(
-        (matches[0].path.as_str(), matches[0].line),
+        (matches[0].path.to_string().as_str(), matches[0].line),
         ("src/app/lib.rs", 1)
     );
     let spec = GrepSpec {
@@ -700,7 +704,7 @@ async fn write_batch_and_read_batch_with_partial_success() {
     assert!(temp_files(dir).is_empty() && temp_files(&dir.join("short")).is_empty());
 
     let paths = ["one/a.txt", "missing", "one", "big.bin"]
-        .map(String::from)
+        .map(WirePath::from)
         .to_vec();
     let mut stream = session.open(Op::ReadBatch { paths }).await.unwrap();
     let d = drain(&mut stream).await;
@@ -733,7 +737,7 @@ async fn read_batch_fails_when_a_file_shrinks_before_it_is_sent() {
     fs::write(dir.join("first"), vec![1u8; 4 << 20]).unwrap();
     fs::write(dir.join("second"), vec![2u8; 1000]).unwrap();
     // A small window holds the agent back inside the first file until the second shrinks.
-    let paths = vec!["first".to_string(), "second".to_string()];
+    let paths = vec![WirePath::from("first"), WirePath::from("second")];
     let mut stream = session
         .open_with_window(Op::ReadBatch { paths }, 64 << 10)
         .await
@@ -829,7 +833,7 @@ async fn tar_round_trip_keeps_symlinks_modes_empty_dirs_and_mtimes() {
     let archive = download(
         &session,
         Op::TarRead {
-            path: s(&src),
+            path: w(&src),
             exclude: vec!["skipme".into(), "*.log".into()],
         },
     )
@@ -837,7 +841,7 @@ async fn tar_round_trip_keeps_symlinks_modes_empty_dirs_and_mtimes() {
     .unwrap();
     let dst = agent.dir.path().join("dst");
     let op = Op::TarWrite {
-        path: s(&dst),
+        path: w(&dst),
         gzip: false,
     };
     assert_eq!(upload(&session, op, &archive).await.unwrap(), Reply::Ok);
@@ -862,7 +866,7 @@ async fn tar_round_trip_keeps_symlinks_modes_empty_dirs_and_mtimes() {
     fs::write(&gz_path, &gz.stdout).unwrap();
     let dst_gz = agent.dir.path().join("dst-gz");
     let op = Op::TarWrite {
-        path: s(&dst_gz),
+        path: w(&dst_gz),
         gzip: true,
     };
     assert_eq!(upload(&session, op, &gz.stdout).await.unwrap(), Reply::Ok);
@@ -872,14 +876,14 @@ async fn tar_round_trip_keeps_symlinks_modes_empty_dirs_and_mtimes() {
     let one = download(
         &session,
         Op::TarRead {
-            path: s(&src.join("run.sh")),
+            path: w(&src.join("run.sh")),
             exclude: vec![],
         },
     )
     .await
     .unwrap();
     let op = Op::TarWrite {
-        path: s(&agent.dir.path().join("single")),
+        path: w(&agent.dir.path().join("single")),
         gzip: false,
     };
     upload(&session, op, &one).await.unwrap();
@@ -900,7 +904,7 @@ async fn tar_write_refuses_garbage_and_stays_inside_its_destination() {
     let dst = root.join("dst");
 
     let op = |gzip| Op::TarWrite {
-        path: s(&dst),
+        path: w(&dst),
         gzip,
     };
     let garbage = vec![0x55u8; 4096];
@@ -914,7 +918,7 @@ async fn tar_write_refuses_garbage_and_stays_inside_its_destination() {
     );
     fs::write(root.join("a-file"), "x").unwrap();
     let onto_file = Op::TarWrite {
-        path: s(&root.join("a-file")),
+        path: w(&root.join("a-file")),
         gzip: false,
     };
     assert_eq!(
@@ -948,7 +952,7 @@ async fn tar_write_refuses_garbage_and_stays_inside_its_destination() {
 /// Opens a watch and waits for its `ok`: changes after that are reported.
 async fn armed_watch(session: &Session, path: &Path, recursive: bool) -> RawStream {
     let op = Op::Watch {
-        path: s(path),
+        path: w(path),
         recursive,
     };
     let mut stream = session.open(op).await.unwrap();

@@ -188,7 +188,7 @@ async fn reusing_an_open_stream_id_is_refused() {
         stream: StreamId(3),
         window: None,
         op: Op::Watch {
-            path: dir,
+            path: dir.into(),
             recursive: true,
         },
     };

@@ -15,6 +15,7 @@ mod cli;
 mod dev;
 mod egress;
 mod escape;
+mod exact;
 mod forward;
 mod image;
 mod image_daytona;

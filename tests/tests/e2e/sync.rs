@@ -579,8 +579,9 @@ async fn a_push_cut_inside_a_big_file_leaves_the_old_file_whole() {
     // Mid-file: the new content grows under a temp name; readers still see the old file.
     let temp = until("the new content under a temp name", || async {
         let list = s.list("/workspace/cut", 1).await.ok()?;
-        list.into_iter()
-            .find(|e| e.kind == FileKind::File && e.path.contains(".big.tether-") && e.size > 0)
+        list.into_iter().find(|e| {
+            e.kind == FileKind::File && e.path.to_string().contains(".big.tether-") && e.size > 0
+        })
     })
     .await;
     assert!(
@@ -595,7 +596,7 @@ async fn a_push_cut_inside_a_big_file_leaves_the_old_file_whole() {
     until("the temp file to be cleaned up", || async {
         let list = s.list("/workspace/cut", 1).await.ok()?;
         list.iter()
-            .all(|e| !e.path.contains(".tether-"))
+            .all(|e| !e.path.to_string().contains(".tether-"))
             .then_some(())
     })
     .await;

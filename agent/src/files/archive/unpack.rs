@@ -30,6 +30,7 @@ use tar::{EntryType, Header};
 use tracing::warn;
 
 use super::super::atomic::temp_name;
+use super::sparse::copy_sparse;
 
 /// Bytes copied from the archive to a file per write: 256 KiB.
 const COPY_BUFFER: usize = 256 << 10;
@@ -112,7 +113,11 @@ impl Lander {
                 )?;
                 let mut file = File::from(fd);
                 let size = entry.size();
-                if copy(entry, &mut file, &mut self.buffer)? != size {
+                let copied = match kind {
+                    EntryType::GNUSparse => copy_sparse(entry, &mut file, &mut self.buffer)?,
+                    _ => copy(entry, &mut file, &mut self.buffer)?,
+                };
+                if copied != size {
                     // The entry's reader ends quietly where the archive does.
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
