@@ -214,3 +214,80 @@ async fn e2b_outage_makes_a_sandbox_unknown_never_deleted() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_allowlists_reach_e2b_and_secrets_are_refused() {
+    let fake = Fake::start("e2b", &["--api-key", KEY]);
+    let relay = relay_for(&fake, KEY);
+    let id = tether(
+        &relay,
+        &[
+            "create",
+            "--provider",
+            "e2b",
+            "--image",
+            TEMPLATE,
+            "--allow-host",
+            "api.openai.com",
+            "--allow-cidr",
+            "10.1.0.0/16",
+        ],
+    )
+    .trim()
+    .to_string();
+
+    // The relay's create went through the relay to E2B's own egress controls.
+    let e2b_id = tether_e2e::cloud::listed(&relay, &id)["provider_ref"]
+        .as_str()
+        .expect("the E2B id")
+        .to_string();
+    let (_, detail) = tether_e2e::cloud::http(
+        &fake.url,
+        "GET",
+        &format!("/sandboxes/{e2b_id}"),
+        &[("X-API-Key", KEY)],
+        "",
+    );
+    let detail: serde_json::Value = serde_json::from_str(&detail).expect("detail");
+    assert_eq!(
+        detail["network"]["allowOut"],
+        serde_json::json!(["api.openai.com", "10.1.0.0/16"]),
+        "{detail}"
+    );
+    assert_eq!(
+        detail["network"]["denyOut"],
+        serde_json::json!(["0.0.0.0/0"]),
+        "{detail}"
+    );
+    let network = tether_e2e::cloud::listed(&relay, &id)["network"].clone();
+    assert_eq!(network["mode"], "allowlist", "{network}");
+    assert_eq!(network["enforced_by"], "e2b", "{network}");
+    tether(&relay, &["rm", &id]);
+
+    // A secret needs the relay's proxy, which an E2B sandbox does not pass through: refused,
+    // naming the provider, before anything is created and without the value in the message.
+    let out = relay
+        .tether()
+        .env("OPENAI_API_KEY", "sk-e2b-never-sent")
+        .args([
+            "create",
+            "--provider",
+            "e2b",
+            "--image",
+            TEMPLATE,
+            "--secret",
+            "OPENAI_API_KEY@api.openai.com",
+        ])
+        .output()
+        .expect("run tether");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("E2B cannot carry secrets (OPENAI_API_KEY)"),
+        "{err}"
+    );
+    assert!(!err.contains("sk-e2b-never-sent"), "{err}");
+    let (_, listed) =
+        tether_e2e::cloud::http(&fake.url, "GET", "/v2/sandboxes", &[("X-API-Key", KEY)], "");
+    assert_eq!(listed.trim(), "[]", "{listed}");
+}
