@@ -14,8 +14,10 @@
 //! - [`limits`]: every tunable of the protocol, with its unit.
 //! - `writer` (feature `ws`): the WebSocket writer loop the agent and the client both run,
 //!   batching queued frames and pinging.
+//! - `sparse` (feature `sparse`): files with holes in the tar streams of `tar_read` and
+//!   `tar_write`, written and landed the same way at both ends.
 //!
-//! Without the `ws` feature the crate has no sockets, no processes and no async code: it is
+//! Without its features the crate has no sockets, no files, no processes and no async code: it is
 //! shared by the agent, the relay and the client, and `PROTOCOL.md` beside it is its
 //! specification.
 #![forbid(unsafe_code)]
@@ -29,6 +31,8 @@ mod ids;
 pub mod limits;
 pub mod op;
 mod path;
+#[cfg(feature = "sparse")]
+pub mod sparse;
 pub mod window;
 #[cfg(feature = "ws")]
 pub mod writer;

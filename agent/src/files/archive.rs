@@ -29,7 +29,7 @@ use super::search::NameOrPath;
 use super::{blocking, fail, refuse, relative, READ_CHUNK};
 use crate::stream::{OpError, OpResult, StreamCtx};
 
-mod sparse;
+use tether_proto::sparse;
 mod unpack;
 
 /// Bytes of an incoming archive read at a time: 256 KiB.

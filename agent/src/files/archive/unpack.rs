@@ -30,7 +30,7 @@ use tar::{EntryType, Header};
 use tracing::warn;
 
 use super::super::atomic::temp_name;
-use super::sparse::copy_sparse;
+use tether_proto::sparse::copy_sparse;
 
 /// Bytes copied from the archive to a file per write: 256 KiB.
 const COPY_BUFFER: usize = 256 << 10;

@@ -1,7 +1,8 @@
-//! Sparse files in tar streams, both ways: [`append_file`] archives a file with holes as a
-//! GNU sparse entry (only its data, found with `SEEK_DATA`/`SEEK_HOLE`), and [`copy_sparse`]
-//! lands one with its holes. The client's `hostfs::pack` holds the same format for the
-//! host side; the agent depends on the wire contract only, so it keeps its own copy.
+//! Sparse files in tar streams, both ways, for the agent and the client alike: [`append_sparse`]
+//! archives a file with holes as a GNU sparse entry (only its data, found with
+//! [`data_extents`]: `SEEK_DATA`/`SEEK_HOLE`), and [`copy_sparse`] lands one with its holes.
+//! Archives are part of the wire contract (`tar_read`/`tar_write` carry them), so both ends
+//! share this one writer and reader of the format.
 
 use std::fs::File;
 use std::io::{self, Cursor, Read, Seek, SeekFrom, Write};
@@ -19,7 +20,7 @@ const EXTENSION_EXTENTS: usize = 21;
 
 /// Appends a file with holes as a GNU sparse entry holding only `extents`, its data
 /// ([`data_extents`]). `header` is a GNU header filled from the file's metadata.
-pub(super) fn append_sparse<W: Write>(
+pub fn append_sparse<W: Write>(
     tar: &mut Builder<W>,
     header: &mut Header,
     name: &Path,
@@ -68,7 +69,7 @@ pub(super) fn append_sparse<W: Write>(
 }
 
 /// The data extents (offset, length) of a file that has holes; `None` for one without.
-pub(super) fn data_extents(file: &File, size: u64) -> io::Result<Option<Vec<(u64, u64)>>> {
+pub fn data_extents(file: &File, size: u64) -> io::Result<Option<Vec<(u64, u64)>>> {
     let meta = file.metadata()?;
     if size == 0 || meta.blocks().saturating_mul(512) >= size {
         return Ok(None);
@@ -128,11 +129,7 @@ impl Read for Extents {
 /// Writes what `from` yields to `to`, leaving a hole (seeking past it) for every chunk that
 /// is all zeros, then sets the length: a sparse entry lands sparse. Returns the bytes
 /// accounted for.
-pub(super) fn copy_sparse(
-    from: &mut impl Read,
-    to: &mut File,
-    buffer: &mut [u8],
-) -> io::Result<u64> {
+pub fn copy_sparse(from: &mut impl Read, to: &mut File, buffer: &mut [u8]) -> io::Result<u64> {
     let mut copied = 0u64;
     loop {
         match from.read(buffer) {
