@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -23,7 +23,8 @@ use tokio_util::io::SyncIoBridge;
 use super::constants::{PACK_BUFFER, PIPE_BYTES};
 use super::tree::{key, local_path, Entry, Tree};
 use tether_client::escape::escape_os;
-use tether_client::hostfs::pack::{append_file, data_extents};
+use tether_client::hostfs::pack::{data_extents, Exactly};
+use tether_proto::sparse::append_sparse;
 
 /// Starts packing `paths` (relative to `local`) on a blocking thread; returns the archive's
 /// bytes to upload and the packer, whose result says what went in. `content` and
@@ -165,17 +166,13 @@ fn append<W: Write>(
             }
             linked.insert((meta.dev(), meta.ino()), rel.to_path_buf());
         }
-        let holes = data_extents(&file, meta.len()).map_err(Appending::Read)?;
-        if holes.is_some() {
-            append_file(tar, &mut header, rel, file, meta.len()).map_err(Appending::Write)?;
-            return Ok(entry);
+        // If it shrinks while read, zeros make up the rest and the next change notification
+        // sends it again.
+        match data_extents(&file, meta.len()).map_err(Appending::Read)? {
+            Some(extents) => append_sparse(tar, &mut header, rel, file, meta.len(), extents),
+            None => tar.append_data(&mut header, rel, Exactly::new(file, meta.len())),
         }
-        let body = Exactly {
-            file,
-            left: meta.len(),
-        };
-        tar.append_data(&mut header, rel, body)
-            .map_err(Appending::Write)?;
+        .map_err(Appending::Write)?;
         return Ok(entry);
     }
     header.set_metadata_in_mode(&meta, HeaderMode::Complete);
@@ -202,30 +199,6 @@ fn append<W: Write>(
         ));
     }
     Ok(None)
-}
-
-/// A file's first `left` bytes, the size its header announced; if it shrinks while being
-/// read, zeros make up the rest (as GNU tar does) and the next change notification sends
-/// it again.
-struct Exactly {
-    file: File,
-    left: u64,
-}
-
-impl Read for Exactly {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let want = (buf.len() as u64).min(self.left) as usize;
-        if want == 0 {
-            return Ok(0);
-        }
-        let mut n = self.file.read(&mut buf[..want])?;
-        if n == 0 {
-            buf[..want].fill(0);
-            n = want;
-        }
-        self.left -= n as u64;
-        Ok(n)
-    }
 }
 
 /// Counts the archive bytes (before compression: about the content size) and moves the

@@ -91,7 +91,7 @@ pub fn append_file<W: Write>(
         Some(extents) => extents,
         None => {
             header.set_size(size);
-            return tar.append_data(header, name, Exactly { file, left: size });
+            return tar.append_data(header, name, Exactly::new(file, size));
         }
     };
     tether_proto::sparse::append_sparse(tar, header, name, file, size, extents)
@@ -99,9 +99,16 @@ pub fn append_file<W: Write>(
 
 /// A file's first `left` bytes, the size its header announced; zeros make up the rest if
 /// it shrinks while read (as GNU tar does), so the archive stays well-formed.
-struct Exactly {
+pub struct Exactly {
     file: File,
     left: u64,
+}
+
+impl Exactly {
+    /// The first `len` bytes of `file`, from where it stands.
+    pub fn new(file: File, len: u64) -> Self {
+        Self { file, left: len }
+    }
 }
 
 impl Read for Exactly {
