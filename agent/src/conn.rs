@@ -47,6 +47,7 @@ pub(crate) const CAPABILITIES: &[&str] = &[
     "ports",
     "info",
     "byte_paths",
+    "byte_args",
 ];
 
 /// What the connection knows about one open stream.

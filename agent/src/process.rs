@@ -433,25 +433,44 @@ async fn supervise(
     }
 }
 
-/// The command line for `processes`, shell-quoted where needed.
+/// The command line for `processes`, shell-quoted where needed; bytes that are not UTF-8 are
+/// written as `$'\xNN'`, so the line still names exactly what runs.
 fn display(command: &Command) -> String {
     match command {
-        Command::Shell(script) => script.clone(),
+        Command::Shell(script) => quote_bytes(script.as_bytes(), false),
         Command::Argv(argv) => argv
             .iter()
-            .map(|arg| {
-                let plain = !arg.is_empty()
-                    && arg
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
-                if plain {
-                    arg.clone()
-                } else {
-                    format!("'{}'", arg.replace('\'', r"'\''"))
-                }
-            })
+            .map(|arg| quote_bytes(arg.as_bytes(), true))
             .collect::<Vec<_>>()
             .join(" "),
+    }
+}
+
+/// `bytes` as text: as they are when `plain` text (or not `quote`d), in single quotes when
+/// UTF-8, else in ANSI-C quotes with every byte outside printable ASCII escaped.
+fn quote_bytes(bytes: &[u8], quote: bool) -> String {
+    let plain = !bytes.is_empty()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(b));
+    match std::str::from_utf8(bytes) {
+        Ok(text) if plain || !quote => text.to_string(),
+        Ok(text) => format!("'{}'", text.replace('\'', r"'\''")),
+        Err(_) => {
+            let mut out = String::from("$'");
+            for &b in bytes {
+                match b {
+                    b'\'' | b'\\' => {
+                        out.push('\\');
+                        out.push(b as char);
+                    }
+                    0x20..=0x7e => out.push(b as char),
+                    _ => out.push_str(&format!("\\x{b:02x}")),
+                }
+            }
+            out.push('\'');
+            out
+        }
     }
 }
 
@@ -475,5 +494,7 @@ mod tests {
         ]);
         assert_eq!(display(&argv), r"echo 'a b' 'it'\''s' x=1");
         assert_eq!(display(&Command::Shell("ls | wc".into())), "ls | wc");
+        let odd = Command::Argv(vec!["printf".into(), b"it's \xff\\".to_vec().into()]);
+        assert_eq!(display(&odd), r"printf $'it\'s \xff\\'");
     }
 }

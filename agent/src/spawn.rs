@@ -6,7 +6,7 @@
 //! The common case (pipes, no user switch, an agent without an OOM shield) needs no code in
 //! the child, so `std::process::Command` can use `posix_spawn` (vfork) instead of fork.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsStr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -83,22 +83,38 @@ fn check_fields(spec: &ExecSpec) -> Result<(), OpError> {
             "timeout_ms must be at least 1; leave it out for no timeout",
         ));
     }
-    for (name, value) in &spec.env {
-        if name.is_empty() || name.contains(['=', '\0']) {
+    let text = spec.env.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()));
+    let bytes = spec
+        .env_bytes
+        .iter()
+        .map(|(n, v)| (n.as_bytes(), v.as_bytes()));
+    for (name, value) in text.chain(bytes) {
+        let shown = name.escape_ascii();
+        if name.is_empty() || name.contains(&b'=') || name.contains(&0) {
             return Err(OpError::new(
                 ErrorCode::InvalidArgument,
                 format!(
-                    "environment variable name {name:?} is invalid: a name is not empty and \
+                    "environment variable name \"{shown}\" is invalid: a name is not empty and \
                      holds no `=` or NUL"
                 ),
             ));
         }
-        if value.contains('\0') {
+        if value.contains(&0) {
             return Err(OpError::new(
                 ErrorCode::InvalidArgument,
-                format!("the value of environment variable {name} holds a NUL byte"),
+                format!("the value of environment variable {shown} holds a NUL byte"),
             ));
         }
+    }
+    let nul = match &spec.command {
+        Command::Argv(argv) => argv.iter().any(|a| a.contains(0)),
+        Command::Shell(script) => script.contains(0),
+    };
+    if nul {
+        return Err(OpError::new(
+            ErrorCode::InvalidArgument,
+            "the command holds a NUL byte, which no argument can carry",
+        ));
     }
     Ok(())
 }
@@ -112,7 +128,7 @@ pub(crate) fn spawn(
     reaper: &Reaper,
 ) -> Result<Child, OpError> {
     check_fields(spec)?;
-    let cwd = working_dir(spec.cwd.as_deref(), workdir)?;
+    let cwd = working_dir(spec.cwd.as_ref().map(|d| d.as_path()), workdir)?;
     let account = match &spec.user {
         Some(user) => Some(account(user)?),
         None => None,
@@ -129,13 +145,15 @@ pub(crate) fn spawn(
             let name = argv.first().filter(|a| !a.is_empty()).ok_or_else(|| {
                 OpError::new(ErrorCode::InvalidArgument, "the command's argv is empty")
             })?;
-            let mut cmd = std::process::Command::new(find_program(name, &path_var, &cwd)?);
-            cmd.arg0(name).args(&argv[1..]);
+            let program = find_program(name.as_os_str(), &path_var, &cwd)?;
+            let mut cmd = std::process::Command::new(program);
+            cmd.arg0(name.as_os_str())
+                .args(argv[1..].iter().map(|a| a.as_os_str()));
             cmd
         }
         Command::Shell(script) => {
             let mut cmd = std::process::Command::new("/bin/sh");
-            cmd.arg("-c").arg(script);
+            cmd.arg("-c").arg(script.as_os_str());
             cmd
         }
     };
@@ -165,6 +183,11 @@ pub(crate) fn spawn(
         cmd.current_dir(&cwd);
     }
     cmd.envs(&spec.env);
+    cmd.envs(
+        spec.env_bytes
+            .iter()
+            .map(|(n, v)| (n.as_os_str(), v.as_os_str())),
+    );
 
     let io = if let Some(term) = &spec.pty {
         let pty = Pty::open(term.cols, term.rows)
@@ -236,7 +259,7 @@ pub(crate) fn spawn(
     Ok(Child { pid, ended, io })
 }
 
-fn working_dir(cwd: Option<&str>, workdir: &Path) -> Result<PathBuf, OpError> {
+fn working_dir(cwd: Option<&Path>, workdir: &Path) -> Result<PathBuf, OpError> {
     let dir = match cwd {
         Some(d) => workdir.join(d),
         None => workdir.to_path_buf(),
@@ -274,22 +297,23 @@ fn account(user: &str) -> Result<users::Account, OpError> {
 /// Finds `name` as `execvp` would: a name with a slash is a path (relative to `cwd`), any
 /// other is searched in `path_var`. Done here so "not found" is a clear error, and so the
 /// program is a path, which keeps `Command` on its `posix_spawn` path.
-fn find_program(name: &str, path_var: &str, cwd: &Path) -> Result<PathBuf, OpError> {
-    if name.contains('/') {
+fn find_program(name: &OsStr, path_var: &str, cwd: &Path) -> Result<PathBuf, OpError> {
+    let shown = Path::new(name).display();
+    if name.as_bytes().contains(&b'/') {
         let path = cwd.join(name);
         return match std::fs::metadata(&path) {
             Ok(meta) if meta.is_dir() => Err(OpError::new(
                 ErrorCode::IsDirectory,
-                format!("{name} is a directory, not a program"),
+                format!("{shown} is a directory, not a program"),
             )),
             Ok(meta) if meta.permissions().mode() & 0o111 == 0 => Err(OpError::new(
                 ErrorCode::PermissionDenied,
-                format!("{name} is not executable"),
+                format!("{shown} is not executable"),
             )),
             Ok(_) => Ok(path),
             Err(e) => Err(OpError::new(
                 ErrorCode::from_io(&e),
-                format!("cannot run {name}: {e}"),
+                format!("cannot run {shown}: {e}"),
             )),
         };
     }
@@ -307,11 +331,11 @@ fn find_program(name: &str, path_var: &str, cwd: &Path) -> Result<PathBuf, OpErr
     Err(match not_executable {
         Some(path) => OpError::new(
             ErrorCode::PermissionDenied,
-            format!("{name}: {} is not executable", path.display()),
+            format!("{shown}: {} is not executable", path.display()),
         ),
         None => OpError::new(
             ErrorCode::NotFound,
-            format!("command not found: {name} (searched PATH={path_var})"),
+            format!("command not found: {shown} (searched PATH={path_var})"),
         ),
     })
 }
@@ -337,18 +361,24 @@ mod tests {
 
     #[test]
     fn finds_programs_in_path() {
-        let sh = find_program("sh", DEFAULT_PATH, Path::new("/")).unwrap();
+        let sh = find_program(OsStr::new("sh"), DEFAULT_PATH, Path::new("/")).unwrap();
         assert!(sh.ends_with("sh"), "{}", sh.display());
-        let err = find_program("no-such-command-xyz", "/bin:/usr/bin", Path::new("/")).unwrap_err();
+        let err = find_program(
+            OsStr::new("no-such-command-xyz"),
+            "/bin:/usr/bin",
+            Path::new("/"),
+        )
+        .unwrap_err();
         assert_eq!(err.code, ErrorCode::NotFound);
         assert!(err
             .message
             .contains("command not found: no-such-command-xyz"));
-        let err = find_program("./nope", DEFAULT_PATH, Path::new("/")).unwrap_err();
+        let err = find_program(OsStr::new("./nope"), DEFAULT_PATH, Path::new("/")).unwrap_err();
         assert_eq!(err.code, ErrorCode::NotFound);
-        let err = find_program("/etc", DEFAULT_PATH, Path::new("/")).unwrap_err();
+        let err = find_program(OsStr::new("/etc"), DEFAULT_PATH, Path::new("/")).unwrap_err();
         assert_eq!(err.code, ErrorCode::IsDirectory);
-        let err = find_program("/etc/passwd", DEFAULT_PATH, Path::new("/")).unwrap_err();
+        let err =
+            find_program(OsStr::new("/etc/passwd"), DEFAULT_PATH, Path::new("/")).unwrap_err();
         assert_eq!(err.code, ErrorCode::PermissionDenied);
     }
 
@@ -359,12 +389,12 @@ mod tests {
             Path::new("/tmp")
         );
         assert_eq!(
-            working_dir(Some("/"), Path::new("/tmp")).unwrap(),
+            working_dir(Some(Path::new("/")), Path::new("/tmp")).unwrap(),
             Path::new("/")
         );
-        let missing = working_dir(Some("no/such/dir"), Path::new("/tmp")).unwrap_err();
+        let missing = working_dir(Some(Path::new("no/such/dir")), Path::new("/tmp")).unwrap_err();
         assert_eq!(missing.code, ErrorCode::NotFound);
-        let file = working_dir(Some("/etc/passwd"), Path::new("/")).unwrap_err();
+        let file = working_dir(Some(Path::new("/etc/passwd")), Path::new("/")).unwrap_err();
         assert_eq!(file.code, ErrorCode::NotADirectory);
     }
 }

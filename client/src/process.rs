@@ -166,7 +166,7 @@ impl Process {
 impl Session {
     /// Starts a process.
     pub async fn exec(&self, spec: ExecSpec) -> Result<Process, ClientError> {
-        Process::started(self.open(Op::Exec(spec)).await?).await
+        Process::started(self.open(Op::Exec(Box::new(spec))).await?).await
     }
 
     /// Re-attaches to a process from byte offsets (`[out, err]`).

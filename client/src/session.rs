@@ -36,6 +36,9 @@ const OUTBOX_FRAMES: usize = 256;
 /// The capability of an agent that takes and sends paths that are not UTF-8.
 const BYTE_PATHS: &str = "byte_paths";
 
+/// The capability of an agent that runs arguments and variables that are not UTF-8.
+const BYTE_ARGS: &str = "byte_args";
+
 /// How long to wait for the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -225,15 +228,21 @@ impl Session {
 
     /// Opens a stream granting the agent `window` bytes of credit.
     pub async fn open_with_window(&self, op: Op, window: u32) -> Result<RawStream, ClientError> {
-        if op.needs_byte_paths() && !self.capabilities().iter().any(|c| c == BYTE_PATHS) {
-            return Err(ClientError::Remote {
-                code: ErrorCode::Unsupported,
-                message: format!(
-                    "the sandbox's agent ({}) cannot name files that are not UTF-8; \
-                     rebuild the sandbox's image with a newer tether-agent",
-                    self.inner.agent_version
-                ),
-            });
+        let needs_byte_args = matches!(&op, Op::Exec(spec) if spec.needs_byte_args());
+        for (needed, capability, what) in [
+            (op.needs_byte_paths(), BYTE_PATHS, "name files"),
+            (needs_byte_args, BYTE_ARGS, "run arguments or variables"),
+        ] {
+            if needed && !self.capabilities().iter().any(|c| c == capability) {
+                return Err(ClientError::Remote {
+                    code: ErrorCode::Unsupported,
+                    message: format!(
+                        "the sandbox's agent ({}) cannot {what} that are not UTF-8; \
+                         rebuild the sandbox's image with a newer tether-agent",
+                        self.inner.agent_version
+                    ),
+                });
+            }
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let credit = Arc::new(Semaphore::new(INITIAL_WINDOW as usize));

@@ -125,7 +125,7 @@ impl Sandboxes {
         let session = self.session(id).await?;
         let mut spec = ExecSpec::argv(argv);
         spec.env = env;
-        spec.cwd = cwd;
+        spec.cwd = cwd.map(Into::into);
         spec.background = true;
         session
             .exec(spec)

@@ -6,7 +6,8 @@
 //! - [`control`]: the typed control messages (handshake, open, exit, resize, signal, error, ...).
 //! - [`op`]: the operations a stream can carry (exec, files, forwarding, watch) and their replies.
 //! - `error`: wire error codes ([`ErrorCode`]) and the codec's own error type ([`ProtoError`]).
-//! - `path`: [`WirePath`], a file name as bytes, losslessly carried in JSON.
+//! - `path`: [`WireBytes`] (and [`WirePath`], its name for paths): bytes that need not be
+//!   UTF-8 (file names, argv, environment), losslessly carried in JSON.
 //! - `ids`: newtypes for stream ids, process ids, channels and byte offsets ([`StreamId`],
 //!   [`ProcessId`], [`Channel`], [`ByteOffset`]).
 //! - [`window`]: credit accounting for per-stream flow control.
@@ -41,7 +42,7 @@ pub use control::{Control, ExitStatus};
 pub use error::{ErrorCode, ProtoError};
 pub use frame::{Frame, FrameKind};
 pub use ids::{ByteOffset, Channel, ProcessId, StreamId};
-pub use path::WirePath;
+pub use path::{WireBytes, WirePath};
 
 /// The protocol version this crate speaks. Bumped on any incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -8,14 +8,14 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use crate::ids::{ByteOffset, ProcessId};
-use crate::path::WirePath;
+use crate::path::{WireBytes, WirePath};
 
 /// What a new stream does.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {
     /// Start a process. Output streams back on `out`/`err`; stdin flows on `in`.
-    Exec(ExecSpec),
+    Exec(Box<ExecSpec>),
     /// Attach to a running or finished background process from the given offsets.
     Attach {
         /// The process.
@@ -207,8 +207,8 @@ impl Op {
             Op::Rename { from, to, .. } => odd(from) || odd(to),
             Op::WriteBatch { files } => files.iter().any(|f| odd(&f.path)),
             Op::ReadBatch { paths } => paths.iter().any(odd),
-            Op::Exec(_)
-            | Op::Attach { .. }
+            Op::Exec(spec) => spec.cwd.as_ref().is_some_and(odd),
+            Op::Attach { .. }
             | Op::Wait { .. }
             | Op::Kill { .. }
             | Op::Processes
@@ -231,10 +231,11 @@ fn yes() -> bool {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Command {
-    /// Run the program `argv[0]` (searched in `PATH`) with these arguments.
-    Argv(Vec<String>),
-    /// Run this string with `/bin/sh -c`.
-    Shell(String),
+    /// Run the program `argv[0]` (searched in `PATH`) with these arguments, each exactly its
+    /// bytes (`{"b64": ...}` for one that is not UTF-8).
+    Argv(Vec<WireBytes>),
+    /// Run this script with `/bin/sh -c`.
+    Shell(WireBytes),
 }
 
 /// How to start a process.
@@ -245,9 +246,13 @@ pub struct ExecSpec {
     /// Variables added to (or overriding) the agent's environment.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Variables whose name or value is not UTF-8, as `[name, value]` pairs of bytes; set
+    /// after `env`. Only for an agent with the `byte_args` capability.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_bytes: Vec<(WireBytes, WireBytes)>,
     /// Working directory; the agent's when absent.
     #[serde(default)]
-    pub cwd: Option<String>,
+    pub cwd: Option<WirePath>,
     /// Run as this user (name or uid); only when the agent runs as root.
     #[serde(default)]
     pub user: Option<String>,
@@ -280,10 +285,11 @@ pub struct ExecSpec {
 
 impl ExecSpec {
     /// A foreground exec of `argv` with no stdin.
-    pub fn argv<I: IntoIterator<Item = S>, S: Into<String>>(argv: I) -> ExecSpec {
+    pub fn argv<I: IntoIterator<Item = S>, S: Into<WireBytes>>(argv: I) -> ExecSpec {
         ExecSpec {
             command: Command::Argv(argv.into_iter().map(Into::into).collect()),
             env: BTreeMap::new(),
+            env_bytes: Vec::new(),
             cwd: None,
             user: None,
             stdin: false,
@@ -298,11 +304,40 @@ impl ExecSpec {
     }
 
     /// A foreground exec of a `sh -c` string with no stdin.
-    pub fn shell(script: impl Into<String>) -> ExecSpec {
+    pub fn shell(script: impl Into<WireBytes>) -> ExecSpec {
         ExecSpec {
             command: Command::Shell(script.into()),
             ..ExecSpec::argv(Vec::<String>::new())
         }
+    }
+
+    /// Sets the variable `name` to `value`: in `env` when both are UTF-8, else in
+    /// `env_bytes` (replacing an earlier setting of the same name in either).
+    pub fn set_env(&mut self, name: impl Into<WireBytes>, value: impl Into<WireBytes>) {
+        let (name, value) = (name.into(), value.into());
+        self.env_bytes.retain(|(n, _)| *n != name);
+        match (name.to_str(), value.to_str()) {
+            (Some(n), Some(v)) => {
+                self.env.insert(n.to_string(), v.to_string());
+            }
+            _ => {
+                if let Some(n) = name.to_str() {
+                    self.env.remove(n);
+                }
+                self.env_bytes.push((name, value));
+            }
+        }
+    }
+
+    /// Whether the spec holds an argument, script or variable that is not UTF-8, which only
+    /// an agent with the `byte_args` capability understands.
+    pub fn needs_byte_args(&self) -> bool {
+        let odd = |b: &WireBytes| b.to_str().is_none();
+        !self.env_bytes.is_empty()
+            || match &self.command {
+                Command::Argv(argv) => argv.iter().any(odd),
+                Command::Shell(script) => odd(script),
+            }
     }
 }
 

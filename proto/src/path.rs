@@ -1,9 +1,10 @@
-//! File names as bytes on a JSON wire: [`WirePath`].
+//! Bytes on a JSON wire: [`WireBytes`], and [`WirePath`], its name where it holds a file name.
 //!
-//! A Unix file name is any bytes but `/` and NUL; JSON strings are Unicode. A path that is
-//! valid UTF-8 travels as a plain JSON string, as it always has; one that is not travels as
-//! `{"b64": "<standard base64 of its bytes>"}`, so no name is ever replaced or merged with
-//! another. Receivers accept both forms wherever a path goes (PROTOCOL.md, "Paths").
+//! A Unix file name, argument or environment variable is any bytes but NUL; JSON strings are
+//! Unicode. Bytes that are valid UTF-8 travel as a plain JSON string, as they always have; bytes
+//! that are not travel as `{"b64": "<standard base64 of the bytes>"}`, so no name or argument is
+//! ever replaced or merged with another. Receivers accept both forms wherever such a field goes
+//! (PROTOCOL.md, "Paths" and "Processes").
 
 use std::borrow::Cow;
 use std::fmt;
@@ -14,14 +15,18 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// The key of a path's byte form: `{"b64": "..."}`.
+/// The key of the byte form: `{"b64": "..."}`.
 const B64_KEY: &str = "b64";
 
-/// A path or file name as the exact bytes the filesystem holds.
+/// A byte string as exactly its bytes: a path or file name as the filesystem holds it, an
+/// argument or an environment variable as `execve` takes it.
 #[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WirePath(Vec<u8>);
+pub struct WireBytes(Vec<u8>);
 
-impl WirePath {
+/// A path or file name: [`WireBytes`] under the name the path fields use.
+pub type WirePath = WireBytes;
+
+impl WireBytes {
     /// The path's bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
@@ -32,13 +37,13 @@ impl WirePath {
         self.0
     }
 
-    /// The path as text, when it is valid UTF-8.
+    /// The bytes as text, when they are valid UTF-8.
     pub fn to_str(&self) -> Option<&str> {
         std::str::from_utf8(&self.0).ok()
     }
 
-    /// The path as text with invalid bytes replaced by U+FFFD: for display only, never to
-    /// name a file (two names can decode alike).
+    /// The bytes as text with invalid bytes replaced by U+FFFD: for display only, never to
+    /// name a file or pass an argument (two byte strings can decode alike).
     pub fn to_string_lossy(&self) -> Cow<'_, str> {
         String::from_utf8_lossy(&self.0)
     }
@@ -61,90 +66,112 @@ impl WirePath {
     /// The path as an OS path (Unix: the same bytes).
     #[cfg(unix)]
     pub fn as_path(&self) -> &std::path::Path {
+        std::path::Path::new(self.as_os_str())
+    }
+
+    /// The bytes as an OS string (Unix: the same bytes), for an argument or a variable.
+    #[cfg(unix)]
+    pub fn as_os_str(&self) -> &std::ffi::OsStr {
         use std::os::unix::ffi::OsStrExt;
-        std::path::Path::new(std::ffi::OsStr::from_bytes(&self.0))
+        std::ffi::OsStr::from_bytes(&self.0)
     }
 }
 
-impl From<&str> for WirePath {
-    fn from(s: &str) -> WirePath {
-        WirePath(s.as_bytes().to_vec())
+impl From<&str> for WireBytes {
+    fn from(s: &str) -> WireBytes {
+        WireBytes(s.as_bytes().to_vec())
     }
 }
 
-impl From<&WirePath> for WirePath {
-    fn from(p: &WirePath) -> WirePath {
+impl From<&WireBytes> for WireBytes {
+    fn from(p: &WireBytes) -> WireBytes {
         p.clone()
     }
 }
 
-impl From<String> for WirePath {
-    fn from(s: String) -> WirePath {
-        WirePath(s.into_bytes())
+impl From<String> for WireBytes {
+    fn from(s: String) -> WireBytes {
+        WireBytes(s.into_bytes())
     }
 }
 
-impl From<&String> for WirePath {
-    fn from(s: &String) -> WirePath {
-        WirePath(s.as_bytes().to_vec())
+impl From<&String> for WireBytes {
+    fn from(s: &String) -> WireBytes {
+        WireBytes(s.as_bytes().to_vec())
     }
 }
 
-impl From<Vec<u8>> for WirePath {
-    fn from(b: Vec<u8>) -> WirePath {
-        WirePath(b)
+impl From<Vec<u8>> for WireBytes {
+    fn from(b: Vec<u8>) -> WireBytes {
+        WireBytes(b)
     }
 }
 
-impl From<&[u8]> for WirePath {
-    fn from(b: &[u8]) -> WirePath {
-        WirePath(b.to_vec())
+impl From<&[u8]> for WireBytes {
+    fn from(b: &[u8]) -> WireBytes {
+        WireBytes(b.to_vec())
     }
 }
 
 #[cfg(unix)]
-impl From<&std::path::Path> for WirePath {
-    fn from(p: &std::path::Path) -> WirePath {
+impl From<&std::path::Path> for WireBytes {
+    fn from(p: &std::path::Path) -> WireBytes {
         use std::os::unix::ffi::OsStrExt;
-        WirePath(p.as_os_str().as_bytes().to_vec())
+        WireBytes(p.as_os_str().as_bytes().to_vec())
     }
 }
 
 #[cfg(unix)]
-impl From<std::path::PathBuf> for WirePath {
-    fn from(p: std::path::PathBuf) -> WirePath {
+impl From<std::path::PathBuf> for WireBytes {
+    fn from(p: std::path::PathBuf) -> WireBytes {
         use std::os::unix::ffi::OsStringExt;
-        WirePath(p.into_os_string().into_vec())
+        WireBytes(p.into_os_string().into_vec())
     }
 }
 
-impl PartialEq<str> for WirePath {
+#[cfg(unix)]
+impl From<std::ffi::OsString> for WireBytes {
+    fn from(s: std::ffi::OsString) -> WireBytes {
+        use std::os::unix::ffi::OsStringExt;
+        WireBytes(s.into_vec())
+    }
+}
+
+#[cfg(unix)]
+impl From<&std::ffi::OsStr> for WireBytes {
+    fn from(s: &std::ffi::OsStr) -> WireBytes {
+        use std::os::unix::ffi::OsStrExt;
+        WireBytes(s.as_bytes().to_vec())
+    }
+}
+
+impl PartialEq<str> for WireBytes {
     fn eq(&self, other: &str) -> bool {
         self.0 == other.as_bytes()
     }
 }
 
-impl PartialEq<&str> for WirePath {
+impl PartialEq<&str> for WireBytes {
     fn eq(&self, other: &&str) -> bool {
         self.0 == other.as_bytes()
     }
 }
 
 /// Lossy, for messages: a name that is not UTF-8 shows U+FFFD where its bad bytes are.
-impl fmt::Display for WirePath {
+impl fmt::Display for WireBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.to_string_lossy())
     }
 }
 
 /// Like a string's debug form, with bytes that are not UTF-8 as `\xNN`.
-impl fmt::Debug for WirePath {
+impl fmt::Debug for WireBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "\"{}\"", self.0.escape_ascii())
     }
 }
 
-impl Serialize for WirePath {
+impl Serialize for WireBytes {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self.to_str() {
             Some(text) => s.serialize_str(text),
@@ -157,8 +184,8 @@ impl Serialize for WirePath {
     }
 }
 
-impl<'de> Deserialize<'de> for WirePath {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<WirePath, D::Error> {
+impl<'de> Deserialize<'de> for WireBytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<WireBytes, D::Error> {
         d.deserialize_any(PathVisitor)
     }
 }
@@ -166,21 +193,21 @@ impl<'de> Deserialize<'de> for WirePath {
 struct PathVisitor;
 
 impl<'de> Visitor<'de> for PathVisitor {
-    type Value = WirePath;
+    type Value = WireBytes;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(r#"a path: a string, or {"b64": "..."} for a name that is not UTF-8"#)
+        f.write_str(r#"a string, or {"b64": "..."} for bytes that are not UTF-8"#)
     }
 
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<WirePath, E> {
-        Ok(WirePath::from(v))
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<WireBytes, E> {
+        Ok(WireBytes::from(v))
     }
 
-    fn visit_string<E: de::Error>(self, v: String) -> Result<WirePath, E> {
-        Ok(WirePath::from(v))
+    fn visit_string<E: de::Error>(self, v: String) -> Result<WireBytes, E> {
+        Ok(WireBytes::from(v))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WirePath, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WireBytes, A::Error> {
         let mut bytes = None;
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             if key != B64_KEY {
@@ -189,11 +216,11 @@ impl<'de> Visitor<'de> for PathVisitor {
             let text: Cow<'de, str> = map.next_value()?;
             let decoded = STANDARD
                 .decode(text.as_bytes())
-                .map_err(|e| de::Error::custom(format!("a path's b64 is not valid base64: {e}")))?;
+                .map_err(|e| de::Error::custom(format!("a b64 field is not valid base64: {e}")))?;
             bytes = Some(decoded);
         }
         bytes
-            .map(WirePath)
+            .map(WireBytes)
             .ok_or_else(|| de::Error::missing_field(B64_KEY))
     }
 }

@@ -275,7 +275,7 @@ fn optional_fields_take_their_defaults() {
         Control::Open {
             stream: StreamId(1),
             window: None,
-            op: Op::Exec(tether_proto::op::ExecSpec::argv(["ls"])),
+            op: Op::Exec(Box::new(tether_proto::op::ExecSpec::argv(["ls"]))),
         }
     );
     assert_eq!(

@@ -2,8 +2,12 @@
 //! ours. This is the latency-critical path: no REST call, no HTTP client, a single-threaded
 //! runtime; the only network work is the tunnel's WebSocket handshake and the exec itself.
 
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::{OsStringValueParser, TypedValueParser};
 use clap::Args;
 use tether_proto::op::{Command, ExecSpec, PtySpec};
 use tether_proto::ErrorCode;
@@ -11,6 +15,7 @@ use tether_proto::ErrorCode;
 use super::attach::{self, Wiring};
 use super::remote::Remote;
 use super::terminal::{self, RawMode};
+use tether_client::escape::escape_os;
 use tether_client::ClientError;
 
 /// Exit status when the command exists but cannot be executed.
@@ -22,11 +27,16 @@ const NOT_FOUND: i32 = 127;
 #[derive(Debug, Clone, Args)]
 pub(super) struct ProcessArgs {
     /// Set an environment variable; `-e KEY` passes this machine's value. Repeatable.
-    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = env_var)]
-    env: Vec<(String, String)>,
+    #[arg(
+        short = 'e',
+        long = "env",
+        value_name = "KEY=VALUE",
+        value_parser = OsStringValueParser::new().try_map(env_var)
+    )]
+    env: Vec<(OsString, OsString)>,
     /// The working directory; the agent's when absent.
     #[arg(short = 'w', long = "workdir", value_name = "DIR")]
-    workdir: Option<String>,
+    workdir: Option<PathBuf>,
     /// Run as this user (name or uid).
     #[arg(short = 'u', long, value_name = "USER")]
     user: Option<String>,
@@ -35,24 +45,36 @@ pub(super) struct ProcessArgs {
 impl ProcessArgs {
     /// A foreground exec of `command` with these settings.
     pub(super) fn spec(&self, command: Command) -> ExecSpec {
-        ExecSpec {
+        let mut spec = ExecSpec {
             command,
-            env: self.env.iter().cloned().collect(),
-            cwd: self.workdir.clone(),
+            cwd: self.workdir.clone().map(Into::into),
             user: self.user.clone(),
             ..ExecSpec::argv(Vec::<String>::new())
+        };
+        for (name, value) in &self.env {
+            spec.set_env(name.as_os_str(), value.as_os_str());
         }
+        spec
     }
 }
 
-/// `KEY=VALUE`, or `KEY` to pass on this machine's value.
-fn env_var(s: &str) -> Result<(String, String), String> {
-    if s.contains('=') {
-        return super::key_value(s);
-    }
-    match std::env::var(s) {
-        Ok(value) => Ok((s.to_string(), value)),
-        Err(_) => Err(format!("{s} is not set here: write {s}=VALUE")),
+/// `KEY=VALUE`, or `KEY` to pass on this machine's value; either may be any bytes but NUL,
+/// as an environment is.
+fn env_var(arg: OsString) -> Result<(OsString, OsString), String> {
+    let bytes = arg.as_bytes();
+    match bytes.iter().position(|&b| b == b'=') {
+        Some(0) => Err(format!("expected KEY=VALUE, got `{}`", escape_os(&arg))),
+        Some(at) => Ok((
+            OsStr::from_bytes(&bytes[..at]).to_os_string(),
+            OsStr::from_bytes(&bytes[at + 1..]).to_os_string(),
+        )),
+        None => match std::env::var_os(&arg) {
+            Some(value) => Ok((arg, value)),
+            None => {
+                let name = escape_os(&arg);
+                Err(format!("{name} is not set here: write {name}=VALUE"))
+            }
+        },
     }
 }
 
@@ -87,7 +109,7 @@ pub(super) struct ExecArgs {
         value_name = "SCRIPT",
         conflicts_with = "command"
     )]
-    script: Option<String>,
+    script: Option<OsString>,
     /// The sandbox.
     #[arg(value_name = "ID")]
     pub id: String,
@@ -97,14 +119,14 @@ pub(super) struct ExecArgs {
         trailing_var_arg = true,
         required_unless_present = "script"
     )]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }
 
 pub(super) async fn run(remote: Remote, args: ExecArgs) -> anyhow::Result<i32> {
     let session = remote.connect(&args.id).await?;
     let command = match args.script {
-        Some(script) => Command::Shell(script),
-        None => Command::Argv(args.command),
+        Some(script) => Command::Shell(script.into()),
+        None => Command::Argv(args.command.into_iter().map(Into::into).collect()),
     };
     let mut spec = args.process.spec(command);
     spec.stdin = args.interactive;

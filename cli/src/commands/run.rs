@@ -2,7 +2,9 @@
 //! command fails, `tether` fails, or the user interrupts. With no relay configured or
 //! running, it embeds one (see `embedded`), so it works on a fresh machine.
 
+use std::ffi::OsString;
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -40,7 +42,7 @@ pub(super) struct RunArgs {
     interactive: bool,
     /// The working directory; the agent's when absent.
     #[arg(short = 'w', long = "workdir", value_name = "DIR")]
-    workdir: Option<String>,
+    workdir: Option<PathBuf>,
     /// Kill the command after this long and exit 124, e.g. 30s or 5m.
     #[arg(long, value_name = "DURATION", value_parser = super::duration)]
     timeout: Option<Duration>,
@@ -49,7 +51,7 @@ pub(super) struct RunArgs {
     embedded: bool,
     /// The command and its arguments, run as they are (no shell).
     #[arg(value_name = "CMD", trailing_var_arg = true, required = true)]
-    command: Vec<String>,
+    command: Vec<OsString>,
 }
 
 pub(super) fn run(relay: Option<&str>, args: RunArgs) -> anyhow::Result<i32> {
@@ -132,7 +134,7 @@ async fn run_in(remote: &Remote, id: &str, args: RunArgs) -> anyhow::Result<i32>
     let session = remote.connect(id).await?;
     let stdin = args.interactive || args.tty || !std::io::stdin().is_terminal();
     let mut spec = ExecSpec::argv(args.command);
-    spec.cwd = args.workdir;
+    spec.cwd = args.workdir.map(Into::into);
     spec.stdin = stdin;
     spec.pty = args.tty.then(exec::pty);
     spec.timeout_ms = args.timeout.map(|t| t.as_millis().max(1) as u64);

@@ -2,6 +2,8 @@
 //! shell (or the given command) with the local terminal in raw mode, so every key, Ctrl-C
 //! and Ctrl-Z included, reaches the remote side and job control happens there.
 
+use std::ffi::OsString;
+
 use clap::Args;
 use tether_proto::op::Command;
 
@@ -24,14 +26,14 @@ pub(super) struct ShellArgs {
     id: String,
     /// A command to run instead of the login shell.
     #[arg(value_name = "CMD", trailing_var_arg = true)]
-    command: Vec<String>,
+    command: Vec<OsString>,
 }
 
 pub(super) async fn run(remote: Remote, args: ShellArgs) -> anyhow::Result<i32> {
     let session = remote.connect(&args.id).await?;
     let command = match args.command.is_empty() {
         true => Command::Shell(LOGIN_SHELL.into()),
-        false => Command::Argv(args.command),
+        false => Command::Argv(args.command.into_iter().map(Into::into).collect()),
     };
     let mut spec = args.process.spec(command);
     spec.stdin = true;

@@ -97,7 +97,7 @@ pub(super) async fn run(server: &Server, args: ExecArgs) -> Result<Value, ToolEr
         timeout(args.timeout_seconds, Some(EXEC_DEFAULT_TIMEOUT))?.expect("a default is given");
     let session = server.connections.get(&args.sandbox_id).await?;
     let spec = ExecSpec {
-        cwd: args.cwd,
+        cwd: args.cwd.map(Into::into),
         env: args.env,
         merge_stderr: true,
         timeout_ms: Some(limit.as_millis() as u64),

@@ -175,7 +175,7 @@ impl ExecSessions {
         let session = self.connections.get(&args.sandbox_id).await?;
         let id = format!("es-{:016x}", rand::random::<u64>());
         let spec = ExecSpec {
-            cwd: args.cwd,
+            cwd: args.cwd.map(Into::into),
             env: args.env,
             stdin: true,
             merge_stderr: true,

@@ -142,10 +142,10 @@ pub(crate) fn ops() -> Vec<Op> {
     let mut env = BTreeMap::new();
     env.insert(s("RUST_LOG"), s("debug"));
     vec![
-        Op::Exec(ExecSpec::argv(["cargo", "test"])),
-        Op::Exec(ExecSpec {
+        Op::Exec(Box::new(ExecSpec::argv(["cargo", "test"]))),
+        Op::Exec(Box::new(ExecSpec {
             env,
-            cwd: Some(s("/work")),
+            cwd: Some(p("/work")),
             user: Some(s("dev")),
             stdin: true,
             merge_stderr: true,
@@ -155,8 +155,8 @@ pub(crate) fn ops() -> Vec<Op> {
             tag: Some(s("build")),
             ring_bytes: Some(4 << 20),
             ..ExecSpec::shell("make -j8 2>&1 | tail")
-        }),
-        Op::Exec(ExecSpec {
+        })),
+        Op::Exec(Box::new(ExecSpec {
             stdin: true,
             pty: Some(PtySpec {
                 cols: 120,
@@ -164,7 +164,15 @@ pub(crate) fn ops() -> Vec<Op> {
                 term: Some(s("xterm-256color")),
             }),
             ..ExecSpec::argv(["bash", "-l"])
-        }),
+        })),
+        Op::Exec(Box::new(ExecSpec {
+            env_bytes: vec![(
+                WirePath::from(&b"LANG_RAW"[..]),
+                WirePath::from(&b"caf\xe9"[..]),
+            )],
+            cwd: Some(WirePath::from(&b"/work/d\xfe"[..])),
+            ..ExecSpec::argv([&b"printf"[..], b"%s", b"\xff\xfe"])
+        })),
         Op::Attach {
             process: ProcessId(7),
             out_offset: 1024,

@@ -185,6 +185,41 @@ async fn passes_env_and_cwd() {
     );
 }
 
+/// What no process can be given (a NUL in an argument, a name holding `=`) is refused before
+/// anything runs, whichever form carried it; the connection stays usable.
+#[tokio::test]
+async fn refuses_arguments_and_variables_no_process_can_take() {
+    let agent = Agent::start();
+    let session = agent.session().await;
+    let refused = |spec: ExecSpec| {
+        let session = &session;
+        async move {
+            let err = session.exec(spec).await.unwrap_err();
+            assert_eq!(err.code(), Some(ErrorCode::InvalidArgument), "{err}");
+            err.to_string()
+        }
+    };
+    let said = refused(ExecSpec::argv([&b"echo"[..], b"a\0b"])).await;
+    assert!(said.contains("NUL"), "{said}");
+    refused(ExecSpec::shell(&b"echo a\0b"[..])).await;
+    let mut spec = ExecSpec::argv(["true"]);
+    spec.env_bytes
+        .push((b"A\xff=B".to_vec().into(), b"x".to_vec().into()));
+    let said = refused(spec).await;
+    assert!(said.contains(r"A\xff=B"), "{said}");
+    let mut spec = ExecSpec::argv(["true"]);
+    spec.env_bytes
+        .push((b"A\xff".to_vec().into(), b"x\0\xfe".to_vec().into()));
+    refused(spec).await;
+
+    // A name set both ways ends with the later, byte form.
+    let mut spec = shell("printf %s \"$K\"");
+    spec.set_env("K", "text");
+    spec.set_env("K", &b"by\xfetes"[..]);
+    assert!(spec.env.is_empty());
+    assert_eq!(run(&session, spec).await.stdout, b"by\xfetes");
+}
+
 #[tokio::test]
 async fn runs_as_another_user_when_root() {
     tether_e2e::require::root("switching users");
@@ -603,7 +638,7 @@ async fn an_overflowed_ring_reports_the_dropped_range() {
     spec.ring_bytes = Some(65536);
     // Take the first 4 KiB only, then detach: the process runs on with nobody reading.
     let mut stream = session
-        .open_with_window(Op::Exec(spec), 4096)
+        .open_with_window(Op::Exec(Box::new(spec)), 4096)
         .await
         .unwrap();
     let id = loop {
@@ -677,7 +712,7 @@ async fn two_hundred_concurrent_execs_on_one_connection() {
         async move {
             let mut spec = ExecSpec::argv(["sh", "-c", "echo $0; echo $0 >&2; exit $(($0 % 7))"]);
             if let tether_proto::op::Command::Argv(argv) = &mut spec.command {
-                argv.push(i.to_string());
+                argv.push(i.to_string().into());
             }
             let out = session.exec(spec).await?.output().await?;
             Ok::<_, ClientError>((i, out))

@@ -417,3 +417,112 @@ fn failures_name_the_path_and_the_cause_and_leave_nothing() {
     );
     assert!(!out.exists());
 }
+
+/// Unix arguments, environments and working directories are bytes: `tether exec`, `shell`'s
+/// argument form and `run` take any of them and the sandbox's process gets exactly them;
+/// what no process can be given (a NUL) is refused by the agent with a clear error.
+#[test]
+fn arguments_variables_and_workdirs_that_are_not_utf8_arrive_exactly() {
+    let relay = Relay::start();
+    let id = relay.create(&[]);
+    let work = tempfile::tempdir().unwrap();
+    let home = work.path().join("home");
+    let made = relay.sh(&id, "mkdir -p \"$(printf '/tmp/d\\376')\"");
+    assert!(made.status.success(), "{made:?}");
+    let os = |b: &'static [u8]| OsStr::from_bytes(b);
+
+    // An argument, a value and a name that are not UTF-8, and a directory whose name is not.
+    let script = os(b"printf '%s|%s|' \"$1\" \"$V\"; pwd");
+    let out = run(
+        &relay,
+        &home,
+        &[
+            os(b"exec"),
+            os(b"-e"),
+            os(b"V=caf\xe9"),
+            os(b"-w"),
+            os(b"/tmp/d\xfe"),
+            OsStr::new(&id),
+            os(b"--"),
+            os(b"sh"),
+            os(b"-c"),
+            script,
+            os(b"sh"),
+            os(b"arg\xff\xfe"),
+        ],
+    );
+    assert_eq!(
+        out.stdout.escape_ascii().to_string(),
+        b"arg\xff\xfe|caf\xe9|/tmp/d\xfe\n"
+            .escape_ascii()
+            .to_string()
+    );
+
+    // A name that is not UTF-8 (shells drop such names, so `env` shows it directly).
+    let out = run(
+        &relay,
+        &home,
+        &[
+            os(b"exec"),
+            os(b"-e"),
+            os(b"N\xff=x\xfey"),
+            OsStr::new(&id),
+            os(b"env"),
+        ],
+    );
+    assert!(
+        out.stdout
+            .split(|&b| b == b'\n')
+            .any(|l| l == b"N\xff=x\xfey"),
+        "{}",
+        out.stdout.escape_ascii()
+    );
+
+    // `-e KEY` passes this machine's value, bytes and all; a script given with -c likewise.
+    let out = relay
+        .tether()
+        .env("TETHER_HOME", &home)
+        .env(os(b"PASSED"), os(b"v\xfe"))
+        .args([os(b"exec"), os(b"-e"), os(b"PASSED"), os(b"-c")])
+        .arg(os(b"printf '%s' \"$PASSED\" '\xff'"))
+        .arg(&id)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"v\xfe\xff");
+
+    // `tether run` takes them too.
+    let out = relay
+        .tether()
+        .env("TETHER_HOME", &home)
+        .args([
+            os(b"run"),
+            os(b"--"),
+            os(b"printf"),
+            os(b"%s"),
+            os(b"r\xff"),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"r\xff");
+
+    // A variable named `=x` cannot exist; the CLI says what to write.
+    let out = relay
+        .tether()
+        .env("TETHER_HOME", &home)
+        .args([
+            os(b"exec"),
+            os(b"-e"),
+            os(b"=\xff"),
+            OsStr::new(&id),
+            os(b"true"),
+        ])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("expected KEY=VALUE"),
+        "{said}"
+    );
+}

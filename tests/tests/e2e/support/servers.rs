@@ -13,7 +13,7 @@ const READY: Duration = Duration::from_secs(30);
 /// Starts `argv` in the background inside the sandbox and waits until `port` listens.
 pub(crate) async fn start(s: &Session, argv: &[&str], port: u16) {
     let spec = ExecSpec {
-        command: Command::Argv(argv.iter().map(|a| a.to_string()).collect()),
+        command: Command::Argv(argv.iter().map(|&a| a.into()).collect()),
         background: true,
         ..ExecSpec::argv(Vec::<String>::new())
     };
