@@ -7,6 +7,7 @@ use std::time::Duration;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
+use ipnet::IpNet;
 
 use super::auth::{mint_agent_token, Caller};
 use super::constants::{DEFAULT_PROVIDER, MAX_LIFETIME};
@@ -244,6 +245,17 @@ async fn prepare_egress(
     // create what it cannot express (secrets among it): the relay's proxy is for local ones.
     if !provider.runs_here() {
         return Ok(None);
+    }
+    if let Some(net) = allowlist
+        .networks
+        .iter()
+        .find(|n| matches!(n, IpNet::V6(_)))
+    {
+        return Err(ApiError::Invalid(format!(
+            "the IPv6 network {net} cannot be allowed: local sandboxes reach the outside over \
+             IPv4 only (IPv6 is refused whatever the allowlist); remove it, or allow the \
+             service by name with --allow-host"
+        )));
     }
     if !nix::unistd::geteuid().is_root() {
         return Err(ApiError::Unavailable(

@@ -440,6 +440,19 @@ fn bad_allowlists_are_refused_with_what_to_do() {
         .output()
         .unwrap();
     assert!(text(&out).contains("10.1.0.0/16"), "{}", text(&out));
+    // Local sandboxes have no IPv6 route: allowing an IPv6 network would promise what the
+    // firewall then refuses, so the create is refused instead.
+    let out = relay
+        .tether()
+        .args(["create", "--allow-cidr", "2001:db8::/32"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("IPv6 network 2001:db8::/32"),
+        "{}",
+        text(&out)
+    );
     let out = relay
         .tether()
         .args(["create", "--network", "host", "--allow-host", "a.test"])
