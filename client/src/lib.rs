@@ -73,6 +73,18 @@ pub enum ClientError {
         /// Why.
         reason: String,
     },
+    /// Something answered at the relay's address, but not as a Tether relay does (an HTML
+    /// page, a server that does not take WebSockets): the address is probably wrong.
+    #[error(
+        "{url} answered, but not as a Tether relay ({reason}): check the relay's address \
+         (TETHER_RELAY or --relay)"
+    )]
+    NotRelay {
+        /// Where.
+        url: String,
+        /// What it answered.
+        reason: String,
+    },
     /// The TLS handshake with the relay failed: an untrusted or mismatched certificate, or a
     /// server that does not speak TLS. The reason says which, and what to do.
     #[error("cannot connect to {url} over TLS: {reason}")]
@@ -105,27 +117,117 @@ impl ClientError {
         }
     }
 
-    /// Builds an error from an HTTP status and a body that is, ideally, the relay's ErrorBody.
-    pub(crate) fn from_http(status: u16, body: &str) -> ClientError {
-        match serde_json::from_str::<crate::api::ErrorBody>(body) {
-            Ok(b) => ClientError::Http {
+    /// Builds an error from an HTTP status and a body that is, ideally, the relay's ErrorBody;
+    /// a body that is not JSON at all comes from something else at `url`.
+    pub(crate) fn from_http(url: &str, status: u16, body: &str) -> ClientError {
+        if let Ok(b) = serde_json::from_str::<crate::api::ErrorBody>(body) {
+            return ClientError::Http {
                 status,
                 code: b.error.code,
                 message: b.error.message,
+            };
+        }
+        if let Some(what) = foreign_body(body) {
+            return ClientError::NotRelay {
+                url: url.to_string(),
+                reason: format!("HTTP {status} with {what}"),
+            };
+        }
+        ClientError::Http {
+            status,
+            code: match status {
+                401 => "unauthorized".into(),
+                404 => "not_found".into(),
+                _ => "http_error".into(),
             },
-            Err(_) => ClientError::Http {
-                status,
-                code: match status {
-                    401 => "unauthorized".into(),
-                    404 => "not_found".into(),
-                    _ => "http_error".into(),
-                },
-                message: if body.is_empty() {
-                    format!("the server answered HTTP {status}")
-                } else {
-                    format!("the server answered HTTP {status}: {body}")
-                },
+            message: match body.is_empty() {
+                true => format!("the server answered HTTP {status}"),
+                false => format!(
+                    "the server answered HTTP {status}: {}",
+                    escape::escape_str(body)
+                ),
             },
         }
+    }
+
+    /// The error for a successful answer that is not the JSON the relay sends: from something
+    /// else at `url` when the body is no JSON at all, else a relay that broke the API.
+    pub(crate) fn from_unexpected(url: &str, body: &str, err: &serde_json::Error) -> ClientError {
+        match foreign_body(body) {
+            Some(what) => ClientError::NotRelay {
+                url: url.to_string(),
+                reason: format!("an answer with {what}"),
+            },
+            None => ClientError::Protocol(format!("unexpected answer from the relay: {err}")),
+        }
+    }
+}
+
+/// What a body that no Tether relay sends is, shortly (an HTML page and its title, or the
+/// start of its text), or `None` for JSON, which a relay might have sent.
+fn foreign_body(body: &str) -> Option<String> {
+    let text = body.trim_start();
+    if text.is_empty() || text.starts_with(['{', '[']) {
+        return None;
+    }
+    if text.starts_with('<') {
+        let title = text
+            .find("<title>")
+            .and_then(|at| text[at + 7..].split('<').next())
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        return Some(match title {
+            Some(title) => format!("an HTML page titled \"{}\"", excerpt(title)),
+            None => "an HTML page".into(),
+        });
+    }
+    Some(format!("the text \"{}\"", excerpt(text)))
+}
+
+/// The first line of `text`, at most 80 characters, escaped for a terminal.
+fn excerpt(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    let short: String = line.chars().take(80).collect();
+    let more = if short.len() < line.len() { "..." } else { "" };
+    format!("{}{more}", escape::escape_str(&short))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_that_no_relay_sends_are_named_not_dumped() {
+        let html = "<!DOCTYPE html>\n<html><head><title> Not \x1b[2JFound </title>";
+        let err = ClientError::from_http("http://h:1", 404, html);
+        let said = err.to_string();
+        assert!(matches!(err, ClientError::NotRelay { .. }), "{said}");
+        assert!(said.starts_with("http://h:1 answered, but not as a Tether relay (HTTP 404 with an HTML page titled \"Not \\x1b[2JFound\")"), "{said}");
+
+        let long = "x".repeat(200) + "\nsecond line";
+        let said = ClientError::from_http("u", 502, &long).to_string();
+        assert!(
+            said.contains(&format!("the text \"{}...\"", "x".repeat(80))),
+            "{said}"
+        );
+        assert!(!said.contains("second"), "{said}");
+
+        // The relay's own errors, and bodies a relay may send, stay what they were.
+        let body = r#"{"error":{"code":"not_found","message":"no sandbox sb-1"}}"#;
+        assert_eq!(
+            ClientError::from_http("u", 404, body),
+            ClientError::Http {
+                status: 404,
+                code: "not_found".into(),
+                message: "no sandbox sb-1".into()
+            }
+        );
+        let empty = ClientError::from_http("u", 401, "");
+        assert!(
+            matches!(empty, ClientError::Http { status: 401, ref code, .. } if code == "unauthorized")
+        );
+        let json = serde_json::from_str::<u32>("[1]").unwrap_err();
+        let odd = ClientError::from_unexpected("u", "[1]", &json);
+        assert!(matches!(odd, ClientError::Protocol(_)), "{odd}");
     }
 }

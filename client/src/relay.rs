@@ -96,6 +96,7 @@ impl RelayClient {
         } else {
             let status = resp.status().as_u16();
             Err(ClientError::from_http(
+                &self.base,
                 status,
                 &resp.text().await.unwrap_or_default(),
             ))
@@ -176,6 +177,7 @@ impl RelayClient {
             return Ok(());
         }
         Err(ClientError::from_http(
+            &self.base,
             status,
             &resp.text().await.unwrap_or_default(),
         ))
@@ -240,10 +242,9 @@ impl RelayClient {
         let status = resp.status().as_u16();
         let body = resp.text().await.map_err(|e| self.unreachable(e))?;
         if !(200..300).contains(&status) {
-            return Err(ClientError::from_http(status, &body));
+            return Err(ClientError::from_http(&self.base, status, &body));
         }
-        serde_json::from_str(&body)
-            .map_err(|e| ClientError::Protocol(format!("unexpected answer from the relay: {e}")))
+        serde_json::from_str(&body).map_err(|e| ClientError::from_unexpected(&self.base, &body, &e))
     }
 }
 

@@ -314,15 +314,22 @@ impl Session {
 /// Why a WebSocket could not be opened: the server's HTTP answer, a TLS failure with what to
 /// do about it, or the connection's error.
 fn connect_error(url: &str, e: tokio_tungstenite::tungstenite::Error) -> ClientError {
+    use tokio_tungstenite::tungstenite::Error;
     match e {
-        tokio_tungstenite::tungstenite::Error::Http(resp) => {
+        Error::Http(resp) => {
             let body = resp
                 .body()
                 .as_ref()
                 .map(|b| String::from_utf8_lossy(b).trim().to_string())
                 .unwrap_or_default();
-            ClientError::from_http(resp.status().as_u16(), &body)
+            ClientError::from_http(url, resp.status().as_u16(), &body)
         }
+        // Something listens and speaks HTTP of a kind, but did not take the upgrade as a
+        // relay does: not "no relay", the wrong address.
+        e @ (Error::Protocol(_) | Error::HttpFormat(_)) => ClientError::NotRelay {
+            url: url.to_string(),
+            reason: format!("its answer to a WebSocket upgrade: {e}"),
+        },
         other => {
             #[cfg(feature = "rustls")]
             if let Some(tls) = crate::tls::explain(url, &other) {

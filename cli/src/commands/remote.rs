@@ -64,6 +64,11 @@ impl Remote {
                 }
                 anyhow!(msg)
             }
+            // Named by the address the user gave, not the tunnel's URL built from it.
+            ClientError::NotRelay { reason, .. } => anyhow!(ClientError::NotRelay {
+                url: self.base.clone(),
+                reason,
+            }),
             ClientError::Http { status: 404, .. } if id.is_some() => anyhow!(
                 "no sandbox {} at {}: list yours with `tether ls`",
                 id.unwrap_or_default(),
@@ -81,11 +86,8 @@ impl Remote {
                     self.base,
                     local::admin_token_path().display()
                 ),
-                Some(_) => anyhow!(
-                    "the relay at {} refused the token ({message}): set TETHER_TOKEN to a \
-                     token from `tether token create`",
-                    self.base
-                ),
+                // The relay's message already says what to set.
+                Some(_) => anyhow!("the relay at {} refused the token: {message}", self.base),
             },
             other => anyhow!(other),
         }

@@ -170,6 +170,70 @@ fn errors_say_what_to_do() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("TETHER_TOKEN"), "{}", stderr(&out));
+    // The relay's own advice is not said twice.
+    assert_eq!(
+        stderr(&out).matches("tether token create").count(),
+        1,
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Something that is not a relay at the relay's address (a web server's error page, one
+/// that does not take WebSockets) is named as such, not dumped, and not called "no relay"
+/// or "no sandbox".
+#[test]
+fn a_wrong_relay_address_is_named_not_dumped() {
+    let relay = Relay::start();
+    let web = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("http://{}", web.local_addr().unwrap());
+    let page = "<!DOCTYPE HTML>\n<html><head><title>Error response</title></head>\n<body>\
+                <h1>404 \x1b[31mnot found</h1></body></html>\n";
+    // A web server's answer to each connection the commands below open (a few each; the
+    // thread is left blocked in accept when the test ends).
+    std::thread::spawn(move || {
+        for _ in 0..32 {
+            let (mut conn, _) = web.accept().unwrap();
+            let mut head = Vec::new();
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            while !head.ends_with(b"\r\n\r\n") {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap() == 0 {
+                    break;
+                }
+                head.extend_from_slice(line.as_bytes());
+            }
+            let reply = format!(
+                "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{page}",
+                page.len()
+            );
+            conn.write_all(reply.as_bytes()).unwrap();
+        }
+    });
+    for args in [&["ls"][..], &["info", "sb-x"], &["exec", "sb-x", "true"]] {
+        let out = relay
+            .tether()
+            .args(args)
+            .env("TETHER_RELAY", &addr)
+            .output()
+            .unwrap();
+        let said = stderr(&out);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            said.contains(&addr) && said.contains("not as a Tether relay"),
+            "{args:?}: {said}"
+        );
+        assert!(
+            said.contains("HTML page titled \"Error response\""),
+            "{said}"
+        );
+        assert!(!said.contains("<html") && !said.contains('\x1b'), "{said}");
+        assert!(
+            !said.contains("no sandbox") && !said.contains("no relay"),
+            "{said}"
+        );
+    }
 }
 
 #[test]
