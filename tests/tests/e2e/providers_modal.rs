@@ -70,6 +70,34 @@ async fn modal_create_exec_cp_shell_forward_and_rm() {
     assert!(err.contains("no sandbox"), "{err}");
 }
 
+/// The fake honours env only through Secrets, as the SDKs give it: the agent's token and
+/// `--env` reach the sandbox, and neither is sent as `environment_variables`.
+#[tokio::test(flavor = "multi_thread")]
+async fn modal_env_and_the_agent_token_go_in_a_secret() {
+    let fake = fake();
+    let relay = relay_for(&fake, TOKEN_SECRET);
+    let id = tether(
+        &relay,
+        &[
+            "create",
+            "--provider",
+            "modal",
+            "--image",
+            IMAGE,
+            "--env",
+            "GREETING=hello from a secret",
+        ],
+    )
+    .trim()
+    .to_string();
+    let out = tether(&relay, &["exec", &id, "--", "sh", "-c", "echo \"$GREETING\""]);
+    assert_eq!(out, "hello from a secret\n");
+    // The agent took its token out of the environment it hands to commands.
+    let out = tether(&relay, &["exec", &id, "--", "sh", "-c", "echo \"[$TETHER_AGENT_TOKEN]\""]);
+    assert_eq!(out, "[]\n");
+    tether(&relay, &["rm", &id]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn modal_busy_answers_are_retried() {
     let fake = fake();
