@@ -103,7 +103,7 @@ async fn modal_busy_answers_are_retried() {
     let fake = fake();
     let relay = relay_for(&fake, TOKEN_SECRET);
     fake.inject(
-        429,
+        503,
         2,
         None,
         Some("/modal.client.ModalClient/SandboxCreate"),
@@ -119,6 +119,20 @@ async fn modal_busy_answers_are_retried() {
     assert!(started.elapsed() < Duration::from_secs(30));
     assert_eq!(tether(&relay, &["exec", &id, "--", "echo", "ok"]), "ok\n");
     tether(&relay, &["rm", &id]);
+
+    // RESOURCE_EXHAUSTED (a limit: a message too large, a quota) is reported at once, as the
+    // SDK does, not retried as if Modal were busy.
+    fake.inject(
+        429,
+        1,
+        None,
+        Some("/modal.client.ModalClient/SandboxCreate"),
+    );
+    let err = tether_fails(&relay, &["create", "--provider", "modal", "--image", IMAGE]);
+    assert!(
+        err.contains("ResourceExhausted") && err.contains("not retried") && !err.contains("tries"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
