@@ -47,6 +47,14 @@ enum Fake {
         /// The exec-form ENTRYPOINT of every named snapshot.
         #[arg(long, num_args = 1.., default_values_t = ["tether-agent".to_string(), "serve".to_string(), "--listen".to_string(), "0.0.0.0:7421".to_string()])]
         entrypoint: Vec<String>,
+        /// Refused credentials (API or preview proxy) within a minute that get the caller
+        /// answered 429 for a minute, as Daytona's failed-auth limiter does; 0 turns it off.
+        #[arg(long, default_value_t = tether_fakes::daytona::limiter::DEFAULT_LIMIT)]
+        failed_auth_limit: u32,
+        /// Serve the older route set of Daytona's last public server (self-hosted): no TTL
+        /// route.
+        #[arg(long)]
+        legacy_routes: bool,
     },
     /// A fake Modal: gRPC (h2c) and /__fake controls on one address, a listener per tunnel.
     Modal {
@@ -141,6 +149,8 @@ fn main() -> anyhow::Result<()> {
                 common,
                 api_key,
                 entrypoint,
+                failed_auth_limit,
+                legacy_routes,
             } => {
                 let api_key = api_key
                     .or_else(|| std::env::var("DAYTONA_API_KEY").ok())
@@ -148,6 +158,8 @@ fn main() -> anyhow::Result<()> {
                 let config = tether_fakes::daytona::Config {
                     api_key,
                     entrypoint,
+                    failed_auth_limit,
+                    legacy_routes,
                 };
                 let sandboxes = common.sandboxes()?;
                 let fake = tether_fakes::daytona::Daytona::new(config, sandboxes.clone());

@@ -107,6 +107,45 @@ async fn daytona_create_exec_cp_shell_forward_restart_and_rm() {
     assert!(!listed.contains(&id), "{listed}");
 }
 
+/// Daytona's proxy tries an `Authorization: Bearer` as a Daytona credential before the preview
+/// token, and its failed-auth limiter blocks the caller's IP after repeated refusals: the
+/// relay never sends the agent token as a bearer, so many sessions cost it nothing. A client
+/// that does send wrong credentials gets the relay blocked, which the relay explains.
+#[tokio::test(flavor = "multi_thread")]
+async fn daytona_sessions_never_trip_the_failed_auth_limiter() {
+    let fake = Fake::start("daytona", &["--api-key", KEY, "--failed-auth-limit", "3"]);
+    let relay = relay_for(&fake, KEY);
+    let id = create(&relay);
+    for n in 0..5 {
+        let out = tether(&relay, &["exec", &id, "--", "echo", &n.to_string()]);
+        assert_eq!(out, format!("{n}\n"));
+    }
+    let daytona_id = provider_ref(&relay, &id);
+    let auth = format!("Bearer {KEY}");
+    let (code, body) = http(
+        &fake.url,
+        "GET",
+        &format!("/api/sandbox/{daytona_id}/ports/7421/preview-url"),
+        &[("Authorization", &auth)],
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    let preview: serde_json::Value = serde_json::from_str(&body).expect("preview");
+    let url = preview["url"].as_str().expect("url");
+    // Without a preview token the proxy answers 401 (newer Daytona), not a redirect.
+    let (code, _) = http(url, "GET", "/", &[], "");
+    assert_eq!(code, 401);
+    // A wrong bearer, three times from this IP: blocked, on the proxy and the API alike.
+    for _ in 0..3 {
+        let (code, _) = http(url, "GET", "/", &[("Authorization", "Bearer not-a-key")], "");
+        assert!(code == 401 || code == 429, "{code}");
+    }
+    let (code, body) = http(&fake.url, "GET", "/api/sandbox", &[("Authorization", &auth)], "");
+    assert_eq!(code, 429, "{body}");
+    let err = tether_fails(&relay, &["rm", &id]);
+    assert!(err.contains("429"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn daytona_rate_limits_and_busy_answers_are_retried() {
     let fake = Fake::start("daytona", &["--api-key", KEY]);
