@@ -36,6 +36,10 @@ enum Fake {
         /// The `domain` reported for sandboxes (by default none: clients use E2B_DOMAIN).
         #[arg(long)]
         domain: Option<String>,
+        /// Serve the older route set of E2B's public infra (self-hosted): no
+        /// `POST /v2/sandboxes`, no `connect`.
+        #[arg(long)]
+        legacy_routes: bool,
     },
     /// A fake Daytona: REST API under /api, preview listeners per sandbox port.
     Daytona {
@@ -119,11 +123,16 @@ fn main() -> anyhow::Result<()> {
                 common,
                 api_key,
                 domain,
+                legacy_routes,
             } => {
                 let api_key = api_key
                     .or_else(|| std::env::var("E2B_API_KEY").ok())
                     .unwrap_or_else(|| DEFAULT_E2B_KEY.to_string());
-                let config = tether_fakes::e2b::Config { api_key, domain };
+                let config = tether_fakes::e2b::Config {
+                    api_key,
+                    domain,
+                    legacy_routes,
+                };
                 let sandboxes = common.sandboxes()?;
                 let fake = tether_fakes::e2b::E2b::new(config, sandboxes.clone());
                 tether_fakes::serve::run(common.listen, fake.router(), sandboxes).await

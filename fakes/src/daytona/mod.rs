@@ -14,7 +14,8 @@
 //! to be a Tether image added through the Dashboard, whose exec-form ENTRYPOINT is
 //! `--entrypoint` (by default `tether-agent serve --listen 0.0.0.0:7421`). Stopping removes
 //! the local sandbox (its files are not kept); starting makes a new one and a new preview
-//! token. `ttlMinutes` is enforced.
+//! token. `ttlMinutes` is enforced. `POST /__fake/error/{id}` puts a sandbox in a recoverable
+//! `error` (its process gone, as after a runner failure), which `recover` undoes.
 
 mod api;
 mod egress;
@@ -78,6 +79,8 @@ struct Sandbox {
     ttl_minutes: Option<i64>,
     state: &'static str,
     error_reason: Option<String>,
+    /// Whether `POST /sandbox/{id}/recover` can bring it back from `error`.
+    recoverable: bool,
     /// The preview token; a new one at every start.
     auth_token: String,
     created_at: SystemTime,
@@ -159,6 +162,9 @@ impl Daytona {
 /// Every request: the fake's controls, an injected failure, or the API.
 async fn dispatch(State(fake): State<Arc<Daytona>>, req: Request) -> Response {
     let path = req.uri().path().to_string();
+    if let Some(id) = path.strip_prefix("/__fake/error/") {
+        return api::fail(&fake, id).await;
+    }
     if path.starts_with("/__fake/") {
         return fake.faults.control(req).await;
     }

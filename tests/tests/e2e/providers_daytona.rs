@@ -209,3 +209,52 @@ async fn daytona_permanent_failures_and_wrong_keys_are_explained() {
     );
     assert!(listed.contains("\"items\":[]"), "{listed}");
 }
+
+/// A self-hosted Daytona without the TTL route: renew is refused clearly and the sandbox is
+/// kept (a 404 from a missing route is no proof the sandbox is gone).
+#[tokio::test(flavor = "multi_thread")]
+async fn daytona_without_the_ttl_route_refuses_renew_and_keeps_the_sandbox() {
+    let fake = Fake::start("daytona", &["--api-key", KEY, "--legacy-routes"]);
+    let relay = relay_for(&fake, KEY);
+    let id = create(&relay);
+    let client = tether_client::RelayClient::new(&relay.url, Some(relay.admin_token.clone())).expect("client");
+    let err = client
+        .renew(&id, Duration::from_secs(3600))
+        .await
+        .expect_err("renew without a TTL route");
+    let message = err.to_string();
+    assert!(message.contains("TTL") && message.contains("kept"), "{message}");
+    assert_eq!(tether(&relay, &["exec", &id, "--", "echo", "kept"]), "kept\n");
+    let ls = tether(&relay, &["ls"]);
+    assert!(ls.contains(&id) && ls.contains("running"), "{ls}");
+    tether(&relay, &["rm", &id]);
+}
+
+/// Daytona's `error` state with `recoverable` is broken, not gone: the next session recovers
+/// the sandbox (as the SDK's `recover`) instead of the relay destroying it.
+#[tokio::test(flavor = "multi_thread")]
+async fn daytona_recoverable_errors_are_recovered_not_destroyed() {
+    let fake = Fake::start("daytona", &["--api-key", KEY]);
+    let relay = relay_for(&fake, KEY);
+    let id = create(&relay);
+    let daytona_id = provider_ref(&relay, &id);
+    let (code, body) = fake.request("POST", &format!("/__fake/error/{daytona_id}"), "");
+    assert_eq!(code, 200, "{body}");
+    let info: serde_json::Value =
+        serde_json::from_str(&tether(&relay, &["info", &id, "--json"])).expect("info --json");
+    assert_ne!(info["state"], "gone", "{info}");
+    assert_eq!(
+        tether(&relay, &["exec", &id, "--", "echo", "recovered"]),
+        "recovered\n"
+    );
+    let auth = format!("Bearer {KEY}");
+    let (_, detail) = http(
+        &fake.url,
+        "GET",
+        &format!("/api/sandbox/{daytona_id}"),
+        &[("Authorization", &auth)],
+        "",
+    );
+    assert!(detail.contains("\"state\":\"started\""), "{detail}");
+    tether(&relay, &["rm", &id]);
+}

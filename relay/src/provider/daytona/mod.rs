@@ -36,8 +36,8 @@ use super::cloud::http::{self, ControlPlane};
 use super::cloud::settings::Settings;
 use super::cloud::websocket::{self, EdgeError, TokenIn};
 use super::{
-    AgentSocket, Created, NetworkInfo, Provider, ProviderError, SandboxHandle, SandboxSpec,
-    SandboxState,
+    AgentSocket, Created, Labelled, NetworkInfo, Provider, ProviderError, SandboxHandle,
+    SandboxSpec, SandboxState,
 };
 
 /// Daytona's API when `DAYTONA_API_URL` is not set.
@@ -299,7 +299,8 @@ impl Provider for DaytonaProvider {
         };
         Ok(match found.state.as_str() {
             "destroyed" | "destroying" => SandboxState::Gone,
-            // It still exists, files and all: broken, not gone. Someone may recover it.
+            // It still exists, files and all: broken, not gone. A recoverable error is
+            // recovered at the next connect.
             "error" | "build_failed" => {
                 tracing::warn!(
                     "Daytona reports sandbox {} as `{}`: {}",
@@ -378,6 +379,15 @@ impl Provider for DaytonaProvider {
                 let started = api::start(api, id).await?;
                 self.wait_started(api, id, started).await?;
             }
+            // Broken but there, files and all: recover it as the SDK's `recover` does.
+            "error" if found.recoverable => {
+                tracing::info!(
+                    "Daytona sandbox {id} is in a recoverable error ({}); recovering it",
+                    found.error_reason.as_deref().unwrap_or("no reason given")
+                );
+                let recovered = api::recover(api, id).await?;
+                self.wait_started(api, id, recovered).await?;
+            }
             _ => self.wait_started(api, id, found).await?,
         }
         let preview = api::preview(api, id, AGENT_PORT).await?;
@@ -389,6 +399,22 @@ impl Provider for DaytonaProvider {
 
     fn network_info(&self, spec: &SandboxSpec) -> NetworkInfo {
         egress::info(spec)
+    }
+
+    async fn labelled(&self) -> Result<Option<Vec<Labelled>>, ProviderError> {
+        let listed = api::list(self.api()?).await?;
+        Ok(Some(
+            listed
+                .into_iter()
+                .filter(|s| !matches!(s.state.as_str(), "destroyed" | "destroying"))
+                .filter_map(|s| {
+                    Some(Labelled {
+                        id: s.labels.get(ID_LABEL)?.clone(),
+                        provider_ref: s.id,
+                    })
+                })
+                .collect(),
+        ))
     }
 }
 

@@ -64,8 +64,8 @@ use super::cloud::http;
 use super::cloud::settings::Settings;
 use super::cloud::websocket::{self, EdgeError};
 use super::{
-    AgentSocket, Created, NetworkInfo, Provider, ProviderError, SandboxHandle, SandboxSpec,
-    SandboxState,
+    AgentSocket, Created, Labelled, NetworkInfo, Provider, ProviderError, SandboxHandle,
+    SandboxSpec, SandboxState,
 };
 
 /// Modal's API when `MODAL_SERVER_URL` is not set.
@@ -466,6 +466,35 @@ impl Provider for ModalProvider {
 
     fn network_info(&self, spec: &SandboxSpec) -> NetworkInfo {
         egress::info(spec)
+    }
+
+    async fn labelled(&self) -> Result<Option<Vec<Labelled>>, ProviderError> {
+        let modal = self.modal()?;
+        let app = self.app(modal).await?;
+        let req = pb::SandboxListRequest {
+            app_id: app.id.clone(),
+            environment_name: self.environment.clone(),
+            include_finished: false,
+            ..Default::default()
+        };
+        let listed = modal
+            .call("SandboxList", req, |mut c, r| async move {
+                c.sandbox_list(r).await
+            })
+            .await?;
+        Ok(Some(
+            listed
+                .sandboxes
+                .into_iter()
+                .filter_map(|s| {
+                    let id = s.tags.iter().find(|t| t.tag_name == ID_TAG)?.tag_value.clone();
+                    Some(Labelled {
+                        id,
+                        provider_ref: s.id,
+                    })
+                })
+                .collect(),
+        ))
     }
 }
 
