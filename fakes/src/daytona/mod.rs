@@ -174,12 +174,19 @@ async fn dispatch(State(fake): State<Arc<Daytona>>, req: Request) -> Response {
     if let Some(retry) = fake.failed_auth.blocked() {
         return limiter::too_many(&path, retry);
     }
+    // The SDK tries Daytona's event gateway (socket.io, authenticated in its own handshake,
+    // not by the API's guard); the fake has none, and a route that is not there is a 404
+    // before any guard runs, as in NestJS: no refused credential is counted.
+    if path.starts_with("/api/socket.io") {
+        return error(StatusCode::NOT_FOUND, &path, &format!("Cannot GET {path}"));
+    }
     let bearer = req
         .headers()
         .get("authorization")
         .and_then(|a| a.to_str().ok())
         .and_then(|a| a.strip_prefix("Bearer "));
     if bearer != Some(fake.config.api_key.as_str()) {
+        tracing::info!("refused credentials for {} {path}", req.method());
         if let Some(retry) = fake.failed_auth.fail() {
             return limiter::too_many(&path, retry);
         }

@@ -77,6 +77,7 @@ async fn serve(State(target): State<Target>, mut req: Request) -> Response {
     let bearer_ok = match bearer {
         Some(b) if b == fake.config.api_key => true,
         Some(_) => {
+            tracing::info!("preview proxy: refused a bearer for {path}");
             if let Some(retry) = fake.failed_auth.fail() {
                 return super::limiter::too_many(&path, retry);
             }
