@@ -278,7 +278,11 @@ async fn ls_orphans(remote: Remote, args: LsArgs) -> anyhow::Result<()> {
     }
     let mut table = Table::new(&["ID", "PROVIDER", "PROVIDER ID"]);
     for o in &found.orphans {
-        table.row(vec![o.id.clone(), o.provider.clone(), o.provider_ref.clone()]);
+        table.row(vec![
+            o.id.clone(),
+            o.provider.clone(),
+            o.provider_ref.clone(),
+        ]);
     }
     table.print()?;
     if args.rm && !found.orphans.is_empty() {

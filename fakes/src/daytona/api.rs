@@ -351,7 +351,11 @@ pub(super) async fn fail(fake: &Arc<Daytona>, id: &str) -> Response {
         return not_found(id);
     };
     if let Err(e) = fake.sandboxes.delete(&s.id).await {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, "/__fake/error", &e.to_string());
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "/__fake/error",
+            &e.to_string(),
+        );
     }
     match fake.update(&s.id, |s| {
         s.state = "error";

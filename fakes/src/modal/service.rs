@@ -198,7 +198,11 @@ impl ModalClient for Service {
                 .map(|d| d.secret_ids.clone())
                 .unwrap_or_default(),
         )?;
-        env.extend(req.ephemeral_secrets.map(|m| m.contents).unwrap_or_default());
+        env.extend(
+            req.ephemeral_secrets
+                .map(|m| m.contents)
+                .unwrap_or_default(),
+        );
         for source in req.secret_sources {
             match source.source {
                 Some(secret_source::Source::SecretId(id)) => env.extend(self.secret_env(&[id])?),

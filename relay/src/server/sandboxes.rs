@@ -76,7 +76,11 @@ pub(super) async fn delete(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let Some(sandbox) = relay.registry.get(&caller.tenant, &id.clone().into()).await? else {
+    let Some(sandbox) = relay
+        .registry
+        .get(&caller.tenant, &id.clone().into())
+        .await?
+    else {
         super::orphans::remove(&relay, &caller, &id).await?;
         return Ok(StatusCode::NO_CONTENT);
     };

@@ -120,7 +120,10 @@ fn keep_alive(
         loop {
             tokio::time::sleep(every).await;
             if let Err(e) = provider.keep_alive(&handle).await {
-                warn!("cannot keep sandbox {} alive at its provider: {e}", handle.id);
+                warn!(
+                    "cannot keep sandbox {} alive at its provider: {e}",
+                    handle.id
+                );
             }
         }
     }))

@@ -93,7 +93,11 @@ async fn token_in_the_tether_header_is_checked_at_upgrade() {
             req.headers_mut()
                 .insert("authorization", format!("Bearer {b}").parse().unwrap());
         }
-        async move { tokio_tungstenite::connect_async(req).await.map(|(ws, _)| ws) }
+        async move {
+            tokio_tungstenite::connect_async(req)
+                .await
+                .map(|(ws, _)| ws)
+        }
     };
     match connect("wrong".into(), None).await.unwrap_err() {
         tokio_tungstenite::tungstenite::Error::Http(resp) => {

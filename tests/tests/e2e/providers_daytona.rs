@@ -137,10 +137,22 @@ async fn daytona_sessions_never_trip_the_failed_auth_limiter() {
     assert_eq!(code, 401);
     // A wrong bearer, three times from this IP: blocked, on the proxy and the API alike.
     for _ in 0..3 {
-        let (code, _) = http(url, "GET", "/", &[("Authorization", "Bearer not-a-key")], "");
+        let (code, _) = http(
+            url,
+            "GET",
+            "/",
+            &[("Authorization", "Bearer not-a-key")],
+            "",
+        );
         assert!(code == 401 || code == 429, "{code}");
     }
-    let (code, body) = http(&fake.url, "GET", "/api/sandbox", &[("Authorization", &auth)], "");
+    let (code, body) = http(
+        &fake.url,
+        "GET",
+        "/api/sandbox",
+        &[("Authorization", &auth)],
+        "",
+    );
     assert_eq!(code, 429, "{body}");
     let err = tether_fails(&relay, &["rm", &id]);
     assert!(err.contains("429"), "{err}");
@@ -217,14 +229,21 @@ async fn daytona_without_the_ttl_route_refuses_renew_and_keeps_the_sandbox() {
     let fake = Fake::start("daytona", &["--api-key", KEY, "--legacy-routes"]);
     let relay = relay_for(&fake, KEY);
     let id = create(&relay);
-    let client = tether_client::RelayClient::new(&relay.url, Some(relay.admin_token.clone())).expect("client");
+    let client = tether_client::RelayClient::new(&relay.url, Some(relay.admin_token.clone()))
+        .expect("client");
     let err = client
         .renew(&id, Duration::from_secs(3600))
         .await
         .expect_err("renew without a TTL route");
     let message = err.to_string();
-    assert!(message.contains("TTL") && message.contains("kept"), "{message}");
-    assert_eq!(tether(&relay, &["exec", &id, "--", "echo", "kept"]), "kept\n");
+    assert!(
+        message.contains("TTL") && message.contains("kept"),
+        "{message}"
+    );
+    assert_eq!(
+        tether(&relay, &["exec", &id, "--", "echo", "kept"]),
+        "kept\n"
+    );
     let ls = tether(&relay, &["ls"]);
     assert!(ls.contains(&id) && ls.contains("running"), "{ls}");
     tether(&relay, &["rm", &id]);

@@ -90,10 +90,23 @@ async fn modal_env_and_the_agent_token_go_in_a_secret() {
     )
     .trim()
     .to_string();
-    let out = tether(&relay, &["exec", &id, "--", "sh", "-c", "echo \"$GREETING\""]);
+    let out = tether(
+        &relay,
+        &["exec", &id, "--", "sh", "-c", "echo \"$GREETING\""],
+    );
     assert_eq!(out, "hello from a secret\n");
     // The agent took its token out of the environment it hands to commands.
-    let out = tether(&relay, &["exec", &id, "--", "sh", "-c", "echo \"[$TETHER_AGENT_TOKEN]\""]);
+    let out = tether(
+        &relay,
+        &[
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "echo \"[$TETHER_AGENT_TOKEN]\"",
+        ],
+    );
     assert_eq!(out, "[]\n");
     tether(&relay, &["rm", &id]);
 }

@@ -61,9 +61,16 @@ async fn a_dead_relays_sandboxes_are_listed_and_removed_as_orphans() {
         .iter()
         .map(|o| o["id"].as_str().unwrap())
         .collect();
-    assert!(ids.contains(&first_id.as_str()) && ids.contains(&second_id.as_str()), "{orphans}");
+    assert!(
+        ids.contains(&first_id.as_str()) && ids.contains(&second_id.as_str()),
+        "{orphans}"
+    );
     assert!(!ids.contains(&own), "{orphans}");
-    assert!(orphans.as_array().unwrap().iter().all(|o| o["provider"] == "e2b"));
+    assert!(orphans
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|o| o["provider"] == "e2b"));
     // Plain `tether ls` is the registry's, as before.
     assert!(!tether(&relay, &["ls"]).contains(&first_id));
 
@@ -91,7 +98,10 @@ async fn a_dead_relays_sandboxes_are_listed_and_removed_as_orphans() {
     assert_eq!(out.trim(), second_id);
     let listed = listed_at_e2b(&fake);
     assert!(!listed.contains(&second_id), "{listed}");
-    assert!(listed.contains(own), "the relay's own sandbox was removed: {listed}");
+    assert!(
+        listed.contains(own),
+        "the relay's own sandbox was removed: {listed}"
+    );
     let out = tether(&relay, &["ls", "--orphans", "--quiet"]);
     assert_eq!(out.trim(), "");
     // An id that is neither the registry's nor an orphan's is still an error.

@@ -163,7 +163,12 @@ pub(super) async fn delete(api: &ControlPlane, id: &str) -> Result<(), ProviderE
 /// `POST /sandbox/{id}/recover`: out of a recoverable `error`, booting again.
 pub(super) async fn recover(api: &ControlPlane, id: &str) -> Result<Sandbox, ProviderError> {
     let answer = api
-        .call(Method::POST, &format!("/sandbox/{id}/recover"), None, "recover")
+        .call(
+            Method::POST,
+            &format!("/sandbox/{id}/recover"),
+            None,
+            "recover",
+        )
         .await?;
     answer.json("recover")
 }

@@ -147,7 +147,8 @@ impl DaytonaProvider {
                 agent_token,
                 TokenIn::TetherHeader,
             )
-            .await {
+            .await
+            {
                 Ok(socket) => return Ok(socket),
                 Err(
                     e @ EdgeError::Refused {
@@ -355,19 +356,18 @@ impl Provider for DaytonaProvider {
             PREVIEW_TOKEN,
             HeaderValue::from_str(&preview.token).map_err(|_| anyhow!("bad preview token"))?,
         );
-        let first =
-            match websocket::open_with(
-                api.http(),
-                &preview.url,
-                headers,
-                &sandbox.agent_token,
-                TokenIn::TetherHeader,
-            )
-            .await
-            {
-                Ok(socket) => return Ok(socket),
-                Err(e) => e,
-            };
+        let first = match websocket::open_with(
+            api.http(),
+            &preview.url,
+            headers,
+            &sandbox.agent_token,
+            TokenIn::TetherHeader,
+        )
+        .await
+        {
+            Ok(socket) => return Ok(socket),
+            Err(e) => e,
+        };
         tracing::debug!("Daytona sandbox {id}: {first}; checking its state");
         // Stopped (start it: that issues a new token), or restarted (fetch the new token).
         let found = api::get(api, id)

@@ -207,7 +207,10 @@ pub(super) async fn connect(
             Err(e) => return Err(e.into()),
         }
     }
-    if detail.ends_in().is_some_and(|left| left.as_secs() >= timeout) {
+    if detail
+        .ends_in()
+        .is_some_and(|left| left.as_secs() >= timeout)
+    {
         return Ok(true);
     }
     set_timeout(api, id, timeout).await

@@ -325,7 +325,7 @@ impl Provider for E2bProvider {
         let meta = load_meta(sandbox).ok()?;
         // Half the timeout: a session outlives any number of them.
         meta.keep_alive
-            .then(|| Duration::from_secs(meta.timeout_secs.max(2) / 2))
+            .then_some(Duration::from_secs(meta.timeout_secs.max(2) / 2))
     }
 
     async fn keep_alive(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {

@@ -487,7 +487,12 @@ impl Provider for ModalProvider {
                 .sandboxes
                 .into_iter()
                 .filter_map(|s| {
-                    let id = s.tags.iter().find(|t| t.tag_name == ID_TAG)?.tag_value.clone();
+                    let id = s
+                        .tags
+                        .iter()
+                        .find(|t| t.tag_name == ID_TAG)?
+                        .tag_value
+                        .clone();
                     Some(Labelled {
                         id,
                         provider_ref: s.id,
