@@ -106,10 +106,13 @@ where
     let mut authed = false;
     let expected = agent.token.clone();
     let check = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
-        let Some(value) = req.headers().get(header::AUTHORIZATION) else {
+        let given = if let Some(value) = req.headers().get(header::AUTHORIZATION) {
+            value.to_str().ok().and_then(auth::bearer).unwrap_or("")
+        } else if let Some(value) = req.headers().get(auth::TOKEN_HEADER) {
+            value.to_str().map(str::trim).unwrap_or("")
+        } else {
             return Ok(resp); // the token must then come in hello
         };
-        let given = value.to_str().ok().and_then(auth::bearer).unwrap_or("");
         match &expected {
             Some(exp) if !auth::token_matches(given, exp) => {
                 let mut refuse = ErrorResponse::new(Some(

@@ -49,6 +49,39 @@ pub struct CreateRequest {
     pub get_or_create: bool,
 }
 
+/// A sandbox at a provider that carries Tether's label but that this relay's registry does
+/// not know (`GET /v1/orphans`, relay admin only): left behind by a relay that crashed or
+/// lost its data directory. `DELETE /v1/sandboxes/{id}` by the relay admin removes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Orphan {
+    /// The relay id in its label.
+    pub id: String,
+    /// The provider it runs on.
+    pub provider: String,
+    /// The provider's own id.
+    pub provider_ref: String,
+}
+
+/// What `GET /v1/orphans` answers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrphanList {
+    /// The orphans found.
+    pub orphans: Vec<Orphan>,
+    /// Providers that could not be asked, with why (a provider without credentials is
+    /// skipped silently: it can have no sandboxes of ours).
+    #[serde(default)]
+    pub unreachable: Vec<ProviderProblem>,
+}
+
+/// A provider that could not be listed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderProblem {
+    /// The provider.
+    pub provider: String,
+    /// What went wrong.
+    pub error: String,
+}
+
 /// A sandbox as clients see it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SandboxInfo {

@@ -84,6 +84,12 @@ impl RelayClient {
             .await
     }
 
+    /// Sandboxes at the relay's providers that carry Tether's label but are unknown to its
+    /// registry (relay admin only).
+    pub async fn orphans(&self) -> Result<crate::api::OrphanList, ClientError> {
+        self.send(self.http.get(self.url("/v1/orphans"))).await
+    }
+
     /// Deletes a sandbox and everything in it.
     pub async fn delete(&self, id: &str) -> Result<(), ClientError> {
         let resp = self

@@ -4,6 +4,9 @@ Run by tests/tests/e2e/providers_fidelity.rs with DAYTONA_API_KEY and DAYTONA_AP
 at `tether-fake daytona`. Exits non-zero, with the reason, on any mismatch.
 """
 
+import urllib.error
+import urllib.request
+
 from daytona import CreateSandboxFromSnapshotParams, Daytona, ListSandboxesQuery
 
 daytona = Daytona()
@@ -23,6 +26,23 @@ print("listed", len(listed))
 preview = sandbox.get_preview_link(7421)
 assert preview.url.startswith("http") and preview.token, preview
 print("preview", preview.url)
+
+
+def through_preview(headers):
+    # The preview proxy's answer: 401 without a valid token (newer Daytona); with one, the
+    # request reaches the port, where nothing listens in this sandbox (502).
+    request = urllib.request.Request(preview.url + "/", headers=headers)
+    try:
+        with urllib.request.urlopen(request) as answer:
+            return answer.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+assert through_preview({}) == 401
+assert through_preview({"x-daytona-preview-token": "wrong"}) == 401
+assert through_preview({"x-daytona-preview-token": preview.token}) == 502
+print("preview traffic authenticated by its token")
 
 sandbox.stop()
 assert daytona.get(sandbox.id).state == "stopped"

@@ -4,9 +4,11 @@ Run by tests/tests/e2e/providers_fidelity.rs with E2B_API_KEY, E2B_API_URL and E
 pointing at `tether-fake e2b`. Exits non-zero, with the reason, on any mismatch.
 """
 
+from datetime import datetime, timezone
+
 from e2b import ALL_TRAFFIC, Sandbox, SandboxQuery
 
-sbx = Sandbox.create(template="tether-fidelity", metadata={"fidelity": "e2b"}, timeout=120)
+sbx = Sandbox.create(template="tether-fidelity", metadata={"fidelity": "e2b"}, envs={"GREETING": "hi there"}, timeout=120)
 print("created", sbx.sandbox_id)
 
 info = sbx.get_info()
@@ -23,7 +25,16 @@ assert result.stdout == "hello from envd\n", result
 assert result.exit_code == 0, result
 print("ran", repr(result.stdout))
 
+# The sandbox's env (envVars) reaches every process envd starts.
+result = sbx.commands.run('echo "$GREETING"')
+assert result.stdout == "hi there\n", result
+print("env", repr(result.stdout))
+
+# The timeout (TTL): set_timeout re-anchors endAt from now.
 sbx.set_timeout(300)
+left = (sbx.get_info().end_at - datetime.now(timezone.utc)).total_seconds()
+assert 280 < left <= 301, left
+print("timeout moved", round(left))
 assert Sandbox.kill(sbx.sandbox_id) is True
 assert Sandbox.kill(sbx.sandbox_id) is False  # a second kill finds nothing: E2B's 404
 assert Sandbox.list(query=SandboxQuery(metadata={"fidelity": "e2b"})).next_items() == []

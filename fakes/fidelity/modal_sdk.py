@@ -18,6 +18,18 @@ image = modal.Image.from_registry("alpine:3.21")
 sb = modal.Sandbox.create("sleep", "infinity", app=app, image=image, timeout=120)
 print("created", sb.object_id)
 
+# Env as the SDK sends it: a Secret from a dict (V1: SecretGetOrCreate, then secret_ids) or
+# inline secret sources (V2), plus a named Secret by id; the sandbox's command checks it got both.
+modal.Secret.objects.create("tether-fidelity-named", {"NAMED": "from a named secret"}, allow_existing=True)
+named = modal.Secret.from_name("tether-fidelity-named", required_keys=["NAMED"])
+checked = modal.Sandbox.create(
+    "sh", "-c", '[ "$GREETING" = "hi there" ] && [ "$NAMED" = "from a named secret" ]',
+    app=app, image=image, timeout=120, env={"GREETING": "hi there"}, secrets=[named],
+)
+checked.wait(raise_on_termination=False)
+assert checked.returncode == 0, ("env did not reach the sandbox", checked.returncode)
+print("env reached the sandbox")
+
 listed = [s.object_id for s in modal.Sandbox.list(app_id=app.app_id)]
 assert listed == [sb.object_id], listed
 print("listed", len(listed))

@@ -36,6 +36,10 @@ enum Fake {
         /// The `domain` reported for sandboxes (by default none: clients use E2B_DOMAIN).
         #[arg(long)]
         domain: Option<String>,
+        /// Serve the older route set of E2B's public infra (self-hosted): no
+        /// `POST /v2/sandboxes`, no `connect`.
+        #[arg(long)]
+        legacy_routes: bool,
     },
     /// A fake Daytona: REST API under /api, preview listeners per sandbox port.
     Daytona {
@@ -47,6 +51,14 @@ enum Fake {
         /// The exec-form ENTRYPOINT of every named snapshot.
         #[arg(long, num_args = 1.., default_values_t = ["tether-agent".to_string(), "serve".to_string(), "--listen".to_string(), "0.0.0.0:7421".to_string()])]
         entrypoint: Vec<String>,
+        /// Refused credentials (API or preview proxy) within a minute that get the caller
+        /// answered 429 for a minute, as Daytona's failed-auth limiter does; 0 turns it off.
+        #[arg(long, default_value_t = tether_fakes::daytona::limiter::DEFAULT_LIMIT)]
+        failed_auth_limit: u32,
+        /// Serve the older route set of Daytona's last public server (self-hosted): no TTL
+        /// route.
+        #[arg(long)]
+        legacy_routes: bool,
     },
     /// A fake Modal: gRPC (h2c) and /__fake controls on one address, a listener per tunnel.
     Modal {
@@ -111,11 +123,16 @@ fn main() -> anyhow::Result<()> {
                 common,
                 api_key,
                 domain,
+                legacy_routes,
             } => {
                 let api_key = api_key
                     .or_else(|| std::env::var("E2B_API_KEY").ok())
                     .unwrap_or_else(|| DEFAULT_E2B_KEY.to_string());
-                let config = tether_fakes::e2b::Config { api_key, domain };
+                let config = tether_fakes::e2b::Config {
+                    api_key,
+                    domain,
+                    legacy_routes,
+                };
                 let sandboxes = common.sandboxes()?;
                 let fake = tether_fakes::e2b::E2b::new(config, sandboxes.clone());
                 tether_fakes::serve::run(common.listen, fake.router(), sandboxes).await
@@ -141,6 +158,8 @@ fn main() -> anyhow::Result<()> {
                 common,
                 api_key,
                 entrypoint,
+                failed_auth_limit,
+                legacy_routes,
             } => {
                 let api_key = api_key
                     .or_else(|| std::env::var("DAYTONA_API_KEY").ok())
@@ -148,6 +167,8 @@ fn main() -> anyhow::Result<()> {
                 let config = tether_fakes::daytona::Config {
                     api_key,
                     entrypoint,
+                    failed_auth_limit,
+                    legacy_routes,
                 };
                 let sandboxes = common.sandboxes()?;
                 let fake = tether_fakes::daytona::Daytona::new(config, sandboxes.clone());

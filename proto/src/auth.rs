@@ -11,6 +11,11 @@ pub fn token_matches(given: &str, expected: &str) -> bool {
     a.ct_eq(&b).into()
 }
 
+/// The upgrade header that may carry the agent token instead of `Authorization` (lowercase,
+/// as HTTP/2 and the `http` crate spell it): for edges that read `Authorization` themselves,
+/// such as Daytona's preview proxy, which tries any bearer as a Daytona credential first.
+pub const TOKEN_HEADER: &str = "x-tether-agent-token";
+
 /// Extracts the token from an `Authorization: Bearer <token>` header value.
 pub fn bearer(header: &str) -> Option<&str> {
     let (scheme, token) = header.trim().split_once(' ')?;

@@ -211,9 +211,20 @@ pub(super) struct LsArgs {
     /// Print the sandboxes as a JSON array.
     #[arg(long)]
     json: bool,
+    /// List orphans instead: sandboxes at the relay's providers labelled as Tether's but
+    /// unknown to its registry (left by a relay that crashed or lost its data directory).
+    /// Relay admin only.
+    #[arg(long, conflicts_with = "labels")]
+    orphans: bool,
+    /// With --orphans: remove each orphan at its provider.
+    #[arg(long, requires = "orphans")]
+    rm: bool,
 }
 
 pub(super) async fn ls(remote: Remote, args: LsArgs) -> anyhow::Result<()> {
+    if args.orphans {
+        return ls_orphans(remote, args).await;
+    }
     let labels: BTreeMap<String, String> = args.labels.into_iter().collect();
     let rest = remote.rest()?;
     let sandboxes = rest
@@ -239,6 +250,45 @@ pub(super) async fn ls(remote: Remote, args: LsArgs) -> anyhow::Result<()> {
         ]);
     }
     table.print()
+}
+
+/// `tether ls --orphans [--rm]`.
+async fn ls_orphans(remote: Remote, args: LsArgs) -> anyhow::Result<()> {
+    let rest = remote.rest()?;
+    let found = rest.orphans().await.map_err(|e| remote.explain(e, None))?;
+    for problem in &found.unreachable {
+        eprintln!(
+            "warning: cannot list provider `{}`: {}",
+            problem.provider, problem.error
+        );
+    }
+    if args.rm {
+        for orphan in &found.orphans {
+            rest.delete(&orphan.provider_ref)
+                .await
+                .map_err(|e| remote.explain(e, Some(&orphan.id)))?;
+        }
+    }
+    if args.json {
+        return output::json(&found.orphans);
+    }
+    if args.quiet {
+        found.orphans.iter().for_each(|o| println!("{}", o.id));
+        return Ok(());
+    }
+    let mut table = Table::new(&["ID", "PROVIDER", "PROVIDER ID"]);
+    for o in &found.orphans {
+        table.row(vec![
+            o.id.clone(),
+            o.provider.clone(),
+            o.provider_ref.clone(),
+        ]);
+    }
+    table.print()?;
+    if args.rm && !found.orphans.is_empty() {
+        eprintln!("removed {} orphan(s)", found.orphans.len());
+    }
+    Ok(())
 }
 
 /// `tether rm`.
@@ -301,6 +351,18 @@ pub(super) async fn rm(remote: Remote, args: RmArgs) -> anyhow::Result<()> {
                         message,
                         ..
                     }) => return Ok(Some(message)),
+                    // Not in the registry: perhaps an orphan, which the relay admin removes.
+                    Err(e @ ClientError::Http { status: 404, .. }) => {
+                        let orphan = rest.orphans().await.ok().is_some_and(|found| {
+                            found
+                                .orphans
+                                .iter()
+                                .any(|o| o.id == id || o.provider_ref == id)
+                        });
+                        if !orphan {
+                            return Err(e);
+                        }
+                    }
                     Err(e) => return Err(e),
                     Ok(_) => {}
                 }

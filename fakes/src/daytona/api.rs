@@ -25,15 +25,19 @@ const AUTO_STOP: i64 = 15;
 const AUTO_ARCHIVE: i64 = 10_080;
 const AUTO_DELETE: i64 = -1;
 
-/// The routes.
+/// The routes (without the TTL route for `legacy_routes`, as Daytona's last public server).
 pub(super) fn router(fake: Arc<Daytona>) -> Router {
-    Router::new()
+    let mut routes = Router::new();
+    if !fake.config.legacy_routes {
+        routes = routes.route("/api/sandbox/{id}/ttl/{minutes}", post(set_ttl));
+    }
+    routes
         .route("/api/sandbox", post(create).get(list))
         .route("/api/sandbox/{id}", get(detail).delete(remove))
         .route("/api/sandbox/{id}/start", post(start))
         .route("/api/sandbox/{id}/stop", post(stop))
+        .route("/api/sandbox/{id}/recover", post(recover))
         .route("/api/sandbox/{id}/labels", put(labels))
-        .route("/api/sandbox/{id}/ttl/{minutes}", post(set_ttl))
         .route("/api/sandbox/{id}/autostop/{minutes}", post(set_autostop))
         .route(
             "/api/sandbox/{id}/ports/{port}/preview-url",
@@ -154,6 +158,7 @@ async fn create(State(fake): State<Arc<Daytona>>, body: axum::body::Bytes) -> Re
         ttl_minutes: req.ttl_minutes,
         state: "creating",
         error_reason: None,
+        recoverable: false,
         auth_token: random_id(
             32,
             b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
@@ -206,6 +211,7 @@ fn sandbox_json(s: &Sandbox, full: bool) -> Value {
         "state": s.state,
         "desiredState": if s.state == "stopped" { "stopped" } else { "started" },
         "errorReason": s.error_reason,
+        "recoverable": s.recoverable,
         "backupState": "None",
         "autoStopInterval": s.auto_stop_interval,
         "autoArchiveInterval": s.auto_archive_interval,
@@ -313,6 +319,51 @@ async fn start(State(fake): State<Arc<Daytona>>, Path(id): Path<String>) -> Resp
     match fake.update(&s.id, |s| (s.state, s.error_reason) = state) {
         Some(s) => Json(sandbox_json(&s, true)).into_response(),
         None => not_found(&id),
+    }
+}
+
+/// `POST /api/sandbox/{id}/recover`: boots a sandbox in a recoverable `error` again (with a
+/// new preview token, as a start); 400 for any other state.
+async fn recover(State(fake): State<Arc<Daytona>>, Path(id): Path<String>) -> Response {
+    let Some(s) = fake.find(&id) else {
+        return not_found(&id);
+    };
+    if s.state != "error" || !s.recoverable {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &format!("/api/sandbox/{id}/recover"),
+            "Sandbox is not in a recoverable error state",
+        );
+    }
+    // Recovery boots it again, as a start does.
+    fake.update(&s.id, |s| {
+        s.state = "stopped";
+        s.error_reason = None;
+        s.recoverable = false;
+    });
+    start(State(fake), Path(id)).await
+}
+
+/// `POST /__fake/error/{id}`: the sandbox fails as after a runner failure: its process is
+/// gone and it is in `error`, recoverable.
+pub(super) async fn fail(fake: &Arc<Daytona>, id: &str) -> Response {
+    let Some(s) = fake.find(id) else {
+        return not_found(id);
+    };
+    if let Err(e) = fake.sandboxes.delete(&s.id).await {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "/__fake/error",
+            &e.to_string(),
+        );
+    }
+    match fake.update(&s.id, |s| {
+        s.state = "error";
+        s.error_reason = Some("runner failure (injected)".into());
+        s.recoverable = true;
+    }) {
+        Some(s) => Json(sandbox_json(&s, true)).into_response(),
+        None => not_found(id),
     }
 }
 

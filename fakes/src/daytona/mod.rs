@@ -1,8 +1,11 @@
 //! A fake Daytona: the REST API under `/api` (`Authorization: Bearer <key>`, NestJS error
 //! bodies, 200 on POSTs, `{items, nextCursor}` lists, JSON `labels` filters, 409 on a taken
 //! name, 400 for resources with a snapshot), snapshots made from registry images
-//! (`snapshot_api`, `snapshots`), and the preview proxy (`preview`): one local listener per sandbox port,
-//! demanding `X-Daytona-Preview-Token` and answering 307 without it, like Daytona's proxy.
+//! (`snapshot_api`, `snapshots`), and the preview proxy (`preview`): one local listener per
+//! sandbox port, trying a `Bearer` as a Daytona credential first, then
+//! `X-Daytona-Preview-Token`, and answering 401 without a valid one, like Daytona's proxy.
+//! Refused credentials count in the failed-auth limiter (`limiter`), which then blocks the
+//! caller (429) on the API and the proxy alike.
 //!
 //! A snapshot's entrypoint is started as Daytona's daemon does, with the sandbox's `env`: the
 //! default snapshot (none given) runs `sleep infinity` on a host-like root file system; a
@@ -11,10 +14,12 @@
 //! to be a Tether image added through the Dashboard, whose exec-form ENTRYPOINT is
 //! `--entrypoint` (by default `tether-agent serve --listen 0.0.0.0:7421`). Stopping removes
 //! the local sandbox (its files are not kept); starting makes a new one and a new preview
-//! token. `ttlMinutes` is enforced.
+//! token. `ttlMinutes` is enforced. `POST /__fake/error/{id}` puts a sandbox in a recoverable
+//! `error` (its process gone, as after a runner failure), which `recover` undoes.
 
 mod api;
 mod egress;
+pub mod limiter;
 mod preview;
 mod snapshot_api;
 mod snapshots;
@@ -45,6 +50,11 @@ pub struct Config {
     pub api_key: String,
     /// The ENTRYPOINT of every named snapshot.
     pub entrypoint: Vec<String>,
+    /// Refused credentials that get the caller blocked (429) for a minute; 0: never.
+    pub failed_auth_limit: u32,
+    /// Serve the older route set of Daytona's last public server (self-hosted): no
+    /// `POST /sandbox/{id}/ttl/{minutes}`.
+    pub legacy_routes: bool,
 }
 
 /// One fake sandbox.
@@ -69,6 +79,8 @@ struct Sandbox {
     ttl_minutes: Option<i64>,
     state: &'static str,
     error_reason: Option<String>,
+    /// Whether `POST /sandbox/{id}/recover` can bring it back from `error`.
+    recoverable: bool,
     /// The preview token; a new one at every start.
     auth_token: String,
     created_at: SystemTime,
@@ -86,6 +98,8 @@ pub struct Daytona {
     snapshots: snapshots::Snapshots,
     /// Preview listeners by (sandbox id, port): their URL and task.
     previews: Mutex<HashMap<(String, u16), crate::edge::PortListener>>,
+    /// Refused credentials, API and proxy alike.
+    failed_auth: limiter::FailedAuth,
 }
 
 impl Daytona {
@@ -93,13 +107,14 @@ impl Daytona {
     pub fn new(config: Config, sandboxes: Arc<Sandboxes>) -> Arc<Daytona> {
         let images = Images::new(sandboxes.data_dir());
         Arc::new(Daytona {
-            config,
             sandboxes,
             faults: Faults::default(),
             table: Mutex::new(BTreeMap::new()),
             images,
             snapshots: snapshots::Snapshots::default(),
             previews: Mutex::new(HashMap::new()),
+            failed_auth: limiter::FailedAuth::new(config.failed_auth_limit),
+            config,
         })
     }
 
@@ -147,11 +162,23 @@ impl Daytona {
 /// Every request: the fake's controls, an injected failure, or the API.
 async fn dispatch(State(fake): State<Arc<Daytona>>, req: Request) -> Response {
     let path = req.uri().path().to_string();
+    if let Some(id) = path.strip_prefix("/__fake/error/") {
+        return api::fail(&fake, id).await;
+    }
     if path.starts_with("/__fake/") {
         return fake.faults.control(req).await;
     }
     if let Some(fault) = fake.faults.take(&path) {
         return fault_response(&fault, &path);
+    }
+    if let Some(retry) = fake.failed_auth.blocked() {
+        return limiter::too_many(&path, retry);
+    }
+    // The SDK tries Daytona's event gateway (socket.io, authenticated in its own handshake,
+    // not by the API's guard); the fake has none, and a route that is not there is a 404
+    // before any guard runs, as in NestJS: no refused credential is counted.
+    if path.starts_with("/api/socket.io") {
+        return error(StatusCode::NOT_FOUND, &path, &format!("Cannot GET {path}"));
     }
     let bearer = req
         .headers()
@@ -159,6 +186,10 @@ async fn dispatch(State(fake): State<Arc<Daytona>>, req: Request) -> Response {
         .and_then(|a| a.to_str().ok())
         .and_then(|a| a.strip_prefix("Bearer "));
     if bearer != Some(fake.config.api_key.as_str()) {
+        tracing::info!("refused credentials for {} {path}", req.method());
+        if let Some(retry) = fake.failed_auth.fail() {
+            return limiter::too_many(&path, retry);
+        }
         return error(StatusCode::UNAUTHORIZED, &path, "Invalid credentials");
     }
     match api::router(fake).oneshot(req).await {

@@ -1,7 +1,9 @@
 //! The fake preview proxy: one listener on `127.0.0.1` per sandbox port asked for, its URL
-//! handed out by `preview-url`. Like Daytona's proxy it accepts the sandbox's current preview
-//! token in `X-Daytona-Preview-Token` (or the `DAYTONA_SANDBOX_AUTH_KEY` query parameter),
-//! strips it, and redirects (307) anything else to a login page; a public sandbox needs no
+//! handed out by `preview-url`. Like Daytona's proxy it first tries an `Authorization: Bearer`
+//! as a Daytona credential (an API key), counting a refusal in the failed-auth limiter; then
+//! the sandbox's current preview token in `X-Daytona-Preview-Token` (or the
+//! `DAYTONA_SANDBOX_AUTH_KEY` query parameter), which it strips; anything else is answered
+//! 401, as newer Daytona does (older versions redirected with 307). A public sandbox needs no
 //! token. The request is then carried to the port inside ([`crate::edge`]).
 
 use std::sync::{Arc, Weak};
@@ -58,8 +60,30 @@ async fn serve(State(target): State<Target>, mut req: Request) -> Response {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     };
     let path = req.uri().path().to_string();
+    if let Some(retry) = fake.failed_auth.blocked() {
+        return super::limiter::too_many(&path, retry);
+    }
     let Some(sandbox) = fake.find(&target.id) else {
         return proxy_error(StatusCode::NOT_FOUND, &path, "sandbox not found");
+    };
+    // A bearer is tried first, as a Daytona credential; a refused one counts against the
+    // caller, and is passed on (the proxy does not strip it).
+    let bearer = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|a| a.to_str().ok())
+        .and_then(|a| a.strip_prefix("Bearer "))
+        .map(|b| b.trim().to_string());
+    let bearer_ok = match bearer {
+        Some(b) if b == fake.config.api_key => true,
+        Some(_) => {
+            tracing::info!("preview proxy: refused a bearer for {path}");
+            if let Some(retry) = fake.failed_auth.fail() {
+                return super::limiter::too_many(&path, retry);
+            }
+            false
+        }
+        None => false,
     };
     let header_token = req
         .headers()
@@ -78,15 +102,16 @@ async fn serve(State(target): State<Target>, mut req: Request) -> Response {
         });
     req.headers_mut().remove(TOKEN_HEADER);
     let authed = sandbox.public
+        || bearer_ok
         || header_token.as_deref() == Some(sandbox.auth_token.as_str())
         || query_token.as_deref() == Some(sandbox.auth_token.as_str());
     if !authed {
-        let login = format!("http://127.0.0.1/auth/login?sandbox={}", sandbox.id);
-        return Response::builder()
-            .status(StatusCode::TEMPORARY_REDIRECT)
-            .header(header::LOCATION, login)
-            .body(axum::body::Body::empty())
-            .expect("a valid response");
+        return proxy_error(
+            StatusCode::UNAUTHORIZED,
+            &path,
+            "missing authentication: provide a preview access token (via header, query \
+             parameter, or cookie) or use an API key or JWT",
+        );
     }
     if sandbox.state != "started" {
         return proxy_error(

@@ -31,18 +31,28 @@ const CPU_COUNT: u32 = 2;
 const MEMORY_MB: u32 = 1024;
 pub(super) const DISK_SIZE_MB: u32 = 4096;
 
-/// The routes.
+/// The routes: E2B's current set, or (`legacy_routes`) the older one of its public infra,
+/// which has v1 create (secured only with `"secure": true`) and `resume`, but neither
+/// `POST /v2/sandboxes` nor `connect`. A route that is not there answers 404 with the same
+/// JSON error body as a sandbox that is not there: only a read of the sandbox tells them
+/// apart.
 pub(super) fn router(fake: Arc<E2b>) -> Router {
-    Router::new()
+    let legacy = fake.config.legacy_routes;
+    let mut routes = Router::new()
         .route("/sandboxes", post(create_v1).get(list))
-        .route("/v2/sandboxes", post(create_v2).get(list))
         .route("/sandboxes/{id}", get(detail).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
-        .route("/sandboxes/{id}/connect", post(connect))
-        .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/pause", post(pause))
+        .route("/sandboxes/{id}/resume", post(resume));
+    if !legacy {
+        routes = routes
+            .route("/v2/sandboxes", post(create_v2).get(list))
+            .route("/sandboxes/{id}/connect", post(connect))
+            .route("/v2/sandboxes/{id}/connect", post(connect));
+    }
+    routes
         .merge(super::template_api::routes())
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "Not found") })
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no matching operation was found") })
         .with_state(fake)
 }
 
@@ -395,6 +405,38 @@ async fn connect(
         (status, s.clone())
     };
     (status, Json(sandbox_json(&fake, &id, &s))).into_response()
+}
+
+/// `POST /sandboxes/{id}/resume` (the older API): resumes a paused sandbox for `timeout`
+/// seconds; 409 when it is running.
+async fn resume(
+    State(fake): State<Arc<E2b>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let timeout = serde_json::from_slice::<Timeout>(&body)
+        .ok()
+        .and_then(|t| t.timeout)
+        .unwrap_or(DEFAULT_TIMEOUT_SECS);
+    if timeout <= 0 {
+        return error(StatusCode::BAD_REQUEST, "Timeout must be greater than 0");
+    }
+    let s = {
+        let mut table = fake.table.lock().expect("sandbox table");
+        let Some(s) = table.get_mut(&id) else {
+            return not_found(&id);
+        };
+        if !s.paused {
+            return error(
+                StatusCode::CONFLICT,
+                &format!("Sandbox {id} is already running"),
+            );
+        }
+        s.paused = false;
+        s.end_at = SystemTime::now() + Duration::from_secs(timeout as u64);
+        s.clone()
+    };
+    (StatusCode::CREATED, Json(sandbox_json(&fake, &id, &s))).into_response()
 }
 
 /// `POST /sandboxes/{id}/pause`: 409 when already paused.

@@ -52,6 +52,9 @@ pub struct Config {
     pub api_key: String,
     /// The `domain` reported for sandboxes (`None`: clients use their own `E2B_DOMAIN`).
     pub domain: Option<String>,
+    /// Serve only the older route set of E2B's public (self-hosted) infra: no
+    /// `POST /v2/sandboxes` and no `/connect`; unknown routes answer 404 as the API does.
+    pub legacy_routes: bool,
 }
 
 /// One fake sandbox.

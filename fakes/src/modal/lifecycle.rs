@@ -50,12 +50,14 @@ fn check_network(def: &super::pb::Sandbox) -> Result<(), Status> {
 }
 
 impl Service {
-    /// Creates a sandbox (V1 and V2 alike) and starts its entrypoint.
+    /// Creates a sandbox (V1 and V2 alike) and starts its entrypoint with `env` (from its
+    /// Secrets).
     pub(super) async fn create(
         &self,
         app_id: String,
         definition: Option<super::pb::Sandbox>,
         tags: Vec<SandboxTag>,
+        env: BTreeMap<String, String>,
     ) -> Result<String, Status> {
         let fake = &self.0;
         if !fake
@@ -136,10 +138,6 @@ impl Service {
         } else {
             def.entrypoint_args
         };
-        let env: BTreeMap<String, String> = def
-            .environment_variables
-            .map(|m| m.contents.into_iter().collect())
-            .unwrap_or_default();
         match fake.sandboxes.start(&id, argv, env, None).await {
             Ok(mut process) => {
                 let fake = fake.clone();

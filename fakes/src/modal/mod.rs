@@ -2,17 +2,20 @@
 //! the SDK's basic sandbox calls use) over HTTP/2 without TLS, and tunnels: one plain
 //! `127.0.0.1` listener per open port of a sandbox, reported as `TunnelData{host, port}`.
 //!
-//! A sandbox runs its `entrypoint_args` with its `environment_variables` in a local sandbox
+//! A sandbox runs its `entrypoint_args` with the env of its Secrets (`secret_ids`; V2 also
+//! takes them inline) in a local sandbox
 //! (on its image's file system, or the fake's default one for an image that only names a
 //! registry tag), and finishes when that process exits (SUCCESS or FAILURE with its code),
 //! when terminated (TERMINATED) or when `timeout_secs` passes (TIMEOUT). Images: `images`
 //! (ids, builds and their logs, published names) and `build` (running a definition's
 //! Dockerfile commands). Calls need the token id and secret headers; an auth token, when
-//! sent, must be one `AuthTokenGet` issued.
+//! sent, must be one `AuthTokenGet` issued. `Sandbox.environment_variables` (field 40) is not
+//! read: no official client sets it, so nothing says the service honours it.
 
 mod build;
 mod images;
 mod lifecycle;
+mod secrets;
 mod service;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -86,6 +89,8 @@ pub struct Modal {
     store: Images,
     table: Mutex<BTreeMap<String, Sandbox>>,
     auth_tokens: Mutex<HashSet<String>>,
+    /// Secrets: the env a sandbox gets, by id.
+    secrets: Mutex<secrets::SecretTable>,
 }
 
 impl Modal {
@@ -102,6 +107,7 @@ impl Modal {
             store,
             table: Mutex::new(BTreeMap::new()),
             auth_tokens: Mutex::new(HashSet::new()),
+            secrets: Mutex::new(secrets::SecretTable::default()),
         })
     }
 

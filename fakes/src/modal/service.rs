@@ -172,7 +172,15 @@ impl ModalClient for Service {
     ) -> Result<GrpcResponse<SandboxCreateResponse>, Status> {
         self.check(req.metadata(), "SandboxCreate")?;
         let req = req.into_inner();
-        let sandbox_id = self.create(req.app_id, req.definition, req.tags).await?;
+        let secret_ids = req
+            .definition
+            .as_ref()
+            .map(|d| d.secret_ids.clone())
+            .unwrap_or_default();
+        let env = self.secret_env(&secret_ids)?;
+        let sandbox_id = self
+            .create(req.app_id, req.definition, req.tags, env)
+            .await?;
         Ok(GrpcResponse::new(SandboxCreateResponse { sandbox_id }))
     }
 
@@ -182,7 +190,29 @@ impl ModalClient for Service {
     ) -> Result<GrpcResponse<SandboxCreateV2Response>, Status> {
         self.check(req.metadata(), "SandboxCreateV2")?;
         let req = req.into_inner();
-        let sandbox_id = self.create(req.app_id, req.definition, req.tags).await?;
+        // V2 takes Secrets by id in the definition or in `secret_sources`, env inline in
+        // `secret_sources` or `ephemeral_secrets`; later ones win.
+        let mut env = self.secret_env(
+            &req.definition
+                .as_ref()
+                .map(|d| d.secret_ids.clone())
+                .unwrap_or_default(),
+        )?;
+        env.extend(
+            req.ephemeral_secrets
+                .map(|m| m.contents)
+                .unwrap_or_default(),
+        );
+        for source in req.secret_sources {
+            match source.source {
+                Some(secret_source::Source::SecretId(id)) => env.extend(self.secret_env(&[id])?),
+                Some(secret_source::Source::Env(map)) => env.extend(map.contents),
+                None => return Err(Status::invalid_argument("empty secret source")),
+            }
+        }
+        let sandbox_id = self
+            .create(req.app_id, req.definition, req.tags, env)
+            .await?;
         let tunnels = self
             .0
             .table
@@ -371,6 +401,15 @@ impl ModalClient for Service {
                 }),
             }),
         }))
+    }
+
+    async fn secret_get_or_create(
+        &self,
+        req: Request<SecretGetOrCreateRequest>,
+    ) -> Result<GrpcResponse<SecretGetOrCreateResponse>, Status> {
+        self.check(req.metadata(), "SecretGetOrCreate")?;
+        self.secret_get_or_create_in(req.into_inner())
+            .map(GrpcResponse::new)
     }
 
     async fn sandbox_get_from_name(

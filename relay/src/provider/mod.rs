@@ -133,6 +133,31 @@ pub trait Provider: Send + Sync + 'static {
     fn network_info(&self, spec: &SandboxSpec) -> NetworkInfo {
         network::relay_enforced(spec)
     }
+    /// The live sandboxes at the provider that carry Tether's id label (`tether.sandbox`),
+    /// whichever relay made them: how sandboxes a relay lost (a crash, a deleted registry)
+    /// are found again. `None` for a provider that cannot list its sandboxes.
+    async fn labelled(&self) -> Result<Option<Vec<Labelled>>, ProviderError> {
+        Ok(None)
+    }
+    /// How often [`Provider::keep_alive`] must run while a client is connected, for a
+    /// provider that ends sandboxes on a timer of its own the relay does not mean to apply
+    /// (E2B's timeout of a sandbox without a TTL); `None` by default.
+    fn keep_alive_every(&self, _sandbox: &SandboxHandle) -> Option<Duration> {
+        None
+    }
+    /// Pushes the provider's timer ahead while a client is connected.
+    async fn keep_alive(&self, _sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        Ok(())
+    }
+}
+
+/// A sandbox at a provider that carries Tether's id label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Labelled {
+    /// The relay id in its label.
+    pub id: String,
+    /// The provider's own id.
+    pub provider_ref: String,
 }
 
 /// Settings every provider may read.

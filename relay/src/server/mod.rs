@@ -22,6 +22,7 @@ mod constants;
 mod error;
 mod fds;
 mod locks;
+mod orphans;
 mod policy;
 mod preview;
 mod reaper;

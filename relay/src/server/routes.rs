@@ -35,6 +35,7 @@ pub(super) fn router(relay: Arc<Relay>) -> Router {
             get(sandboxes::get).delete(sandboxes::delete),
         )
         .route("/v1/sandboxes/{id}/renew", post(sandboxes::renew))
+        .route("/v1/orphans", get(super::orphans::list))
         .route("/v1/sandboxes/{id}/ws", get(tunnel::open))
         .route("/v1/tokens", post(create_token))
         .route("/v1/secrets", get(secrets::list))

@@ -69,13 +69,20 @@ pub(super) async fn get(
     Ok(Json(info(&relay, &sandbox, false)))
 }
 
-/// `DELETE /v1/sandboxes/{id}`: idempotent, so an unknown id also answers 204.
+/// `DELETE /v1/sandboxes/{id}`: idempotent, so an unknown id also answers 204. For the relay
+/// admin, an id the registry does not know may be an orphan's (`GET /v1/orphans`), which is
+/// removed at its provider.
 pub(super) async fn delete(
     State(relay): State<Arc<Relay>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let Some(sandbox) = relay.registry.get(&caller.tenant, &id.into()).await? else {
+    let Some(sandbox) = relay
+        .registry
+        .get(&caller.tenant, &id.clone().into())
+        .await?
+    else {
+        super::orphans::remove(&relay, &caller, &id).await?;
         return Ok(StatusCode::NO_CONTENT);
     };
     let provider = relay.provider_of(&sandbox)?;

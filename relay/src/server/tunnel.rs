@@ -92,7 +92,11 @@ pub(super) async fn open(
         .max_frame_size(MAX_MESSAGE)
         .read_buffer_size(CLIENT_READ_BUFFER)
         .on_upgrade(move |client| async move {
+            let keep_alive = keep_alive(provider, sandbox.handle());
             forward(client, agent, relay.shutdown.clone()).await;
+            if let Some(task) = keep_alive {
+                task.abort();
+            }
             if let Err(e) = relay
                 .registry
                 .touch(vec![guard.id().clone()], now_ms())
@@ -103,6 +107,26 @@ pub(super) async fn open(
             debug!("tunnel to sandbox {} closed", guard.id());
             drop((guard, task));
         }))
+}
+
+/// While a session is open, pushes ahead the timer of a provider that would end the sandbox
+/// under it (E2B's timeout); the task is aborted when the session ends.
+fn keep_alive(
+    provider: Arc<dyn crate::provider::Provider>,
+    handle: crate::provider::SandboxHandle,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let every = provider.keep_alive_every(&handle)?;
+    Some(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            if let Err(e) = provider.keep_alive(&handle).await {
+                warn!(
+                    "cannot keep sandbox {} alive at its provider: {e}",
+                    handle.id
+                );
+            }
+        }
+    }))
 }
 
 /// Forwards between `client` and `agent` until both sides have closed (or one has and the

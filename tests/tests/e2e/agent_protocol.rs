@@ -80,6 +80,48 @@ async fn wrong_token_at_upgrade_gets_401() {
     );
 }
 
+/// The token may come in `X-Tether-Agent-Token` instead (for edges that read `Authorization`
+/// themselves): checked the same way, and `Authorization` wins when both are sent.
+#[tokio::test]
+async fn token_in_the_tether_header_is_checked_at_upgrade() {
+    let agent = Agent::start();
+    let connect = |token: String, bearer: Option<String>| {
+        let mut req = agent.url.as_str().into_client_request().unwrap();
+        req.headers_mut()
+            .insert(tether_proto::auth::TOKEN_HEADER, token.parse().unwrap());
+        if let Some(b) = bearer {
+            req.headers_mut()
+                .insert("authorization", format!("Bearer {b}").parse().unwrap());
+        }
+        async move {
+            tokio_tungstenite::connect_async(req)
+                .await
+                .map(|(ws, _)| ws)
+        }
+    };
+    match connect("wrong".into(), None).await.unwrap_err() {
+        tokio_tungstenite::tungstenite::Error::Http(resp) => {
+            assert_eq!(resp.status().as_u16(), 401)
+        }
+        other => panic!("expected HTTP 401, got {other}"),
+    }
+    match connect(agent.token.clone(), Some("wrong".into()))
+        .await
+        .unwrap_err()
+    {
+        tokio_tungstenite::tungstenite::Error::Http(resp) => {
+            assert_eq!(resp.status().as_u16(), 401)
+        }
+        other => panic!("expected HTTP 401, got {other}"),
+    }
+    // Authenticated at the upgrade: a hello without a token is welcomed.
+    let mut ws = connect(format!(" {} ", agent.token), None).await.unwrap();
+    match hello(&mut ws, None, PROTOCOL_VERSION).await {
+        Control::Welcome { .. } => {}
+        other => panic!("expected welcome, got {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn token_in_hello_is_checked() {
     let agent = Agent::start();

@@ -27,6 +27,7 @@ mod providers_daytona;
 mod providers_e2b;
 mod providers_fidelity;
 mod providers_modal;
+mod providers_orphans;
 mod secrets;
 mod sync;
 mod tls;

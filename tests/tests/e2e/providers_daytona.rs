@@ -107,6 +107,57 @@ async fn daytona_create_exec_cp_shell_forward_restart_and_rm() {
     assert!(!listed.contains(&id), "{listed}");
 }
 
+/// Daytona's proxy tries an `Authorization: Bearer` as a Daytona credential before the preview
+/// token, and its failed-auth limiter blocks the caller's IP after repeated refusals: the
+/// relay never sends the agent token as a bearer, so many sessions cost it nothing. A client
+/// that does send wrong credentials gets the relay blocked, which the relay explains.
+#[tokio::test(flavor = "multi_thread")]
+async fn daytona_sessions_never_trip_the_failed_auth_limiter() {
+    let fake = Fake::start("daytona", &["--api-key", KEY, "--failed-auth-limit", "3"]);
+    let relay = relay_for(&fake, KEY);
+    let id = create(&relay);
+    for n in 0..5 {
+        let out = tether(&relay, &["exec", &id, "--", "echo", &n.to_string()]);
+        assert_eq!(out, format!("{n}\n"));
+    }
+    let daytona_id = provider_ref(&relay, &id);
+    let auth = format!("Bearer {KEY}");
+    let (code, body) = http(
+        &fake.url,
+        "GET",
+        &format!("/api/sandbox/{daytona_id}/ports/7421/preview-url"),
+        &[("Authorization", &auth)],
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    let preview: serde_json::Value = serde_json::from_str(&body).expect("preview");
+    let url = preview["url"].as_str().expect("url");
+    // Without a preview token the proxy answers 401 (newer Daytona), not a redirect.
+    let (code, _) = http(url, "GET", "/", &[], "");
+    assert_eq!(code, 401);
+    // A wrong bearer, three times from this IP: blocked, on the proxy and the API alike.
+    for _ in 0..3 {
+        let (code, _) = http(
+            url,
+            "GET",
+            "/",
+            &[("Authorization", "Bearer not-a-key")],
+            "",
+        );
+        assert!(code == 401 || code == 429, "{code}");
+    }
+    let (code, body) = http(
+        &fake.url,
+        "GET",
+        "/api/sandbox",
+        &[("Authorization", &auth)],
+        "",
+    );
+    assert_eq!(code, 429, "{body}");
+    let err = tether_fails(&relay, &["rm", &id]);
+    assert!(err.contains("429"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn daytona_rate_limits_and_busy_answers_are_retried() {
     let fake = Fake::start("daytona", &["--api-key", KEY]);
@@ -169,4 +220,60 @@ async fn daytona_permanent_failures_and_wrong_keys_are_explained() {
         "",
     );
     assert!(listed.contains("\"items\":[]"), "{listed}");
+}
+
+/// A self-hosted Daytona without the TTL route: renew is refused clearly and the sandbox is
+/// kept (a 404 from a missing route is no proof the sandbox is gone).
+#[tokio::test(flavor = "multi_thread")]
+async fn daytona_without_the_ttl_route_refuses_renew_and_keeps_the_sandbox() {
+    let fake = Fake::start("daytona", &["--api-key", KEY, "--legacy-routes"]);
+    let relay = relay_for(&fake, KEY);
+    let id = create(&relay);
+    let client = tether_client::RelayClient::new(&relay.url, Some(relay.admin_token.clone()))
+        .expect("client");
+    let err = client
+        .renew(&id, Duration::from_secs(3600))
+        .await
+        .expect_err("renew without a TTL route");
+    let message = err.to_string();
+    assert!(
+        message.contains("TTL") && message.contains("kept"),
+        "{message}"
+    );
+    assert_eq!(
+        tether(&relay, &["exec", &id, "--", "echo", "kept"]),
+        "kept\n"
+    );
+    let ls = tether(&relay, &["ls"]);
+    assert!(ls.contains(&id) && ls.contains("running"), "{ls}");
+    tether(&relay, &["rm", &id]);
+}
+
+/// Daytona's `error` state with `recoverable` is broken, not gone: the next session recovers
+/// the sandbox (as the SDK's `recover`) instead of the relay destroying it.
+#[tokio::test(flavor = "multi_thread")]
+async fn daytona_recoverable_errors_are_recovered_not_destroyed() {
+    let fake = Fake::start("daytona", &["--api-key", KEY]);
+    let relay = relay_for(&fake, KEY);
+    let id = create(&relay);
+    let daytona_id = provider_ref(&relay, &id);
+    let (code, body) = fake.request("POST", &format!("/__fake/error/{daytona_id}"), "");
+    assert_eq!(code, 200, "{body}");
+    let info: serde_json::Value =
+        serde_json::from_str(&tether(&relay, &["info", &id, "--json"])).expect("info --json");
+    assert_ne!(info["state"], "gone", "{info}");
+    assert_eq!(
+        tether(&relay, &["exec", &id, "--", "echo", "recovered"]),
+        "recovered\n"
+    );
+    let auth = format!("Bearer {KEY}");
+    let (_, detail) = http(
+        &fake.url,
+        "GET",
+        &format!("/api/sandbox/{daytona_id}"),
+        &[("Authorization", &auth)],
+        "",
+    );
+    assert!(detail.contains("\"state\":\"started\""), "{detail}");
+    tether(&relay, &["rm", &id]);
 }

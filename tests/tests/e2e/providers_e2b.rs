@@ -291,3 +291,91 @@ async fn e2b_allowlists_reach_e2b_and_secrets_are_refused() {
         tether_e2e::cloud::http(&fake.url, "GET", "/v2/sandboxes", &[("X-API-Key", KEY)], "");
     assert_eq!(listed.trim(), "[]", "{listed}");
 }
+
+/// A self-hosted E2B (its public infra: no `POST /v2/sandboxes`, no `connect`, and a 404 for
+/// a missing route that reads like one for a missing sandbox): create falls back to v1 with
+/// secure envd, sessions keep the sandbox alive with the older calls (`resume`, `timeout`),
+/// and no route-level 404 ever makes the relay forget or kill it.
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_without_v2_routes_falls_back_and_never_forgets_the_sandbox() {
+    let fake = Fake::start("e2b", &["--api-key", KEY, "--legacy-routes"]);
+    let relay = relay_for(&fake, KEY);
+    let out = tether(
+        &relay,
+        &["create", "--provider", "e2b", "--image", TEMPLATE, "--json"],
+    );
+    let info: serde_json::Value = serde_json::from_str(&out).expect("create --json");
+    let (id, e2b_id) = (
+        info["id"].as_str().unwrap().to_string(),
+        info["provider_ref"].as_str().unwrap().to_string(),
+    );
+    let key = [("X-API-Key", KEY)];
+    // Secured as v2 would be: envd demands its token, so the fake reports one.
+    let (_, detail) =
+        tether_e2e::cloud::http(&fake.url, "GET", &format!("/sandboxes/{e2b_id}"), &key, "");
+    let detail: serde_json::Value = serde_json::from_str(&detail).expect("detail");
+    assert!(detail["envdAccessToken"].is_string(), "{detail}");
+
+    // Sessions (which extend the timeout of a sandbox without a TTL) work without `connect`.
+    assert_eq!(tether(&relay, &["exec", &id, "--", "echo", "one"]), "one\n");
+    // Paused behind the relay's back: the next session resumes it with the older call.
+    let (code, body) = tether_e2e::cloud::http(
+        &fake.url,
+        "POST",
+        &format!("/sandboxes/{e2b_id}/pause"),
+        &key,
+        "{}",
+    );
+    assert_eq!(code, 204, "{body}");
+    assert_eq!(tether(&relay, &["exec", &id, "--", "echo", "two"]), "two\n");
+    let (_, detail) =
+        tether_e2e::cloud::http(&fake.url, "GET", &format!("/sandboxes/{e2b_id}"), &key, "");
+    assert!(detail.contains("\"state\":\"running\""), "{detail}");
+    let ls = tether(&relay, &["ls"]);
+    assert!(ls.contains(&id) && ls.contains("running"), "{ls}");
+
+    tether(&relay, &["rm", &id]);
+    let (code, _) =
+        tether_e2e::cloud::http(&fake.url, "GET", &format!("/sandboxes/{e2b_id}"), &key, "");
+    assert_eq!(code, 404);
+}
+
+/// E2B kills a sandbox when its timeout passes; without a TTL the relay means it to live while
+/// it is used, so an open session keeps pushing the timeout ahead (here 3 s, for a 7 s
+/// command): the session outlives several timeouts.
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_sessions_longer_than_the_timeout_keep_the_sandbox_alive() {
+    let fake = Fake::start("e2b", &["--api-key", KEY]);
+    let relay = Relay::start_with_env(&[
+        ("E2B_API_KEY", KEY),
+        ("E2B_API_URL", &fake.url),
+        ("E2B_SANDBOX_URL", &fake.url),
+        ("E2B_TIMEOUT", "3"),
+    ]);
+    let id = create(&relay);
+    let out = tether(
+        &relay,
+        &["exec", &id, "--", "sh", "-c", "sleep 7 && echo still-alive"],
+    );
+    assert_eq!(out, "still-alive\n");
+    // Once no session is open, E2B's timeout applies again.
+    let e2b_id = tether_e2e::cloud::listed(&relay, &id)["provider_ref"]
+        .as_str()
+        .expect("the E2B id")
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, _) = tether_e2e::cloud::http(
+            &fake.url,
+            "GET",
+            &format!("/sandboxes/{e2b_id}"),
+            &[("X-API-Key", KEY)],
+            "",
+        );
+        if code == 404 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "E2B never timed the sandbox out");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

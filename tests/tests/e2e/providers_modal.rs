@@ -70,12 +70,53 @@ async fn modal_create_exec_cp_shell_forward_and_rm() {
     assert!(err.contains("no sandbox"), "{err}");
 }
 
+/// The fake honours env only through Secrets, as the SDKs give it: the agent's token and
+/// `--env` reach the sandbox, and neither is sent as `environment_variables`.
+#[tokio::test(flavor = "multi_thread")]
+async fn modal_env_and_the_agent_token_go_in_a_secret() {
+    let fake = fake();
+    let relay = relay_for(&fake, TOKEN_SECRET);
+    let id = tether(
+        &relay,
+        &[
+            "create",
+            "--provider",
+            "modal",
+            "--image",
+            IMAGE,
+            "--env",
+            "GREETING=hello from a secret",
+        ],
+    )
+    .trim()
+    .to_string();
+    let out = tether(
+        &relay,
+        &["exec", &id, "--", "sh", "-c", "echo \"$GREETING\""],
+    );
+    assert_eq!(out, "hello from a secret\n");
+    // The agent took its token out of the environment it hands to commands.
+    let out = tether(
+        &relay,
+        &[
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "echo \"[$TETHER_AGENT_TOKEN]\"",
+        ],
+    );
+    assert_eq!(out, "[]\n");
+    tether(&relay, &["rm", &id]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn modal_busy_answers_are_retried() {
     let fake = fake();
     let relay = relay_for(&fake, TOKEN_SECRET);
     fake.inject(
-        429,
+        503,
         2,
         None,
         Some("/modal.client.ModalClient/SandboxCreate"),
@@ -91,6 +132,20 @@ async fn modal_busy_answers_are_retried() {
     assert!(started.elapsed() < Duration::from_secs(30));
     assert_eq!(tether(&relay, &["exec", &id, "--", "echo", "ok"]), "ok\n");
     tether(&relay, &["rm", &id]);
+
+    // RESOURCE_EXHAUSTED (a limit: a message too large, a quota) is reported at once, as the
+    // SDK does, not retried as if Modal were busy.
+    fake.inject(
+        429,
+        1,
+        None,
+        Some("/modal.client.ModalClient/SandboxCreate"),
+    );
+    let err = tether_fails(&relay, &["create", "--provider", "modal", "--image", IMAGE]);
+    assert!(
+        err.contains("ResourceExhausted") && err.contains("not retried") && !err.contains("tries"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -194,15 +194,16 @@ impl ControlPlane {
             if let Some(body) = body {
                 req = req.json(body);
             }
-            let (status, wait_hint, bytes) = match req.send().await {
+            let (status, wait_hint, auth_block, bytes) = match req.send().await {
                 Ok(resp) => {
                     let status = resp.status().as_u16();
                     let hint = retry::retry_after(resp.headers());
+                    let auth_block = status == 429 && retry::is_failed_auth_block(resp.headers());
                     let bytes = resp
                         .bytes()
                         .await
                         .map_err(|source| self.network(what, &url, source))?;
-                    (status, hint, bytes)
+                    (status, hint, auth_block, bytes)
                 }
                 // Nothing was sent: trying again cannot do anything twice.
                 Err(e) if e.is_connect() => match backoff.next(None) {
@@ -221,7 +222,7 @@ impl ControlPlane {
             if (200..300).contains(&status) {
                 return Ok(Answer { body: bytes });
             }
-            if retry::is_retryable(status) {
+            if retry::is_retryable(status) && !auth_block {
                 if let Some(wait) = backoff.next(wait_hint) {
                     tracing::debug!(
                         "{}: HTTP {status} for {what}; retrying in {wait:?}",
@@ -232,11 +233,20 @@ impl ControlPlane {
                 }
             }
             let tries = backoff.tries();
+            let mut message = message_of(&bytes);
+            if auth_block {
+                message.push_str(&format!(
+                    "; {} blocks this IP for a while after repeated refused credentials (its \
+                     failed-auth limiter): check {} and anything else here using a wrong key, \
+                     then try again later",
+                    self.provider, self.key_var
+                ));
+            }
             return Err(CallError::Status {
                 provider: self.provider,
                 what: what.to_string(),
                 status,
-                message: message_of(&bytes),
+                message,
                 from_api: serde_json::from_slice::<serde_json::Value>(&bytes)
                     .is_ok_and(|v| v.is_object()),
                 after: if tries > 1 {

@@ -16,6 +16,13 @@ pub(crate) fn is_retryable(status: u16) -> bool {
     matches!(status, 429 | 502 | 503 | 504)
 }
 
+/// Whether a 429 comes from Daytona's failed-auth limiter (`Retry-After-failed-auth`): the
+/// caller's IP is blocked after repeated refused credentials, which waiting out one backoff
+/// does not fix and more tries only prolong.
+pub(crate) fn is_failed_auth_block(headers: &HeaderMap) -> bool {
+    headers.contains_key("retry-after-failed-auth")
+}
+
 /// The wait a response asks for, if any: `Retry-After` (delta-seconds or an HTTP date), or
 /// the longest of Daytona's per-throttler `Retry-After-{name}` headers.
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {

@@ -1,6 +1,7 @@
 //! Opening an agent's WebSocket through a provider's edge (E2B's proxy, Daytona's preview
 //! proxy, a Modal tunnel): an HTTP/1.1 upgrade sent with the provider's routing and access
-//! headers plus the agent token as a bearer token. An edge that refuses answers with a plain
+//! headers plus the agent token (a bearer token, or `X-Tether-Agent-Token` where the edge
+//! reads `Authorization` itself). An edge that refuses answers with a plain
 //! HTTP status, which [`EdgeError::Refused`] keeps for the provider to interpret.
 //!
 //! Why by hand over reqwest rather than tokio-tungstenite's own connect, now that it has TLS:
@@ -54,12 +55,35 @@ impl EdgeError {
     }
 }
 
-/// Opens a WebSocket to `url` (`http(s)://` or `ws(s)://`) with `headers` and the agent token.
+/// Where the agent token goes in the upgrade.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TokenIn {
+    /// `Authorization: Bearer <token>`.
+    Authorization,
+    /// `X-Tether-Agent-Token`, for an edge that reads `Authorization` itself (Daytona's
+    /// preview proxy tries any bearer as a Daytona credential, and counts each refusal
+    /// against the relay's IP).
+    TetherHeader,
+}
+
+/// Opens a WebSocket to `url` (`http(s)://` or `ws(s)://`) with `headers` and the agent token
+/// as a bearer token.
 pub(crate) async fn open(
+    http: &reqwest::Client,
+    url: &str,
+    headers: HeaderMap,
+    agent_token: &str,
+) -> Result<AgentSocket, EdgeError> {
+    open_with(http, url, headers, agent_token, TokenIn::Authorization).await
+}
+
+/// Opens a WebSocket to `url` with `headers` and the agent token where `token_in` says.
+pub(crate) async fn open_with(
     http: &reqwest::Client,
     url: &str,
     mut headers: HeaderMap,
     agent_token: &str,
+    token_in: TokenIn,
 ) -> Result<AgentSocket, EdgeError> {
     let url = match url.split_once("://") {
         Some(("ws", rest)) => format!("http://{rest}"),
@@ -67,9 +91,17 @@ pub(crate) async fn open(
         _ => url.to_string(),
     };
     let key = generate_key();
-    let bearer = HeaderValue::from_str(&format!("Bearer {agent_token}"))
-        .map_err(|_| EdgeError::Network("the agent token is not a valid header value".into()))?;
-    headers.insert(header::AUTHORIZATION, bearer);
+    let bad = |_| EdgeError::Network("the agent token is not a valid header value".into());
+    match token_in {
+        TokenIn::Authorization => headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {agent_token}")).map_err(bad)?,
+        ),
+        TokenIn::TetherHeader => headers.insert(
+            tether_proto::auth::TOKEN_HEADER,
+            HeaderValue::from_str(agent_token).map_err(bad)?,
+        ),
+    };
     headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     headers.insert(

@@ -52,6 +52,9 @@ pub(super) struct Sandbox {
     /// Why it is in `error` or `build_failed`.
     #[serde(default)]
     pub error_reason: Option<String>,
+    /// Whether an `error` can be undone with `recover` (the sandbox and its files are there).
+    #[serde(default)]
+    pub recoverable: bool,
 }
 
 /// `GET /sandbox/{id}/ports/{port}/preview-url`.
@@ -90,6 +93,38 @@ pub(super) async fn create(
     }
 }
 
+/// One sandbox of a list (the part we read).
+#[derive(Debug, Deserialize)]
+pub(super) struct Listed {
+    /// Daytona's id.
+    pub id: String,
+    /// Its labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Its state.
+    #[serde(default)]
+    pub state: String,
+}
+
+/// Every sandbox (`GET /sandbox`): Daytona's `labels` filter matches whole key-value pairs,
+/// so sandboxes with a label of any value are picked out by the caller. The answer is a bare
+/// array (older servers) or `{items, nextCursor}`.
+pub(super) async fn list(api: &ControlPlane) -> Result<Vec<Listed>, ProviderError> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Page {
+        Bare(Vec<Listed>),
+        Paged { items: Vec<Listed> },
+    }
+    let page: Page = api
+        .call(Method::GET, "/sandbox", None, "a sandbox list")
+        .await?
+        .json("a sandbox list")?;
+    Ok(match page {
+        Page::Bare(items) | Page::Paged { items } => items,
+    })
+}
+
 /// `GET /sandbox/{idOrName}`: `None` when Daytona does not know it.
 pub(super) async fn get(api: &ControlPlane, id: &str) -> Result<Option<Sandbox>, ProviderError> {
     match api
@@ -107,16 +142,35 @@ pub(super) async fn get(api: &ControlPlane, id: &str) -> Result<Option<Sandbox>,
     }
 }
 
-/// `DELETE /sandbox/{id}`; a sandbox Daytona does not know is already deleted.
+/// `DELETE /sandbox/{id}`; a sandbox Daytona does not know is already deleted, which a read
+/// of it confirms before the relay forgets it.
 pub(super) async fn delete(api: &ControlPlane, id: &str) -> Result<(), ProviderError> {
     match api
         .call(Method::DELETE, &format!("/sandbox/{id}"), None, "delete")
         .await
     {
         Ok(_) => Ok(()),
-        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) if e.status() == Some(404) => match get(api, id).await? {
+            None => Ok(()),
+            Some(_) => Err(ProviderError::Other(anyhow::anyhow!(
+                "Daytona answered 404 to deleting sandbox {id}, which it still has: {e}"
+            ))),
+        },
         Err(e) => Err(e.into()),
     }
+}
+
+/// `POST /sandbox/{id}/recover`: out of a recoverable `error`, booting again.
+pub(super) async fn recover(api: &ControlPlane, id: &str) -> Result<Sandbox, ProviderError> {
+    let answer = api
+        .call(
+            Method::POST,
+            &format!("/sandbox/{id}/recover"),
+            None,
+            "recover",
+        )
+        .await?;
+    answer.json("recover")
 }
 
 /// `POST /sandbox/{id}/start`.
@@ -127,7 +181,9 @@ pub(super) async fn start(api: &ControlPlane, id: &str) -> Result<Sandbox, Provi
     answer.json("start")
 }
 
-/// `POST /sandbox/{id}/ttl/{minutes}`: re-anchored from now. `false` when unknown.
+/// `POST /sandbox/{id}/ttl/{minutes}`: re-anchored from now. `false` when a read of the
+/// sandbox confirms Daytona does not know it; a Daytona without the route (its last public
+/// server, self-hosted) is told apart by that read, and refused clearly: the sandbox stays.
 pub(super) async fn set_ttl(
     api: &ControlPlane,
     id: &str,
@@ -143,7 +199,14 @@ pub(super) async fn set_ttl(
         .await
     {
         Ok(_) => Ok(true),
-        Err(e) if e.is_not_found() => Ok(false),
+        Err(e) if e.status() == Some(404) => match get(api, id).await? {
+            None => Ok(false),
+            Some(_) => Err(ProviderError::InvalidSpec(format!(
+                "this Daytona cannot change a sandbox's TTL (it has no TTL route: a self-hosted \
+                 Daytona before TTLs, which answered {e}); sandbox {id} is kept as it is, with \
+                 the lifetime it was created with"
+            ))),
+        },
         Err(e) => Err(e.into()),
     }
 }

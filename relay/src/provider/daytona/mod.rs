@@ -6,8 +6,14 @@
 //!   snapshot's exec-form ENTRYPOINT, which starts the agent), the idle timeout as
 //!   `autoStopInterval` and the TTL as `ttlMinutes`. Then wait for `started` (failing on
 //!   `error`/`build_failed`) and for the agent to answer on its preview URL.
-//! - Connect: the preview URL with its token. A 307 means the token was refused (it changes
-//!   at every start): fetch a fresh one. A stopped sandbox is started again first.
+//! - Connect: the preview URL with its token, the agent token in `X-Tether-Agent-Token`:
+//!   never as `Authorization: Bearer`, which Daytona's proxy tries first as a Daytona
+//!   credential, counting each refusal in the failed-auth limiter that then answers 429 to
+//!   every call from the relay's IP. A refused preview token (401, or 307 from older Daytona;
+//!   it changes at every start): fetch a fresh one. A stopped sandbox is started again first.
+//! - Gone only when a read of the sandbox says so (404, `destroyed`): a 404 from a route a
+//!   self-hosted Daytona lacks proves nothing, so without the TTL route renew is refused and
+//!   the sandbox kept; `error` is broken, not gone, and a recoverable one is recovered.
 //! - Network: `--network` and allowlists as Daytona's `networkBlockAll`, `networkAllowList`
 //!   and `domainAllowList` ([`egress`]); what Daytona cannot express is refused.
 //! - Settings: `DAYTONA_API_KEY`; `DAYTONA_API_URL` (default `https://app.daytona.io/api`).
@@ -28,10 +34,10 @@ use serde::{Deserialize, Serialize};
 use super::cloud::constants::{AGENT_PORT, AGENT_START_TIMEOUT, AGENT_TOKEN_ENV, POLL_INTERVAL};
 use super::cloud::http::{self, ControlPlane};
 use super::cloud::settings::Settings;
-use super::cloud::websocket::{self, EdgeError};
+use super::cloud::websocket::{self, EdgeError, TokenIn};
 use super::{
-    AgentSocket, Created, NetworkInfo, Provider, ProviderError, SandboxHandle, SandboxSpec,
-    SandboxState,
+    AgentSocket, Created, Labelled, NetworkInfo, Provider, ProviderError, SandboxHandle,
+    SandboxSpec, SandboxState,
 };
 
 /// Daytona's API when `DAYTONA_API_URL` is not set.
@@ -134,7 +140,15 @@ impl DaytonaProvider {
                 EdgeError::Network("the preview token is not a valid header value".into())
             })?;
             headers.insert(PREVIEW_TOKEN, token);
-            match websocket::open(api.http(), &preview.url, headers, agent_token).await {
+            match websocket::open_with(
+                api.http(),
+                &preview.url,
+                headers,
+                agent_token,
+                TokenIn::TetherHeader,
+            )
+            .await
+            {
                 Ok(socket) => return Ok(socket),
                 Err(
                     e @ EdgeError::Refused {
@@ -197,7 +211,12 @@ fn minutes(d: Duration) -> u64 {
 fn edge_failure(id: &str, e: EdgeError) -> ProviderError {
     let hint = match e.status() {
         Some(307) => "; Daytona's preview proxy refused the preview token",
-        Some(401) => "; the agent refused its token",
+        Some(401) if e.to_string().contains("sandbox token") => "; the agent refused its token",
+        Some(401) => "; Daytona's preview proxy refused the preview token",
+        Some(429) => {
+            "; Daytona is rate limiting this relay (its failed-auth limiter blocks an IP for a \
+             while after repeated refused credentials: check DAYTONA_API_KEY, then retry later)"
+        }
         Some(502..=504) => {
             "; nothing answers on the agent's port: the snapshot's exec-form ENTRYPOINT must \
              start `tether-agent serve --listen 0.0.0.0:7421` (see docs/providers.md)"
@@ -281,7 +300,8 @@ impl Provider for DaytonaProvider {
         };
         Ok(match found.state.as_str() {
             "destroyed" | "destroying" => SandboxState::Gone,
-            // It still exists, files and all: broken, not gone. Someone may recover it.
+            // It still exists, files and all: broken, not gone. A recoverable error is
+            // recovered at the next connect.
             "error" | "build_failed" => {
                 tracing::warn!(
                     "Daytona reports sandbox {} as `{}`: {}",
@@ -336,11 +356,18 @@ impl Provider for DaytonaProvider {
             PREVIEW_TOKEN,
             HeaderValue::from_str(&preview.token).map_err(|_| anyhow!("bad preview token"))?,
         );
-        let first =
-            match websocket::open(api.http(), &preview.url, headers, &sandbox.agent_token).await {
-                Ok(socket) => return Ok(socket),
-                Err(e) => e,
-            };
+        let first = match websocket::open_with(
+            api.http(),
+            &preview.url,
+            headers,
+            &sandbox.agent_token,
+            TokenIn::TetherHeader,
+        )
+        .await
+        {
+            Ok(socket) => return Ok(socket),
+            Err(e) => e,
+        };
         tracing::debug!("Daytona sandbox {id}: {first}; checking its state");
         // Stopped (start it: that issues a new token), or restarted (fetch the new token).
         let found = api::get(api, id)
@@ -351,6 +378,15 @@ impl Provider for DaytonaProvider {
             "stopped" | "archived" | "paused" => {
                 let started = api::start(api, id).await?;
                 self.wait_started(api, id, started).await?;
+            }
+            // Broken but there, files and all: recover it as the SDK's `recover` does.
+            "error" if found.recoverable => {
+                tracing::info!(
+                    "Daytona sandbox {id} is in a recoverable error ({}); recovering it",
+                    found.error_reason.as_deref().unwrap_or("no reason given")
+                );
+                let recovered = api::recover(api, id).await?;
+                self.wait_started(api, id, recovered).await?;
             }
             _ => self.wait_started(api, id, found).await?,
         }
@@ -363,6 +399,22 @@ impl Provider for DaytonaProvider {
 
     fn network_info(&self, spec: &SandboxSpec) -> NetworkInfo {
         egress::info(spec)
+    }
+
+    async fn labelled(&self) -> Result<Option<Vec<Labelled>>, ProviderError> {
+        let listed = api::list(self.api()?).await?;
+        Ok(Some(
+            listed
+                .into_iter()
+                .filter(|s| !matches!(s.state.as_str(), "destroyed" | "destroying"))
+                .filter_map(|s| {
+                    Some(Labelled {
+                        id: s.labels.get(ID_LABEL)?.clone(),
+                        provider_ref: s.id,
+                    })
+                })
+                .collect(),
+        ))
     }
 }
 

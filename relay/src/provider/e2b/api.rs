@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::provider::cloud::http::{CallError, ControlPlane};
 use crate::provider::ProviderError;
 
-/// `POST /v2/sandboxes` (always secured: envd demands its access token).
+/// `POST /v2/sandboxes` (always secured: envd demands its access token), or v1
+/// `POST /sandboxes` with `"secure": true` added, where a deployment has no v2.
 #[derive(Debug, Serialize)]
 pub(super) struct NewSandbox<'a> {
     /// The template: an id or a name.
@@ -64,6 +65,52 @@ pub(super) struct Sandbox {
 pub(super) struct SandboxDetail {
     /// `running` or `paused`.
     pub state: String,
+    /// When E2B kills it (RFC 3339).
+    #[serde(rename = "endAt", default)]
+    pub end_at: Option<String>,
+}
+
+impl SandboxDetail {
+    /// How long until E2B kills it, when `endAt` is readable.
+    pub(super) fn ends_in(&self) -> Option<std::time::Duration> {
+        let at = humantime::parse_rfc3339_weak(self.end_at.as_deref()?).ok()?;
+        Some(
+            at.duration_since(std::time::SystemTime::now())
+                .unwrap_or_default(),
+        )
+    }
+}
+
+/// One sandbox of a list (the part we read).
+#[derive(Debug, Deserialize)]
+pub(super) struct Listed {
+    /// E2B's id.
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    /// Its metadata.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Every running or paused sandbox of the team: `GET /v2/sandboxes`, or v1 `GET /sandboxes`
+/// (running ones) where a deployment has no v2.
+pub(super) async fn list(api: &ControlPlane) -> Result<Vec<Listed>, ProviderError> {
+    let v2 = api
+        .call(
+            Method::GET,
+            "/v2/sandboxes?state=running%2Cpaused",
+            None,
+            "a sandbox list",
+        )
+        .await;
+    let answer = match v2 {
+        Err(e) if e.status() == Some(404) => {
+            api.call(Method::GET, "/sandboxes", None, "a sandbox list")
+                .await?
+        }
+        other => other?,
+    };
+    answer.json("a sandbox list")
 }
 
 /// `GET /sandboxes/{id}`: `None` when E2B does not know it.
@@ -87,23 +134,36 @@ pub(super) async fn get(
 }
 
 /// `POST /v2/sandboxes`, made idempotent by `key` so a retried create makes one sandbox.
+/// A deployment without v2 (E2B's public infra, self-hosted, answers 404 as it does for an
+/// unknown template) gets v1 `POST /sandboxes` with `"secure": true`, as the SDKs sent
+/// before v2; a 404 there too is the caller's template.
 pub(super) async fn create(
     api: &ControlPlane,
     body: &NewSandbox<'_>,
     key: &str,
 ) -> Result<Sandbox, ProviderError> {
-    let body = serde_json::to_value(body).map_err(anyhow::Error::new)?;
+    let json = serde_json::to_value(body).map_err(anyhow::Error::new)?;
     let headers = [("idempotency-key", key.to_string())];
-    match api
+    let v2 = api
         .call_with(
             Method::POST,
             "/v2/sandboxes",
-            Some(&body),
+            Some(&json),
             &headers,
             "create",
         )
-        .await
-    {
+        .await;
+    let answer = match v2 {
+        Err(e) if e.status() == Some(404) => {
+            tracing::debug!("E2B has no v2 create here ({e}); trying v1 with secure envd");
+            let mut json = json;
+            json["secure"] = serde_json::Value::Bool(true);
+            api.call_with(Method::POST, "/sandboxes", Some(&json), &headers, "create")
+                .await
+        }
+        other => other,
+    };
+    match answer {
         Ok(answer) => answer.json("create"),
         // E2B's own refusals of the request (unknown template, a timeout above the plan's
         // limit) are the caller's to fix.
@@ -118,23 +178,47 @@ pub(super) async fn create(
 }
 
 /// `POST /v2/sandboxes/{id}/connect`: resumes a paused sandbox and makes its timeout at least
-/// `timeout` seconds from now. `None` when E2B does not know it.
+/// `timeout` seconds from now. `false` only when a read of the sandbox confirms E2B does not
+/// know it: a deployment without `connect` (E2B's public infra) answers 404 too, and then
+/// gets the older calls, `resume` when paused, else a timeout of at least `timeout`.
 pub(super) async fn connect(
     api: &ControlPlane,
     id: &str,
     timeout: u64,
-) -> Result<Option<Sandbox>, ProviderError> {
+) -> Result<bool, ProviderError> {
     let body = serde_json::json!({ "timeout": timeout });
     let path = format!("/v2/sandboxes/{id}/connect");
     match api.call(Method::POST, &path, Some(&body), "connect").await {
-        Ok(answer) => Ok(Some(answer.json("connect")?)),
-        Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(e.into()),
+        Ok(_) => return Ok(true),
+        Err(e) if e.status() == Some(404) => {
+            tracing::debug!("E2B answered 404 to connect ({e}); reading sandbox {id}");
+        }
+        Err(e) => return Err(e.into()),
     }
+    let Some(detail) = get(api, id).await? else {
+        return Ok(false);
+    };
+    if detail.state == "paused" {
+        let path = format!("/sandboxes/{id}/resume");
+        match api.call(Method::POST, &path, Some(&body), "resume").await {
+            Ok(_) => return Ok(true),
+            // Resumed meanwhile by someone else: extend it below.
+            Err(e) if e.status() == Some(409) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if detail
+        .ends_in()
+        .is_some_and(|left| left.as_secs() >= timeout)
+    {
+        return Ok(true);
+    }
+    set_timeout(api, id, timeout).await
 }
 
 /// `POST /sandboxes/{id}/timeout`: E2B kills the sandbox `timeout` seconds from now.
-/// `false` when E2B does not know it.
+/// `false` when a read of the sandbox confirms E2B does not know it (a 404 from the route
+/// alone proves nothing).
 pub(super) async fn set_timeout(
     api: &ControlPlane,
     id: &str,
@@ -147,19 +231,30 @@ pub(super) async fn set_timeout(
         .await
     {
         Ok(_) => Ok(true),
-        Err(e) if e.is_not_found() => Ok(false),
+        Err(e) if e.status() == Some(404) => match get(api, id).await? {
+            None => Ok(false),
+            Some(_) => Err(ProviderError::Other(anyhow::anyhow!(
+                "E2B answered 404 to a timeout change of sandbox {id}, which it still lists: {e}"
+            ))),
+        },
         Err(e) => Err(e.into()),
     }
 }
 
-/// `DELETE /sandboxes/{id}`; a sandbox E2B does not know is already deleted.
+/// `DELETE /sandboxes/{id}`; a sandbox E2B does not know is already deleted (which a read
+/// confirms before the relay forgets it).
 pub(super) async fn kill(api: &ControlPlane, id: &str) -> Result<(), ProviderError> {
     match api
         .call(Method::DELETE, &format!("/sandboxes/{id}"), None, "kill")
         .await
     {
         Ok(_) => Ok(()),
-        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) if e.status() == Some(404) => match get(api, id).await? {
+            None => Ok(()),
+            Some(_) => Err(ProviderError::Other(anyhow::anyhow!(
+                "E2B answered 404 to killing sandbox {id}, which it still lists: {e}"
+            ))),
+        },
         Err(e) => Err(e.into()),
     }
 }

@@ -6,10 +6,12 @@
 //!   template's start command cannot see per-sandbox values.
 //! - Connect: a WebSocket to the agent's port through the edge, with the traffic access token
 //!   when the sandbox has one. A paused sandbox is resumed (`/connect`), and an agent that is
-//!   not listening (after a reboot) is started again.
+//!   not listening (after a reboot) is started again. A sandbox without a TTL has its timeout
+//!   pushed ahead at every connect and, every half timeout, while a session stays open.
 //! - Network: `--network` and allowlists as E2B's `allow_internet_access`, `allowOut` and
 //!   `denyOut` ([`egress`]); what E2B cannot express is refused.
-//! - Settings: `E2B_API_KEY`; `E2B_DOMAIN` (default `e2b.app`); `E2B_API_URL` (default
+//! - Settings: `E2B_API_KEY`; `E2B_TIMEOUT` (seconds, E2B's timeout of a sandbox without a
+//!   TTL, default 3600); `E2B_DOMAIN` (default `e2b.app`); `E2B_API_URL` (default
 //!   `https://api.{domain}`); `E2B_SANDBOX_URL` sends all sandbox traffic to one URL with
 //!   `E2b-Sandbox-Id`/`-Port` routing headers, as E2B's SDKs do (a local edge or proxy).
 
@@ -31,8 +33,8 @@ use super::cloud::http::{self, ControlPlane};
 use super::cloud::settings::Settings;
 use super::cloud::websocket::{self, EdgeError};
 use super::{
-    AgentSocket, Created, NetworkInfo, Provider, ProviderError, SandboxHandle, SandboxSpec,
-    SandboxState,
+    AgentSocket, Created, Labelled, NetworkInfo, Provider, ProviderError, SandboxHandle,
+    SandboxSpec, SandboxState,
 };
 
 /// E2B's default domain.
@@ -52,6 +54,8 @@ struct Endpoints {
     domain: String,
     /// One URL for all sandbox traffic, routed by headers (`E2B_SANDBOX_URL`).
     sandbox_url: Option<String>,
+    /// E2B's timeout of a sandbox without a TTL (`E2B_TIMEOUT`, else [`DEFAULT_TIMEOUT`]).
+    default_timeout: Duration,
 }
 
 /// Runs sandboxes on E2B.
@@ -102,10 +106,23 @@ impl E2bProvider {
         let sandbox_url = settings
             .get("E2B_SANDBOX_URL")
             .map(|u| u.trim_end_matches('/').to_string());
+        let default_timeout = match settings.get("E2B_TIMEOUT") {
+            None => DEFAULT_TIMEOUT,
+            Some(secs) => match secs.trim().parse::<u64>() {
+                Ok(secs) if secs > 0 => Duration::from_secs(secs),
+                _ => {
+                    return Err(ProviderError::Unavailable(format!(
+                        "E2B_TIMEOUT is {secs:?}: set it to a number of seconds, at most what \
+                         your E2B plan allows (Hobby: 3600, Pro: 86400)"
+                    )))
+                }
+            },
+        };
         Ok(Endpoints {
             api,
             domain,
             sandbox_url,
+            default_timeout,
         })
     }
 
@@ -208,7 +225,7 @@ impl Provider for E2bProvider {
         let template = check_spec(spec)?;
         let outbound = egress::outbound(spec)?;
         let e2b = self.ready()?;
-        let timeout = spec.ttl.unwrap_or(DEFAULT_TIMEOUT).as_secs().max(1);
+        let timeout = spec.ttl.unwrap_or(e2b.default_timeout).as_secs().max(1);
         let mut metadata: BTreeMap<String, String> = spec.labels.clone();
         metadata.insert(ID_METADATA.into(), id.into());
         let body = api::NewSandbox {
@@ -277,11 +294,7 @@ impl Provider for E2bProvider {
         let e2b = self.ready()?;
         let meta = load_meta(sandbox)?;
         let id = &sandbox.provider_ref;
-        if meta.keep_alive
-            && api::connect(&e2b.api, id, meta.timeout_secs)
-                .await?
-                .is_none()
-        {
+        if meta.keep_alive && !api::connect(&e2b.api, id, meta.timeout_secs).await? {
             return Err(ProviderError::Gone(sandbox.id.clone()));
         }
         let first = match e2b.open_agent(id, &meta, &sandbox.agent_token).await {
@@ -290,10 +303,7 @@ impl Provider for E2bProvider {
         };
         tracing::debug!("E2B sandbox {id}: agent unreachable ({first}); resuming and retrying");
         // Paused (resume it), or rebooted without our agent (start it again).
-        if api::connect(&e2b.api, id, meta.timeout_secs)
-            .await?
-            .is_none()
-        {
+        if !api::connect(&e2b.api, id, meta.timeout_secs).await? {
             return Err(ProviderError::Gone(sandbox.id.clone()));
         }
         match e2b.open_agent(id, &meta, &sandbox.agent_token).await {
@@ -309,6 +319,37 @@ impl Provider for E2bProvider {
 
     fn network_info(&self, spec: &SandboxSpec) -> NetworkInfo {
         egress::info(spec)
+    }
+
+    fn keep_alive_every(&self, sandbox: &SandboxHandle) -> Option<Duration> {
+        let meta = load_meta(sandbox).ok()?;
+        // Half the timeout: a session outlives any number of them.
+        meta.keep_alive
+            .then_some(Duration::from_secs(meta.timeout_secs.max(2) / 2))
+    }
+
+    async fn keep_alive(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        let e2b = self.ready()?;
+        let meta = load_meta(sandbox)?;
+        match api::connect(&e2b.api, &sandbox.provider_ref, meta.timeout_secs).await? {
+            true => Ok(()),
+            false => Err(ProviderError::Gone(sandbox.id.clone())),
+        }
+    }
+
+    async fn labelled(&self) -> Result<Option<Vec<Labelled>>, ProviderError> {
+        let listed = api::list(&self.ready()?.api).await?;
+        Ok(Some(
+            listed
+                .into_iter()
+                .filter_map(|s| {
+                    Some(Labelled {
+                        id: s.metadata.get(ID_METADATA)?.clone(),
+                        provider_ref: s.sandbox_id,
+                    })
+                })
+                .collect(),
+        ))
     }
 }
 

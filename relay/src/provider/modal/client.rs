@@ -221,12 +221,11 @@ impl From<CallError> for ProviderError {
     }
 }
 
-/// Failures worth another try: Modal is busy, rate limiting, or unreachable.
+/// Failures worth another try: Modal is busy or unreachable. Not `RESOURCE_EXHAUSTED`, which
+/// the SDK does not retry either: a message over gRPC's size limit or a quota, which the same
+/// call meets again.
 fn passing(status: &Status) -> bool {
-    matches!(
-        status.code(),
-        Code::Unavailable | Code::ResourceExhausted | Code::DeadlineExceeded
-    )
+    matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded)
 }
 
 fn to_provider_error(what: &str, status: Status, tries: u32) -> ProviderError {
@@ -245,6 +244,11 @@ fn to_provider_error(what: &str, status: Status, tries: u32) -> ProviderError {
         Code::InvalidArgument | Code::FailedPrecondition => {
             ProviderError::InvalidSpec(format!("Modal refused {what}: {message}"))
         }
+        Code::ResourceExhausted => ProviderError::Other(anyhow!(
+            "Modal refused {what} with ResourceExhausted: {message} (a limit, such as a message \
+             over 4 MiB or a quota of your workspace; not retried, since the same call would \
+             meet it again)"
+        )),
         code => ProviderError::Other(anyhow!("Modal answered {what} with {code:?}{after}: {message}")),
     }
 }
@@ -302,5 +306,17 @@ mod tests {
         assert!(err.to_string().contains("MODAL_TOKEN_ID"), "{err}");
         let err = to_provider_error("SandboxCreate", Status::unavailable("busy"), 5);
         assert!(err.to_string().contains("after 5 tries"), "{err}");
+    }
+
+    #[test]
+    fn limits_are_not_retried() {
+        assert!(passing(&Status::unavailable("busy")));
+        assert!(!passing(&Status::resource_exhausted("message too large")));
+        let err = to_provider_error(
+            "ImageGetOrCreate",
+            Status::resource_exhausted("message too large"),
+            1,
+        );
+        assert!(err.to_string().contains("not retried"), "{err}");
     }
 }

@@ -7,7 +7,8 @@
 //!   `ImageGetOrCreate` with `FROM <image>`, waiting on `ImageJoinStreaming` while it
 //!   builds), then `SandboxCreate` named by
 //!   the relay's id, with `tether-agent serve --listen 0.0.0.0:7421` as its entrypoint
-//!   arguments, the token in its environment, port 7421 open, labels as tags, the TTL as its
+//!   arguments, the token and `--env` in a Secret (`SecretGetOrCreate`, owned by the app,
+//!   as the SDKs' `Secret.from_dict`), port 7421 open, labels as tags, the TTL as its
 //!   timeout and the idle timeout as Modal's. Then `SandboxGetTunnels` for the port's tunnel,
 //!   and wait for the agent to answer through it.
 //! - Connect: a WebSocket to the tunnel (`wss://host:port`), bearer agent token.
@@ -63,8 +64,8 @@ use super::cloud::http;
 use super::cloud::settings::Settings;
 use super::cloud::websocket::{self, EdgeError};
 use super::{
-    AgentSocket, Created, NetworkInfo, Provider, ProviderError, SandboxHandle, SandboxSpec,
-    SandboxState,
+    AgentSocket, Created, Labelled, NetworkInfo, Provider, ProviderError, SandboxHandle,
+    SandboxSpec, SandboxState,
 };
 
 /// Modal's API when `MODAL_SERVER_URL` is not set.
@@ -306,6 +307,21 @@ impl Provider for ModalProvider {
         .await?;
         let mut env = spec.env.clone();
         env.insert(AGENT_TOKEN_ENV.into(), agent_token.into());
+        // Env (with the agent's token) goes in a Secret owned by our app, as the SDKs'
+        // `Secret.from_dict` makes it: no official client sets `Sandbox.environment_variables`.
+        let req = pb::SecretGetOrCreateRequest {
+            object_creation_type: pb::ObjectCreationType::AnonymousOwnedByApp as i32,
+            env_dict: env.into_iter().collect(),
+            app_id: app_id.clone(),
+            environment_name: self.environment.clone(),
+            ..Default::default()
+        };
+        let secret_id = modal
+            .call("SecretGetOrCreate", req, |mut c, r| async move {
+                c.secret_get_or_create(r).await
+            })
+            .await?
+            .secret_id;
         let mut tags: BTreeMap<String, String> = spec.labels.clone();
         tags.insert(ID_TAG.into(), id.into());
         let definition = pb::Sandbox {
@@ -314,6 +330,7 @@ impl Provider for ModalProvider {
                 .map(str::to_string)
                 .collect(),
             image_id,
+            secret_ids: vec![secret_id],
             timeout_secs: timeout.as_secs().max(1) as u32,
             open_ports: Some(pb::PortSpecs {
                 ports: vec![pb::PortSpec {
@@ -324,9 +341,6 @@ impl Provider for ModalProvider {
             network_access: Some(network_access),
             name: Some(id.to_string()),
             idle_timeout_secs: spec.idle_timeout.map(|d| d.as_secs().max(1) as u32),
-            environment_variables: Some(pb::StringMap {
-                contents: env.into_iter().collect(),
-            }),
         };
         let req = pb::SandboxCreateRequest {
             app_id: app_id.clone(),
@@ -452,6 +466,40 @@ impl Provider for ModalProvider {
 
     fn network_info(&self, spec: &SandboxSpec) -> NetworkInfo {
         egress::info(spec)
+    }
+
+    async fn labelled(&self) -> Result<Option<Vec<Labelled>>, ProviderError> {
+        let modal = self.modal()?;
+        let app = self.app(modal).await?;
+        let req = pb::SandboxListRequest {
+            app_id: app.id.clone(),
+            environment_name: self.environment.clone(),
+            include_finished: false,
+            ..Default::default()
+        };
+        let listed = modal
+            .call("SandboxList", req, |mut c, r| async move {
+                c.sandbox_list(r).await
+            })
+            .await?;
+        Ok(Some(
+            listed
+                .sandboxes
+                .into_iter()
+                .filter_map(|s| {
+                    let id = s
+                        .tags
+                        .iter()
+                        .find(|t| t.tag_name == ID_TAG)?
+                        .tag_value
+                        .clone();
+                    Some(Labelled {
+                        id,
+                        provider_ref: s.id,
+                    })
+                })
+                .collect(),
+        ))
     }
 }
 

@@ -1,7 +1,7 @@
 //! The agent's tunnel: finding the one Modal opened for the agent's port
 //! (`SandboxGetTunnels`), and opening the agent's WebSocket through it once the agent listens.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use reqwest::header::HeaderMap;
@@ -14,14 +14,18 @@ use crate::provider::{AgentSocket, ProviderError};
 
 /// The server-side wait of one `SandboxGetTunnels` call, in seconds.
 const LONG_POLL_SECS: f32 = 55.0;
+/// How long a new sandbox may wait for capacity before its tunnel opens: the SDK's
+/// `_SANDBOX_SCHEDULING_TIMEOUT` (its create waits this long for the sandbox's task).
+const SCHEDULING_TIMEOUT: Duration = Duration::from_secs(21 * 60);
 
-/// The agent's tunnel URL, once Modal has opened it.
+/// The agent's tunnel URL, once Modal has opened it: after the sandbox is scheduled, which
+/// may take as long as the SDK waits for it; a sandbox that ends first fails at once.
 pub(super) async fn find(
     modal: &Modal,
     sandbox_id: &str,
     tls: bool,
 ) -> Result<String, ProviderError> {
-    let deadline = Instant::now() + AGENT_START_TIMEOUT;
+    let deadline = Instant::now() + SCHEDULING_TIMEOUT;
     loop {
         let req = pb::SandboxGetTunnelsRequest {
             sandbox_id: sandbox_id.to_string(),
@@ -40,9 +44,19 @@ pub(super) async fn find(
             let scheme = if tls { "wss" } else { "ws" };
             return Ok(format!("{scheme}://{}:{}", t.host, t.port));
         }
+        if let Some(result) = answer.result {
+            return Err(ProviderError::Other(anyhow!(
+                "Modal sandbox {sandbox_id} ended before opening its tunnel (status {}, exit \
+                 code {}): {}; the image must have tether-agent on its PATH and no ENTRYPOINT",
+                result.status,
+                result.exitcode,
+                result.exception
+            )));
+        }
         if Instant::now() > deadline {
             return Err(ProviderError::Other(anyhow!(
-                "Modal opened no tunnel for port {AGENT_PORT} of sandbox {sandbox_id} within {AGENT_START_TIMEOUT:?}"
+                "Modal opened no tunnel for port {AGENT_PORT} of sandbox {sandbox_id} within \
+                 {SCHEDULING_TIMEOUT:?} (Modal found no capacity for it)"
             )));
         }
         tokio::time::sleep(POLL_INTERVAL).await;
