@@ -60,6 +60,14 @@ impl ApiError {
         ))
     }
 
+    /// The sandbox's agent has exited: nothing can run in it, but it exists until removed.
+    pub(super) fn dead(id: &SandboxId) -> ApiError {
+        ApiError::NotFound(format!(
+            "the agent of sandbox {id} has exited, so the sandbox is dead; `tether rm {id}` \
+             removes what is left of it, then create a new one"
+        ))
+    }
+
     /// The relay deleted the tenant's sandbox on its own; `entry` says when and why.
     pub(super) fn deleted(entry: &Destroyed) -> ApiError {
         let why = match entry.reason {
