@@ -40,12 +40,14 @@ pub(super) async fn run(relay: &Relay) {
     .await;
     let mut accounted = registered;
     let mut finished = 0;
-    for (id, done) in outcomes {
-        if done {
-            finished += 1;
-        } else {
+    for (id, outcome) in outcomes {
+        match outcome {
+            Outcome::Finished => finished += 1,
+            Outcome::Stale => {}
             // Kept journaled: never an orphan to remove behind the journal's back.
-            accounted.insert(id);
+            Outcome::Kept => {
+                accounted.insert(id);
+            }
         }
     }
     let mut orphans = Vec::new();
@@ -69,24 +71,34 @@ pub(super) async fn run(relay: &Relay) {
     }
 }
 
-/// Removes what the interrupted `create` made and forgets it; returns its id and whether it
-/// is finished (false: it stays journaled, for the next start).
+/// What became of one journaled create.
+enum Outcome {
+    /// What it made is removed and it is forgotten.
+    Finished,
+    /// Its sandbox is registered: only the journal row, stale, is gone.
+    Stale,
+    /// It stays journaled, for the next start.
+    Kept,
+}
+
+/// Removes what the interrupted `create` made and forgets it; returns its id and outcome.
 async fn finish(
     relay: &Relay,
     create: PendingCreate,
     registered: &HashSet<String>,
-) -> (String, bool) {
+) -> (String, Outcome) {
     let id = create.id.to_string();
-    // Registered after all (the journal row outlived its insert): the sandbox is the
-    // registry's, and only the row goes.
-    if !registered.contains(&id) {
+    // Registered after all (the row outlived its insert, or was written by someone else):
+    // the sandbox is the registry's, and only the row goes.
+    let stale = registered.contains(&id);
+    if !stale {
         let Some(provider) = relay.providers.get(create.provider.as_str()) else {
             warn!(
                 "an interrupted create of sandbox {id} used provider `{}`, which this relay \
                  does not have configured; restart the relay with it to remove what it made",
                 create.provider
             );
-            return (id, false);
+            return (id, Outcome::Kept);
         };
         match provider
             .remove_unfinished(&id, create.provider_ref.as_deref())
@@ -104,15 +116,16 @@ async fn finish(
                     "cannot remove what the interrupted create of sandbox {id} made: {e}; \
                      trying again at the next start"
                 );
-                return (id, false);
+                return (id, Outcome::Kept);
             }
         }
     }
     match relay.registry.finish_create(&create.id).await {
-        Ok(()) => (id, true),
+        Ok(()) if stale => (id, Outcome::Stale),
+        Ok(()) => (id, Outcome::Finished),
         Err(e) => {
             warn!("cannot finish the interrupted create of sandbox {id}: {e}");
-            (id, false)
+            (id, Outcome::Kept)
         }
     }
 }
