@@ -41,7 +41,13 @@ pub(super) fn remove(data_dir: &Path, id: &str) -> Result<(), LocalError> {
         return Ok(());
     }
     let layout = Layout::new(data_dir, id);
-    let cgroup = Hierarchy::detect()?.sandbox(id);
+    let cgroup = match Hierarchy::detect() {
+        Ok(hierarchy) => hierarchy.sandbox(id),
+        // A create makes the directory before the cgroup: without one it made neither (a
+        // host without usable cgroups fails every create before its directory).
+        Err(_) if !layout.dir().exists() => return Ok(()),
+        Err(e) => return Err(e),
+    };
     // /proc names working directories by their real path.
     if let Ok(dir) = fs::canonicalize(layout.dir()) {
         for pid in processes_in(&dir)? {
