@@ -91,7 +91,7 @@ pub struct SandboxInfo {
     pub provider: String,
     /// The provider's own id.
     pub provider_ref: String,
-    /// `running`, `stopped` or `gone`.
+    /// `running`, `stopped`, `dead` (its agent exited; `rm` removes it), `gone` or `unknown`.
     pub state: String,
     /// Labels.
     pub labels: BTreeMap<String, String>,

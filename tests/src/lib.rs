@@ -294,6 +294,15 @@ impl Relay {
         self.child = Some(child);
     }
 
+    /// Kills the relay with SIGKILL, as a crash does: nothing of it runs its shutdown. A
+    /// [`Relay::restart`] then starts a new one on the same data directory.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Stops the relay process (sandboxes keep running) and returns its data directory's
     /// ownership so a new relay can start on it.
     pub fn stop(&mut self) {

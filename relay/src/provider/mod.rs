@@ -63,12 +63,27 @@ pub enum SandboxState {
     /// Paused or stopped by the provider; connect may resume it.
     Stopped,
     /// Gone, on positive evidence only: the provider said it has no such sandbox or that it
-    /// ended (local: its first process is known to have exited).
+    /// ended.
     Gone,
+    /// Its agent is known to have exited (local: the sandbox's first process, which is the
+    /// agent, ended), but what the sandbox holds on the host is still there. Nothing can run
+    /// in it any more; the relay keeps it, shown as `dead`, until a client removes it or its
+    /// TTL or idle timeout runs out, and never reuses it for a get-or-create.
+    Dead,
     /// Neither proven running nor proven gone: the provider could not be asked, or answered
     /// something that proves neither. The relay logs it, asks again on every reaper tick, and
     /// never deletes a sandbox for it.
     Unknown,
+}
+
+/// What removing the remains of an interrupted create did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unfinished {
+    /// Whatever the create made is removed (or it had made nothing).
+    Removed,
+    /// The provider cannot find what the create made without the id it would have answered
+    /// with; the text says what to look for there.
+    Untraceable(String),
 }
 
 /// Why a provider call failed. Each message says what the user can do.
@@ -114,6 +129,44 @@ pub trait Provider: Send + Sync + 'static {
     async fn state(&self, sandbox: &SandboxHandle) -> Result<SandboxState, ProviderError>;
     /// Removes everything the sandbox had. Deleting a gone sandbox succeeds.
     async fn delete(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError>;
+    /// Removes what an interrupted create of sandbox `id` made (a relay killed mid-create
+    /// finds it in the create journal when it starts again). `provider_ref` is the provider's
+    /// id for it, if the provider had answered before the crash. By default: deletes it by that
+    /// id, or, without one, says to look for the `tether.sandbox=<id>` label every cloud
+    /// provider tags its sandboxes with.
+    async fn remove_unfinished(
+        &self,
+        id: &str,
+        provider_ref: Option<&str>,
+    ) -> Result<Unfinished, ProviderError> {
+        let Some(provider_ref) = provider_ref else {
+            return Ok(Unfinished::Untraceable(format!(
+                "look for a sandbox labelled tether.sandbox={id} at {} and delete it",
+                self.name()
+            )));
+        };
+        let handle = SandboxHandle {
+            id: id.to_string(),
+            provider_ref: provider_ref.to_string(),
+            agent_token: String::new(),
+            meta: serde_json::Value::Null,
+        };
+        match self.delete(&handle).await {
+            Ok(()) | Err(ProviderError::Gone(_)) => Ok(Unfinished::Removed),
+            Err(e) => Err(e),
+        }
+    }
+    /// At relay start, before any create: removes the sandboxes this provider finds that are
+    /// not in `accounted` (every sandbox the registry has, and every journaled create), and
+    /// returns their ids. Must never remove an accounted sandbox, and must remove nothing
+    /// when it cannot read what exists (an error then, which the relay logs). By default
+    /// nothing: a cloud provider's sandboxes are listed by `tether ls --orphans` instead.
+    async fn remove_orphans(
+        &self,
+        _accounted: &std::collections::HashSet<String>,
+    ) -> Result<Vec<String>, ProviderError> {
+        Ok(Vec::new())
+    }
     /// Extends the provider-side lifetime, where the provider has one.
     async fn renew(&self, sandbox: &SandboxHandle, ttl: Duration) -> Result<(), ProviderError>;
 

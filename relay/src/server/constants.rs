@@ -29,6 +29,9 @@ pub(super) const ACTIVITY_INTERVAL: Duration = Duration::from_secs(10);
 /// How often the relay asks again about sandboxes whose state is unknown (never more often than
 /// the reaper ticks): each ask of a provider in an outage costs its retries and a warning.
 pub(super) const UNKNOWN_RECHECK_INTERVAL: Duration = Duration::from_secs(5);
+/// How often the relay checks that the agent of each running sandbox on this host is still
+/// alive (a read of `/proc` per sandbox), so a dead agent shows as `dead` within this time.
+pub(super) const AGENT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a closing tunnel waits for the other side's close before dropping both sockets.
 pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// How long shutdown waits for requests and tunnels to finish before giving up on them.

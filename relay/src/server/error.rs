@@ -35,6 +35,9 @@ pub enum ApiError {
     /// The relay itself deleted the sandbox (TTL, idle, gone), as its journal records.
     #[error("{0}")]
     Deleted(String),
+    /// The sandbox's agent has exited: it exists, for `rm`, but nothing can run in it.
+    #[error("{0}")]
+    Dead(String),
     /// The request is malformed or asks for something invalid.
     #[error("{0}")]
     Invalid(String),
@@ -57,6 +60,14 @@ impl ApiError {
     pub(super) fn no_sandbox(id: &SandboxId) -> ApiError {
         ApiError::NotFound(format!(
             "sandbox {id} not found; `tether ls` lists your sandboxes"
+        ))
+    }
+
+    /// The sandbox's agent has exited: nothing can run in it, but it exists until removed.
+    pub(super) fn dead(id: &SandboxId) -> ApiError {
+        ApiError::Dead(format!(
+            "the agent of sandbox {id} has exited, so the sandbox is dead; `tether rm {id}` \
+             removes what is left of it, then create a new one"
         ))
     }
 
@@ -102,6 +113,7 @@ impl ApiError {
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Deleted(_) => (StatusCode::GONE, "deleted"),
+            ApiError::Dead(_) => (StatusCode::GONE, "gone"),
             ApiError::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "invalid_argument"),
             ApiError::Provider(_) => (StatusCode::BAD_GATEWAY, "provider_error"),

@@ -10,6 +10,8 @@
 //! - `auth`: API tokens, the admin token file, the caller's tenant and role;
 //! - `policy`: what each tenant may use (the policy file, image roots, value ranges);
 //! - `reaper`: TTL, idle timeout and reconciliation; `activity`: open tunnels;
+//! - `recovery`: at start, what a crash left (interrupted creates, orphaned sandboxes);
+//!   `watch`: marks sandboxes whose agent died `dead`;
 //! - `fds`: the descriptor limit and budget; `admission`: the accept loop and the 503 it
 //!   answers when descriptors run short; `tls`: serving HTTPS and WSS;
 //! - `locks`: get-or-create's per-label locks; `error`: the one map from errors to responses;
@@ -26,6 +28,7 @@ mod orphans;
 mod policy;
 mod preview;
 mod reaper;
+mod recovery;
 mod routes;
 mod sandboxes;
 mod secrets;
@@ -34,6 +37,7 @@ mod state;
 mod tests;
 mod tls;
 mod tunnel;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::fs::{DirBuilder, File};
@@ -174,6 +178,8 @@ async fn start_serving(
         egress,
         _dir_lock: dir_lock,
     });
+    // Before any request is served: no create runs while recovery reads the journal.
+    recovery::run(&relay).await;
     sandboxes::reattach_egress(&relay).await;
     let listener = admission::Admitting::new(listener, fds.clone());
     let app = routes::router(relay.clone()).layer(axum::middleware::from_fn_with_state(
@@ -192,6 +198,7 @@ async fn start_serving(
         }
     };
     let reaper = tokio::spawn(reaper::run(relay.clone(), config.reap_interval));
+    relay.tasks.spawn(watch::run(relay.clone()));
     info!("relay listening on {}://{addr}", relay.scheme());
     Ok(RunningRelay {
         addr,

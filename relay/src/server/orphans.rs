@@ -38,6 +38,15 @@ pub(super) async fn find(relay: &Relay) -> Result<OrphanList, ApiError> {
         .into_iter()
         .map(|s| (s.provider.clone(), s.provider_ref.clone()))
         .collect();
+    // A create in flight (journaled, not yet registered) is not an orphan: `--rm` would race
+    // it. One interrupted by a crash is the start-up recovery's, which removes it.
+    let creating: HashSet<String> = relay
+        .registry
+        .pending_creates()
+        .await?
+        .into_iter()
+        .map(|p| p.id.to_string())
+        .collect();
     let mut list = OrphanList::default();
     for (name, provider) in &relay.providers {
         let labelled = match provider.labelled().await {
@@ -57,6 +66,7 @@ pub(super) async fn find(relay: &Relay) -> Result<OrphanList, ApiError> {
             labelled
                 .into_iter()
                 .filter(|l| !known.contains(&(name.to_string(), l.provider_ref.clone())))
+                .filter(|l| !creating.contains(&l.id))
                 .map(|l| Orphan {
                     id: l.id,
                     provider: name.to_string(),

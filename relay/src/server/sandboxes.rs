@@ -18,7 +18,7 @@ use super::state::{now_ms, Relay};
 use crate::egress::policy::{Allowlist, BoundSecret};
 use crate::egress::secrets;
 use crate::provider::{NetworkPolicy, Provider, ProviderError, SandboxSpec, SandboxState};
-use crate::store::{millis, state_name, SandboxId, SandboxRecord, Tenant};
+use crate::store::{millis, state_name, PendingCreate, SandboxId, SandboxRecord, Tenant};
 use tether_client::api::{CreateRequest, RenewRequest, SandboxInfo};
 
 /// `POST /v1/sandboxes`.
@@ -158,7 +158,8 @@ async fn get_or_create(
         if let Ok(found_provider) = relay.provider_of(&found) {
             relay.refresh_state(&*found_provider, &mut found).await;
         }
-        if found.state != SandboxState::Gone {
+        // A dead sandbox is kept for the client to see and remove, never handed out again.
+        if !matches!(found.state, SandboxState::Gone | SandboxState::Dead) {
             return Ok((StatusCode::OK, info(relay, &found, false)));
         }
     }
@@ -181,16 +182,41 @@ async fn create_new(
     let ttl = spec.ttl.unwrap_or_else(|| relay.policy.limits(&tenant).ttl);
     let id = SandboxId::generate();
     let agent_token = mint_agent_token();
-    let egress = prepare_egress(relay, &*provider, &tenant, &id, &mut spec).await?;
+    // Journaled before anything of it exists, so a relay killed from here on finds it at its
+    // next start and removes what it made (see `recovery`).
+    relay
+        .registry
+        .begin_create(PendingCreate {
+            id: id.clone(),
+            tenant: tenant.clone(),
+            provider: provider.name().to_string(),
+            provider_ref: None,
+            labels: spec.labels.clone(),
+            started_ms: now_ms(),
+        })
+        .await?;
+    let egress = match prepare_egress(relay, &*provider, &tenant, &id, &mut spec).await {
+        Ok(egress) => egress,
+        Err(e) => {
+            abandon_create(relay, &id).await;
+            return Err(e);
+        }
+    };
     let created = match provider.create(id.as_str(), &agent_token, &spec).await {
         Ok(created) => created,
         Err(e) => {
             if egress.is_some() {
                 undo_egress(relay, &id).await;
             }
+            // The provider undid its part of a failed create.
+            abandon_create(relay, &id).await;
             return Err(ApiError::provider(provider.name(), Some(&id), e));
         }
     };
+    if let Err(e) = relay.registry.create_made(&id, &created.provider_ref).await {
+        // Only a crash before the insert needs it; the insert will likely fail the same way.
+        tracing::warn!(sandbox = %id, "cannot journal the provider's id of a new sandbox: {e}");
+    }
     let now = now_ms();
     let sandbox = SandboxRecord {
         id,
@@ -226,13 +252,30 @@ async fn create_new(
     };
     if let Err(e) = recorded {
         // Unrecorded, nobody could reach or delete it: take it down now.
-        let _ = provider.delete(&sandbox.handle()).await;
+        let deleted = provider.delete(&sandbox.handle()).await;
         if sandbox.spec.network == NetworkPolicy::Allowlist {
             undo_egress(relay, &sandbox.id).await;
+        }
+        match deleted {
+            Ok(()) | Err(ProviderError::Gone(_)) => abandon_create(relay, &sandbox.id).await,
+            // Left journaled: the relay's next start removes it.
+            Err(d) => tracing::warn!(
+                sandbox = %sandbox.id,
+                "cannot take down a sandbox that could not be registered: {d}; the relay \
+                 removes it at its next start"
+            ),
         }
         return Err(e);
     }
     Ok(sandbox)
+}
+
+/// Forgets the journaled create of `id`, which did not register its sandbox and whose
+/// provider has undone its part. If that fails, the relay's next start removes it again.
+async fn abandon_create(relay: &Relay, id: &SandboxId) {
+    if let Err(e) = relay.registry.finish_create(id).await {
+        tracing::warn!(sandbox = %id, "cannot finish the journal of a failed create: {e}");
+    }
 }
 
 /// For a sandbox with an allowlist, before its provider creates it: checks the relay can serve
@@ -325,7 +368,9 @@ pub(super) async fn reattach_egress(relay: &Relay) {
         }
     };
     for sandbox in all {
-        if sandbox.spec.network != NetworkPolicy::Allowlist || sandbox.state == SandboxState::Gone {
+        if sandbox.spec.network != NetworkPolicy::Allowlist
+            || matches!(sandbox.state, SandboxState::Gone | SandboxState::Dead)
+        {
             continue;
         }
         let Ok(provider) = relay.provider_of(&sandbox) else {

@@ -53,8 +53,11 @@ pub(super) async fn open(
             e.body_text()
         ))
     })?;
-    let sandbox = find(&relay, &caller, id).await?;
+    let mut sandbox = find(&relay, &caller, id).await?;
     let provider = relay.provider_of(&sandbox)?;
+    if sandbox.state == SandboxState::Dead {
+        return Err(ApiError::dead(&sandbox.id));
+    }
     // The agent's socket is one more descriptor: refuse now rather than fail half-open.
     relay
         .fds
@@ -69,10 +72,11 @@ pub(super) async fn open(
     let agent = match provider.connect(&sandbox.handle()).await {
         Ok(agent) => agent,
         Err(e @ ProviderError::Gone(_)) => {
-            relay
-                .registry
-                .set_state(&sandbox.id, SandboxState::Gone)
-                .await?;
+            // Its state says which: dead (what it holds is still there, for `rm`) or gone.
+            relay.refresh_state(&*provider, &mut sandbox).await;
+            if sandbox.state == SandboxState::Dead {
+                return Err(ApiError::dead(&sandbox.id));
+            }
             return Err(ApiError::provider(&sandbox.provider, Some(&sandbox.id), e));
         }
         Err(e) => {

@@ -1,5 +1,6 @@
 //! The relay's memory: every sandbox it created, every API token it minted, the journal of
-//! sandboxes it destroyed on its own (`journal`), and the secret store (`secrets`: tenants'
+//! sandboxes it destroyed on its own (`journal`), the journal of creates in progress
+//! (`create_journal`, what a crash may have half made), and the secret store (`secrets`: tenants'
 //! secrets and those bound to sandboxes, sealed), in an embedded SQLite database
 //! (`<data_dir>/relay.db`, WAL mode), so sandboxes outlive relay restarts.
 //!
@@ -10,6 +11,7 @@
 //! tokens); deleted rows are overwritten (`secure_delete`), so the file holds no secret in
 //! plain text.
 
+mod create_journal;
 mod egress_ca;
 mod journal;
 mod record;
@@ -32,6 +34,7 @@ use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::de::DeserializeOwned;
 
+pub(crate) use create_journal::PendingCreate;
 pub(crate) use journal::{DestroyReason, Destroyed};
 pub(crate) use record::{millis, state_name};
 pub(crate) use record::{Role, SandboxId, SandboxRecord, Tenant, TokenRecord};
@@ -183,7 +186,8 @@ impl Registry {
         .map_err(|e| RegistryError::Task(e.to_string()))?
     }
 
-    /// Stores a new sandbox.
+    /// Stores a new sandbox and, in the same transaction, completes its create in the create
+    /// journal: from then on the sandbox is the registry's, never a half-made create.
     pub(crate) async fn insert(&self, sandbox: SandboxRecord) -> Result<(), RegistryError> {
         let labels = serde_json::to_string(&sandbox.labels)?;
         let spec = serde_json::to_string(&sandbox.spec)?;
@@ -195,7 +199,8 @@ impl Registry {
             .seal(&seal_context(id, "agent_token"), &sandbox.agent_token);
         let meta = self.key.seal(&seal_context(id, "meta"), &meta);
         self.call(move |db| {
-            db.execute(
+            let tx = db.transaction()?;
+            tx.execute(
                 &format!(
                     "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
@@ -217,6 +222,8 @@ impl Registry {
                     state_name(sandbox.state),
                 ],
             )?;
+            create_journal::complete(&tx, &sandbox.id)?;
+            tx.commit()?;
             Ok(())
         })
         .await
@@ -265,7 +272,8 @@ impl Registry {
             .collect())
     }
 
-    /// The tenant's oldest sandbox, not known to be gone, whose labels are exactly `labels`.
+    /// The tenant's oldest sandbox, not known to be gone or dead, whose labels are exactly
+    /// `labels`.
     pub(crate) async fn find_by_labels(
         &self,
         tenant: &Tenant,
@@ -278,10 +286,15 @@ impl Registry {
         self.call(move |db| {
             let sql = format!(
                 "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
-                 WHERE tenant = ?1 AND labels = ?2 AND state != ?3 \
+                 WHERE tenant = ?1 AND labels = ?2 AND state NOT IN (?3, ?4) \
                  ORDER BY created_ms, id LIMIT 1"
             );
-            let args = params![tenant.as_str(), labels, state_name(SandboxState::Gone)];
+            let args = params![
+                tenant.as_str(),
+                labels,
+                state_name(SandboxState::Gone),
+                state_name(SandboxState::Dead)
+            ];
             Ok(db
                 .query_row(&sql, args, |row| read_sandbox(row, &key))
                 .optional()?)
@@ -295,6 +308,17 @@ impl Registry {
         self.call(move |db| {
             let sql = format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes ORDER BY created_ms, id");
             query_sandboxes(db, &key, &sql, [])
+        })
+        .await
+    }
+
+    /// The id of every sandbox of every tenant (nothing is unsealed, so a row sealed under
+    /// another key still counts).
+    pub(crate) async fn all_ids(&self) -> Result<Vec<SandboxId>, RegistryError> {
+        self.call(|db| {
+            let mut stmt = db.prepare("SELECT id FROM sandboxes")?;
+            let ids = stmt.query_map([], |row| row.get::<_, String>(0).map(SandboxId::from))?;
+            Ok(ids.collect::<Result<_, _>>()?)
         })
         .await
     }

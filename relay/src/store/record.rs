@@ -198,6 +198,7 @@ pub(crate) fn state_name(state: SandboxState) -> &'static str {
         SandboxState::Running => "running",
         SandboxState::Stopped => "stopped",
         SandboxState::Gone => "gone",
+        SandboxState::Dead => "dead",
         SandboxState::Unknown => "unknown",
     }
 }
@@ -207,6 +208,7 @@ pub(super) fn parse_state(name: &str) -> Option<SandboxState> {
         "running" => Some(SandboxState::Running),
         "stopped" => Some(SandboxState::Stopped),
         "gone" => Some(SandboxState::Gone),
+        "dead" => Some(SandboxState::Dead),
         "unknown" => Some(SandboxState::Unknown),
         _ => None,
     }

@@ -80,6 +80,18 @@ pub(super) const MIGRATIONS: &[&str] = &[
      BEGIN
         DELETE FROM egress_ca WHERE sandbox_id = OLD.id;
      END;",
+    // 6: the create journal: a row per create in progress, written before the provider makes
+    // anything and deleted in the transaction that registers the sandbox, so a row left at
+    // start is a create a crash interrupted (see `create_journal`). Distinct from the
+    // destroy journal (`destroyed`), which is an append-only history.
+    "CREATE TABLE create_journal (
+        sandbox_id   TEXT PRIMARY KEY,
+        tenant       TEXT NOT NULL,
+        provider     TEXT NOT NULL,
+        provider_ref TEXT,            -- the provider's id once it answered, else NULL
+        labels       TEXT NOT NULL,   -- JSON object
+        started_ms   INTEGER NOT NULL
+     ) STRICT;",
 ];
 
 /// The schema version this build writes.

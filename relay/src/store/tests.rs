@@ -126,16 +126,20 @@ async fn filters_by_labels_and_matches_exactly_for_get_or_create() {
             .unwrap(),
         None
     );
-    // A sandbox known to be gone is not handed out again.
-    reg.set_state(&web_only.id, SandboxState::Gone)
-        .await
-        .unwrap();
-    assert_eq!(
-        reg.find_by_labels(&a, &labels(&[("app", "web")]))
-            .await
-            .unwrap(),
-        None
-    );
+    // A sandbox known to be gone, or whose agent died, is not handed out again.
+    for state in [SandboxState::Gone, SandboxState::Dead] {
+        reg.set_state(&web_only.id, state).await.unwrap();
+        assert_eq!(
+            reg.find_by_labels(&a, &labels(&[("app", "web")]))
+                .await
+                .unwrap(),
+            None,
+            "{state:?}"
+        );
+    }
+    // A dead sandbox is kept and shown as such, for its owner to remove.
+    let kept = reg.get(&a, &web_only.id).await.unwrap().unwrap();
+    assert_eq!(state_name(kept.state), "dead");
 }
 
 #[tokio::test]

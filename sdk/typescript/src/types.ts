@@ -7,7 +7,7 @@ export interface SandboxInfo {
   provider: string;
   /** The provider's own id. */
   providerRef: string;
-  /** `running`, `stopped` or `gone`. */
+  /** `running`, `stopped`, `dead` (its agent exited; remove it), `gone` or `unknown`. */
   state: string;
   labels: Record<string, string>;
   image: string | undefined;

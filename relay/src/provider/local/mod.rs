@@ -11,7 +11,8 @@
 //!   (`hierarchy` finds v1 or v2, `cgroup` creates, kills and removes), and starts the
 //!   sandbox init (`spawn`), handing it an `InitConfig` (`config`).
 //!   It keeps `Meta` (`meta`) in the registry, answers `state` from it (`process`), connects
-//!   to the agent (`connect`) and removes everything on delete (`teardown`).
+//!   to the agent (`connect`) and removes everything on delete (`teardown`). At relay start
+//!   it removes what a crash left: interrupted creates and orphaned sandboxes (`recovery`).
 //! - The relay's binary is pinned by a descriptor when the provider is made (`own_binary`),
 //!   so an upgrade in place does not stop creates.
 //! - Sandbox side: the relay binary re-executed as `tether __sandbox-init` (`init`) creates
@@ -44,6 +45,7 @@ mod own_binary;
 mod plan;
 mod process;
 mod procfs;
+mod recovery;
 mod rootfs;
 mod seccomp;
 mod spawn;
@@ -53,6 +55,7 @@ mod teardown;
 mod trust;
 mod userns;
 
+use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -73,7 +76,7 @@ use self::process::Liveness;
 use self::teardown::{CreateGuard, Teardown};
 use super::{
     AgentSocket, Created, NetworkPolicy, Provider, ProviderContext, ProviderError, SandboxHandle,
-    SandboxSpec, SandboxState,
+    SandboxSpec, SandboxState, Unfinished,
 };
 use tether_oci::{self as image, PreparedImage};
 
@@ -307,9 +310,10 @@ impl Provider for LocalProvider {
         let (meta, _) = Meta::load(sandbox, &self.data_dir())?;
         Ok(match meta.process.liveness() {
             Liveness::Alive => SandboxState::Running,
+            // Its files, disk and cgroup stay until a delete: the sandbox is dead, not gone.
             Liveness::Dead(evidence) => {
-                tracing::info!(sandbox = %sandbox.id, "the sandbox's first process ended: {evidence}");
-                SandboxState::Gone
+                tracing::info!(sandbox = %sandbox.id, "the sandbox's agent ended: {evidence}");
+                SandboxState::Dead
             }
             Liveness::Unknown(reason) => {
                 tracing::warn!(sandbox = %sandbox.id, "cannot tell whether the sandbox runs: {reason}");
@@ -342,6 +346,46 @@ impl Provider for LocalProvider {
         teardown.run_blocking().await?;
         self.prune_images().await;
         Ok(())
+    }
+
+    async fn remove_unfinished(
+        &self,
+        id: &str,
+        _provider_ref: Option<&str>,
+    ) -> Result<Unfinished, ProviderError> {
+        let (data_dir, id) = (self.data_dir(), id.to_string());
+        tokio::task::spawn_blocking(move || recovery::remove(&data_dir, &id))
+            .await
+            .map_err(|e| anyhow::anyhow!("removing an interrupted create stopped: {e}"))??;
+        Ok(Unfinished::Removed)
+    }
+
+    async fn remove_orphans(
+        &self,
+        accounted: &HashSet<String>,
+    ) -> Result<Vec<String>, ProviderError> {
+        let (data_dir, accounted) = (self.data_dir(), accounted.clone());
+        let removed = tokio::task::spawn_blocking(move || {
+            match recovery::remove_partial_templates(&data_dir) {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("removed {n} half-formatted disk templates"),
+                Err(e) => tracing::warn!("cannot look for half-formatted disk templates: {e}"),
+            }
+            let mut removed = Vec::new();
+            for id in recovery::orphans(&data_dir, &accounted)? {
+                match recovery::remove(&data_dir, &id) {
+                    Ok(()) => removed.push(id),
+                    Err(e) => tracing::warn!("cannot remove orphaned sandbox {id}: {e}"),
+                }
+            }
+            Ok::<_, LocalError>(removed)
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("removing orphaned sandboxes stopped: {e}"))??;
+        if !removed.is_empty() {
+            self.prune_images().await;
+        }
+        Ok(removed)
     }
 
     fn network_namespace(

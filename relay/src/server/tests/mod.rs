@@ -4,6 +4,7 @@
 mod api;
 mod lifecycle;
 mod policy;
+mod recovery;
 mod secrets;
 mod tunnel;
 

@@ -1,0 +1,131 @@
+//! Crash recovery at relay start, before any request is served: every create the create
+//! journal holds was interrupted (a create in progress ends either registered or undone), so
+//! what it made is removed at its provider; then each provider removes the sandboxes it finds
+//! that neither the registry nor the journal accounts for (local: directories, cgroups,
+//! processes, mounts and loop devices a crash left). One line sums up what was repaired.
+//!
+//! A registered sandbox is never touched, and nothing is removed on a state that could not be
+//! read: if the registry or the journal cannot be read, recovery is skipped with a warning and
+//! tried again at the next start; a journaled create whose removal fails stays journaled.
+
+use std::collections::HashSet;
+
+use futures_util::future::join_all;
+use tracing::{info, warn};
+
+use super::state::Relay;
+use crate::provider::Unfinished;
+use crate::store::PendingCreate;
+
+/// Finishes interrupted creates and removes orphaned sandboxes, then logs a summary.
+pub(super) async fn run(relay: &Relay) {
+    let (registered, pending) = match (
+        relay.registry.all_ids().await,
+        relay.registry.pending_creates().await,
+    ) {
+        (Ok(ids), Ok(pending)) => (ids, pending),
+        (Err(e), _) | (_, Err(e)) => {
+            return warn!(
+                "cannot read the registry to recover from a crash: {e}; nothing was removed, \
+                 and recovery runs again at the next start"
+            )
+        }
+    };
+    let registered: HashSet<String> = registered.iter().map(|id| id.to_string()).collect();
+    let outcomes = join_all(
+        pending
+            .into_iter()
+            .map(|create| finish(relay, create, &registered)),
+    )
+    .await;
+    let mut accounted = registered;
+    let mut finished = 0;
+    for (id, outcome) in outcomes {
+        match outcome {
+            Outcome::Finished => finished += 1,
+            Outcome::Stale => {}
+            // Kept journaled: never an orphan to remove behind the journal's back.
+            Outcome::Kept => {
+                accounted.insert(id);
+            }
+        }
+    }
+    let mut orphans = Vec::new();
+    for provider in relay.providers.values() {
+        match provider.remove_orphans(&accounted).await {
+            Ok(removed) => orphans.extend(removed),
+            Err(e) => warn!(
+                "cannot look for orphaned sandboxes of provider `{}`: {e}; nothing of it was \
+                 removed, and it is looked at again at the next start",
+                provider.name()
+            ),
+        }
+    }
+    if finished > 0 || !orphans.is_empty() {
+        info!(
+            "reconciled: removed {} orphaned sandboxes ({}), finished {finished} interrupted \
+             creates",
+            orphans.len(),
+            orphans.join(", ")
+        );
+    }
+}
+
+/// What became of one journaled create.
+enum Outcome {
+    /// What it made is removed and it is forgotten.
+    Finished,
+    /// Its sandbox is registered: only the journal row, stale, is gone.
+    Stale,
+    /// It stays journaled, for the next start.
+    Kept,
+}
+
+/// Removes what the interrupted `create` made and forgets it; returns its id and outcome.
+async fn finish(
+    relay: &Relay,
+    create: PendingCreate,
+    registered: &HashSet<String>,
+) -> (String, Outcome) {
+    let id = create.id.to_string();
+    // Registered after all (the row outlived its insert, or was written by someone else):
+    // the sandbox is the registry's, and only the row goes.
+    let stale = registered.contains(&id);
+    if !stale {
+        let Some(provider) = relay.providers.get(create.provider.as_str()) else {
+            warn!(
+                "an interrupted create of sandbox {id} used provider `{}`, which this relay \
+                 does not have configured; restart the relay with it to remove what it made",
+                create.provider
+            );
+            return (id, Outcome::Kept);
+        };
+        match provider
+            .remove_unfinished(&id, create.provider_ref.as_deref())
+            .await
+        {
+            Ok(Unfinished::Removed) => {}
+            Ok(Unfinished::Untraceable(hint)) => warn!(
+                tenant = %create.tenant,
+                "the relay stopped while provider `{}` was creating sandbox {id}, before it \
+                 answered; it may have made one: {hint}",
+                create.provider
+            ),
+            Err(e) => {
+                warn!(
+                    "cannot remove what the interrupted create of sandbox {id} made: {e}; \
+                     trying again at the next start"
+                );
+                return (id, Outcome::Kept);
+            }
+        }
+    }
+    match relay.registry.finish_create(&create.id).await {
+        Ok(()) if stale => (id, Outcome::Stale),
+        Ok(()) => (id, Outcome::Finished),
+        Err(e) => {
+            warn!("cannot finish the interrupted create of sandbox {id}: {e}");
+            (id, Outcome::Kept)
+        }
+    }
+}
