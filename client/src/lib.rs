@@ -127,7 +127,8 @@ impl ClientError {
                 message: b.error.message,
             };
         }
-        if let Some(what) = foreign_body(body) {
+        // A plain-text error is an agent's (its upgrade refusals are text); a page is not.
+        if let Some(what) = foreign_body(body).filter(|_| body.trim_start().starts_with('<')) {
             return ClientError::NotRelay {
                 url: url.to_string(),
                 reason: format!("HTTP {status} with {what}"),
@@ -205,12 +206,20 @@ mod tests {
         assert!(said.starts_with("http://h:1 answered, but not as a Tether relay (HTTP 404 with an HTML page titled \"Not \\x1b[2JFound\")"), "{said}");
 
         let long = "x".repeat(200) + "\nsecond line";
-        let said = ClientError::from_http("u", 502, &long).to_string();
+        let not_json = serde_json::from_str::<u32>(&long).unwrap_err();
+        let said = ClientError::from_unexpected("u", &long, &not_json).to_string();
         assert!(
             said.contains(&format!("the text \"{}...\"", "x".repeat(80))),
             "{said}"
         );
         assert!(!said.contains("second"), "{said}");
+
+        // An agent refuses an upgrade in plain text: that is its message, not a stranger's.
+        let agent = ClientError::from_http("u", 401, "wrong sandbox token: pass the token");
+        assert!(
+            matches!(agent, ClientError::Http { status: 401, .. }),
+            "{agent}"
+        );
 
         // The relay's own errors, and bodies a relay may send, stay what they were.
         let body = r#"{"error":{"code":"not_found","message":"no sandbox sb-1"}}"#;
