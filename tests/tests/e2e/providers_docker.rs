@@ -286,6 +286,13 @@ async fn docker_create_exec_cp_shell_forward_preview_sync_and_rm() {
     // exec, cp both ways, a PTY, a forwarded port.
     tether_e2e::cloud::exercise(&relay, &id).await;
 
+    // A paused container is resumed by the next session.
+    podman.cli(&["pause", &format!("tether-{id}")]);
+    assert_eq!(
+        tether(&relay, &["exec", &id, "--", "echo", "resumed"]),
+        "resumed\n"
+    );
+
     // A preview: busybox httpd inside, reached through the relay with the preview token.
     let client = relay.client();
     let session = client.connect(&id).await.unwrap();
