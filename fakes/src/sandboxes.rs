@@ -58,6 +58,7 @@ impl Sandboxes {
             data_dir: data_dir.clone(),
             agent_binary,
             trust: Default::default(),
+            docker_host: None,
         };
         Sandboxes {
             data_dir,

@@ -84,6 +84,7 @@ impl Embedded {
             },
             tls: None,
             egress: Default::default(),
+            docker_host: None,
         };
         let relay = server::start(config)
             .await

@@ -41,6 +41,9 @@ pub(super) enum Target {
     Daytona,
     /// A Modal image.
     Modal,
+    /// An image loaded into the Docker or Podman engine at $DOCKER_HOST (else
+    /// /var/run/docker.sock), for `--provider docker`.
+    Docker,
 }
 
 /// `--start`.
@@ -88,7 +91,7 @@ pub(super) struct BuildArgs {
     #[arg(long, value_enum, default_value_t = Start::Entrypoint)]
     start: Start,
     /// The name to build under on a provider (E2B template, Daytona snapshot, Modal image);
-    /// `--target e2b|daytona|modal` only.
+    /// `--target e2b|daytona|modal|docker` only.
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
     /// A registry image to build on (e.g. python:3.12-slim-bookworm): e2b and modal pull it
@@ -162,6 +165,7 @@ async fn build_image(args: BuildArgs) -> anyhow::Result<()> {
         Target::E2b => Some(Builder::E2b),
         Target::Daytona => Some(Builder::Daytona),
         Target::Modal => Some(Builder::Modal),
+        Target::Docker => Some(Builder::Docker),
     };
     if let Some(builder) = builder {
         return build_remote(builder, args).await;
@@ -172,7 +176,7 @@ async fn build_image(args: BuildArgs) -> anyhow::Result<()> {
         ("--push", args.push.is_some()),
     ] {
         if given {
-            bail!("{flag} is for --target e2b|daytona|modal; --target oci writes --output");
+            bail!("{flag} is for --target e2b|daytona|modal|docker; --target oci writes --output");
         }
     }
     let Some(output) = args.output.clone() else {

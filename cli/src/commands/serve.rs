@@ -53,6 +53,10 @@ pub(super) struct ServeArgs {
     /// carry secrets), besides the system's and the webpki roots.
     #[arg(long, value_name = "PEM")]
     egress_ca_file: Option<PathBuf>,
+    /// The Docker or Podman engine's socket for `--provider docker` (`unix:///PATH`)
+    /// [default: $DOCKER_HOST, else unix:///var/run/docker.sock].
+    #[arg(long, value_name = "URL")]
+    docker_host: Option<String>,
 }
 
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -73,6 +77,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
             hosts_file: args.egress_hosts,
             ca_file: args.egress_ca_file,
         },
+        docker_host: args.docker_host,
     };
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     rt.block_on(async {

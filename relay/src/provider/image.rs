@@ -9,6 +9,8 @@
 //!   with its build log).
 //! - [`modal::build`](super::modal::build): an image (`ImageGetOrCreate` with the agent as a context file, its log
 //!   streamed by `ImageJoinStreaming`).
+//! - [`docker::build`](super::docker::build): the OCI image built here and loaded into the
+//!   relay's Docker or Podman engine.
 //!
 //! Provider credentials and endpoints come from the same settings the relay's providers read
 //! (environment, else `<data_dir>/config.toml`), so a build needs no running relay.
@@ -31,6 +33,8 @@ pub enum Builder {
     Daytona,
     /// A Modal image.
     Modal,
+    /// An image loaded into the relay's Docker or Podman engine.
+    Docker,
 }
 
 impl Builder {
@@ -40,6 +44,7 @@ impl Builder {
             Builder::E2b => "e2b",
             Builder::Daytona => "daytona",
             Builder::Modal => "modal",
+            Builder::Docker => "docker",
         }
     }
 }
@@ -175,7 +180,7 @@ pub async fn build(
     req: &RemoteBuild,
     events: &(dyn Fn(Event) + Send + Sync),
 ) -> Result<RemoteBuilt, TargetError> {
-    #[cfg(not(feature = "cloud"))]
+    #[cfg(not(any(feature = "cloud", feature = "docker")))]
     let _ = (req, events);
     match builder {
         #[cfg(feature = "e2b")]
@@ -184,6 +189,8 @@ pub async fn build(
         Builder::Daytona => super::daytona::snapshot::build(req, events).await,
         #[cfg(feature = "modal")]
         Builder::Modal => super::modal::build::build(req, events).await,
+        #[cfg(feature = "docker")]
+        Builder::Docker => super::docker::build::build(req, events).await,
         #[allow(
             unreachable_patterns,
             reason = "reached only when a provider's feature is off"

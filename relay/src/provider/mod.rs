@@ -6,6 +6,8 @@
 pub(crate) mod cloud;
 #[cfg(feature = "daytona")]
 pub(crate) mod daytona;
+#[cfg(feature = "docker")]
+pub(crate) mod docker;
 #[cfg(feature = "e2b")]
 pub(crate) mod e2b;
 pub mod image;
@@ -222,14 +224,17 @@ pub struct ProviderContext {
     pub agent_binary: PathBuf,
     /// Egress CAs for the local provider to install in sandboxes it is about to create.
     pub trust: crate::egress::TrustShelf,
+    /// The Docker engine's socket (`tether serve --docker-host`); `None`: `DOCKER_HOST`, else
+    /// `/var/run/docker.sock`.
+    pub docker_host: Option<String>,
 }
 
 /// Builds every provider that can be configured on this host, keyed by name.
 /// This is the one place providers are registered.
 pub(crate) fn build(ctx: &ProviderContext) -> BTreeMap<&'static str, Arc<dyn Provider>> {
     #[cfg_attr(
-        not(feature = "cloud"),
-        expect(unused_mut, reason = "only the cloud providers are added")
+        not(any(feature = "cloud", feature = "docker")),
+        expect(unused_mut, reason = "only the cloud and docker providers are added")
     )]
     let mut providers: Vec<Arc<dyn Provider>> =
         vec![Arc::new(local::LocalProvider::new(ctx.clone()))];
@@ -243,6 +248,8 @@ pub(crate) fn build(ctx: &ProviderContext) -> BTreeMap<&'static str, Arc<dyn Pro
         #[cfg(feature = "modal")]
         providers.push(Arc::new(modal::ModalProvider::new(&settings)));
     }
+    #[cfg(feature = "docker")]
+    providers.push(Arc::new(docker::DockerProvider::new(ctx)));
     providers
         .into_iter()
         .map(|provider| (provider.name(), provider))

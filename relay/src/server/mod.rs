@@ -85,6 +85,9 @@ pub struct RelayConfig {
     pub tls: Option<TlsFiles>,
     /// How the egress proxy of allowlisted sandboxes resolves and trusts upstreams.
     pub egress: EgressConfig,
+    /// The Docker engine's socket for the docker provider (`unix:///PATH`); `None`:
+    /// `DOCKER_HOST`, else `/var/run/docker.sock`.
+    pub docker_host: Option<String>,
 }
 
 /// A relay that is serving. Dropping it starts a shutdown without waiting for it;
@@ -108,6 +111,7 @@ pub async fn start(config: RelayConfig) -> anyhow::Result<RunningRelay> {
         data_dir: config.data_dir.clone(),
         agent_binary: config.agent_binary.clone(),
         trust: trust.clone(),
+        docker_host: config.docker_host.clone(),
     };
     start_serving(config, provider::build(&ctx), trust).await
 }

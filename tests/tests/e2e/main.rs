@@ -25,6 +25,7 @@ mod image_modal;
 mod isolation;
 mod preview;
 mod providers_daytona;
+mod providers_docker;
 mod providers_e2b;
 mod providers_fidelity;
 mod providers_modal;

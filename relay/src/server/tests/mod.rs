@@ -261,6 +261,7 @@ impl TestRelay {
             policy: self.policy.clone(),
             tls: None,
             egress: Default::default(),
+            docker_host: None,
         };
         let provider: Arc<dyn Provider> = self.provider.clone();
         start_with(config, [("fake", provider)].into_iter().collect()).await
