@@ -84,6 +84,7 @@ impl Embedded {
             },
             tls: None,
             egress: Default::default(),
+            connections: Default::default(),
         };
         let relay = server::start(config)
             .await

@@ -260,6 +260,7 @@ impl TestRelay {
             policy: self.policy.clone(),
             tls: None,
             egress: Default::default(),
+            connections: Default::default(),
         };
         let provider: Arc<dyn Provider> = self.provider.clone();
         start_with(config, [("fake", provider)].into_iter().collect()).await
