@@ -29,6 +29,8 @@ pub(super) const ACTIVITY_INTERVAL: Duration = Duration::from_secs(10);
 /// How often the relay asks again about sandboxes whose state is unknown (never more often than
 /// the reaper ticks): each ask of a provider in an outage costs its retries and a warning.
 pub(super) const UNKNOWN_RECHECK_INTERVAL: Duration = Duration::from_secs(5);
+/// Tunnels (client sessions) one sandbox may have open through the relay at once.
+pub(super) const MAX_TUNNELS_PER_SANDBOX: usize = 1024;
 /// How long a closing tunnel waits for the other side's close before dropping both sockets.
 pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// How long shutdown waits for requests and tunnels to finish before giving up on them.

@@ -74,7 +74,10 @@ pub(super) async fn open(
         .admit()
         .map_err(|shortage| ApiError::Unavailable(shortage.to_string()))?;
     // Counted from before the connect, so the reaper cannot idle it out meanwhile.
-    let guard = relay.tunnels.open(sandbox.id.clone());
+    let guard = relay
+        .tunnels
+        .open(sandbox.id.clone())
+        .map_err(|full| ApiError::Unavailable(full.to_string()))?;
     relay
         .registry
         .touch(vec![sandbox.id.clone()], now_ms())

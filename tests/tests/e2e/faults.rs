@@ -329,3 +329,103 @@ fn a_request_head_that_does_not_arrive_in_time_closes_its_connection() {
         Ok("HTTP/1.1 200 OK")
     );
 }
+
+/// A server inside the sandbox that accepts connections on `port` and holds them, and when it
+/// runs out of descriptors itself stops accepting (its backlog still completes connects).
+const HOLDING_SERVER: &str = "
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('127.0.0.1', int(sys.argv[1])))
+s.listen(4096)
+held = []
+while True:
+    try:
+        held.append(s.accept()[0])
+    except OSError:
+        break
+time.sleep(3600)
+";
+
+#[tokio::test]
+async fn a_sandbox_exhausting_descriptors_through_port_tunnels_keeps_its_agent() {
+    // The agent inherits the relay's limit: 1,100 tunnels are more than it has descriptors.
+    let relay = Relay::start_with_nofile(1024);
+    let id = relay.create(&[]);
+    let client = relay.client();
+    let session = client.connect(&id).await.unwrap();
+    crate::servers::start(&session, &["python3", "-c", HOLDING_SERVER, "8100"], 8100).await;
+
+    // Opened in batches, each followed by a short look for refusals: a refused stream gets
+    // its error at once, one let through stays silent until its server speaks.
+    let mut tunnels = Vec::new();
+    let mut refused = None;
+    while refused.is_none() && tunnels.len() < 1100 {
+        let mut batch = Vec::new();
+        for _ in 0..50 {
+            batch.push(session.connect_port(8100).await.unwrap());
+        }
+        let looks = batch
+            .iter_mut()
+            .map(|s| tokio::time::timeout(Duration::from_millis(100), s.next()));
+        for look in futures_util::future::join_all(looks).await {
+            match look {
+                Err(_) => {}
+                Ok(Some(tether_client::Event::Error(e))) => {
+                    refused.get_or_insert(e);
+                }
+                Ok(other) => panic!("unexpected event on a tunnel: {other:?}"),
+            }
+        }
+        tunnels.extend(batch);
+    }
+    let refused = refused.expect("1,100 tunnels were all let through");
+    assert_eq!(
+        refused.code(),
+        Some(tether_proto::ErrorCode::TooLarge),
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("port tunnels open")
+            && refused.to_string().contains("descriptors"),
+        "{refused}"
+    );
+    assert!(
+        tunnels.len() >= 100,
+        "refused after {} tunnels",
+        tunnels.len()
+    );
+
+    // The agent lives, on this connection and on new ones, and the relay still serves it.
+    let out = session
+        .exec(ExecSpec::argv(["echo", "alive"]))
+        .await
+        .unwrap()
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, b"alive\n");
+    let out = relay.sh(&id, "echo still");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"still\n");
+    let listed = relay.tether().args(["ls", "--json"]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains("\"running\""),
+        "{listed:?}"
+    );
+
+    // Closing tunnels gives their descriptors back: new ones are let through again.
+    drop(tunnels);
+    let fresh = client.connect(&id).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut again = fresh.connect_port(8100).await.unwrap();
+        match tokio::time::timeout(Duration::from_millis(500), again.next()).await {
+            Err(_) => break,
+            Ok(event) => assert!(
+                Instant::now() < deadline,
+                "no tunnel let through after the others closed: {event:?}"
+            ),
+        }
+    }
+}
