@@ -17,6 +17,8 @@ pub(crate) struct Agent {
     pub ring_bytes: usize,
     /// Every process started through this agent.
     pub processes: Processes,
+    /// The descriptor budget: every stream takes a place in it.
+    pub budget: crate::budget::Budget,
 }
 
 impl Agent {

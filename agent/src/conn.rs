@@ -399,6 +399,33 @@ async fn open(
         )
         .await;
     }
+    // Checked before the stream enters the table: a refused stream gets its error and
+    // `closed` like any failed one, and holds nothing.
+    let tunnel = matches!(op, tether_proto::op::Op::Connect { .. });
+    let place = match agent.budget.stream(tunnel) {
+        Ok(place) => place,
+        Err(e) => {
+            let open = streams
+                .lock()
+                .expect("stream table lock")
+                .contains_key(&stream);
+            if open {
+                return reject(outbox, Some(stream), &format!("{stream} is already open")).await;
+            }
+            debug!("refusing {stream}: {}", e.message);
+            let _ = outbox
+                .send(frame::encode_control(&Control::Error {
+                    stream: Some(stream),
+                    code: e.code,
+                    message: e.message,
+                }))
+                .await;
+            let _ = outbox
+                .send(frame::encode_control(&Control::Closed { stream }))
+                .await;
+            return;
+        }
+    };
     let window = window.unwrap_or(INITIAL_WINDOW).clamp(1, MAX_WINDOW);
     let (tx, rx) = mpsc::unbounded_channel();
     let credit = Arc::new(Credit::new(window));
@@ -435,6 +462,7 @@ async fn open(
         let result = ops::run(ctx, op, agent).await;
         // Leave the table before `closed` goes out, so the client may reuse the id at once.
         streams.lock().expect("stream table lock").remove(&stream);
+        drop(place);
         if let Err(e) = result {
             let _ = outbox
                 .send(frame::encode_control(&Control::Error {

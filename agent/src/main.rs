@@ -12,6 +12,7 @@
 //! - `pid1`: PID-1 duties (SIGTERM, OOM shield). `sys`: the only unsafe code. `users`: passwd.
 
 mod agent;
+mod budget;
 mod conn;
 mod exec;
 mod files;
@@ -199,6 +200,7 @@ fn serve(args: ServeArgs, env_token: Option<String>) -> anyhow::Result<()> {
             default_user: args.user,
             ring_bytes: args.ring_bytes.max(4096),
             processes: process::Processes::start(),
+            budget: budget::Budget::for_this_process(),
         });
         tokio::spawn(pid1::shutdown_on_signal(agent.clone()));
 

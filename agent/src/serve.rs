@@ -20,11 +20,14 @@ use tracing::{debug, info, warn};
 use tether_proto::{auth, limits};
 
 use crate::agent::Agent;
-use crate::conn;
+use crate::{budget, conn};
 
 /// Largest WebSocket message accepted: twice the largest frame, so a slightly oversized
 /// frame reaches the decoder (and gets a protocol error) while a huge one is cut off.
 const MAX_MESSAGE: usize = 2 * (limits::MAX_PAYLOAD + limits::HEADER_LEN);
+
+/// How long to wait before accepting again after `accept` failed.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
 /// Backoff when dialling a relay fails: start, cap.
 const DIAL_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(10));
@@ -46,10 +49,12 @@ pub(crate) async fn tcp(addr: SocketAddr, agent: Arc<Agent>) -> anyhow::Result<(
     println!("listening ws://{local}");
     loop {
         let (sock, peer) = match listener.accept().await {
-            Ok(x) => x,
+            Ok(x) => {
+                agent.budget.rearm_spare();
+                x
+            }
             Err(e) => {
-                warn!("accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                accept_failed(&agent, &e).await;
                 continue;
             }
         };
@@ -68,14 +73,25 @@ pub(crate) async fn unix_listener(fd: OwnedFd, agent: Arc<Agent>) -> anyhow::Res
     loop {
         match listener.accept().await {
             Ok((sock, _)) => {
+                agent.budget.rearm_spare();
                 tokio::spawn(upgrade_and_serve(sock, agent.clone()));
             }
-            Err(e) => {
-                warn!("accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            Err(e) => accept_failed(&agent, &e).await,
         }
     }
+}
+
+/// After a failed `accept`: out of descriptors, the spare one is released so the next accept
+/// gets the connection (whose streams the budget then refuses, rather than the relay finding
+/// the agent unreachable); otherwise, or with no spare left, a pause before trying again
+/// instead of a spin.
+async fn accept_failed(agent: &Agent, e: &std::io::Error) {
+    if budget::out_of_descriptors(e) && agent.budget.release_spare() {
+        warn!("accept failed: {e}; using the spare descriptor");
+        return;
+    }
+    warn!("accept failed: {e}");
+    tokio::time::sleep(ACCEPT_RETRY).await;
 }
 
 /// Serves the one connection on an inherited, connected stream socket.

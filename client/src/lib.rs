@@ -100,6 +100,19 @@ pub enum ClientError {
     /// The connection was lost while the operation ran.
     #[error("the connection to the sandbox was lost; retry, or check that the relay and sandbox are up (`tether ls`)")]
     Disconnected,
+    /// Nothing at all (no frame, no answer to a ping) came over the connection for the peer
+    /// timeout: the network between here and the relay (or the relay itself) is taken for
+    /// dead, since a black-holed connection would otherwise hang forever.
+    #[error(
+        "the connection to the sandbox went silent: nothing arrived for {} (the peer \
+         timeout, TETHER_PEER_TIMEOUT), not even an answer to a ping; check the network and \
+         that the relay is up (`tether ls`), then retry",
+        humantime::format_duration(*.timeout)
+    )]
+    PeerSilent {
+        /// The peer timeout that ran out.
+        timeout: std::time::Duration,
+    },
     /// The peer broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),

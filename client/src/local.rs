@@ -5,9 +5,18 @@
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The file in the data directory that holds the local relay's admin token.
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
+
+/// How long a session may hear nothing at all (no frame, no pong) before it is taken for
+/// dead, unless `TETHER_PEER_TIMEOUT` says otherwise: the relay's own default, so both ends
+/// of a black-holed connection give up within the same bound.
+pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The variable that sets the peer timeout.
+const PEER_TIMEOUT_VAR: &str = "TETHER_PEER_TIMEOUT";
 
 /// The data directory of a relay on this machine: `$TETHER_HOME`, else
 /// `$XDG_DATA_HOME/tether`, else `~/.local/share/tether`.
@@ -62,6 +71,30 @@ pub fn token() -> Option<String> {
     })
 }
 
+/// `TETHER_PEER_TIMEOUT` (a duration such as `30s`), else [`DEFAULT_PEER_TIMEOUT`]; or why
+/// the variable cannot be used.
+pub fn peer_timeout() -> Result<Duration, String> {
+    match std::env::var(PEER_TIMEOUT_VAR) {
+        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_PEER_TIMEOUT),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!(
+            "{PEER_TIMEOUT_VAR} is not valid UTF-8: set it to a duration such as 30s"
+        )),
+        Ok(text) => parse_peer_timeout(&text),
+    }
+}
+
+fn parse_peer_timeout(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text.trim()) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(format!(
+            "{PEER_TIMEOUT_VAR}={text} is zero: set it to a duration such as 30s"
+        )),
+        Err(e) => Err(format!(
+            "{PEER_TIMEOUT_VAR}={text} is not a duration ({e}): set it to one such as 30s"
+        )),
+    }
+}
+
 /// A relay address without its trailing slashes, or why it is not one.
 pub fn check_relay_address(base: &str) -> Result<String, String> {
     let base = base.trim_end_matches('/');
@@ -77,6 +110,16 @@ pub fn check_relay_address(base: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peer_timeouts_are_durations_longer_than_zero() {
+        assert_eq!(parse_peer_timeout("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_peer_timeout(" 1m "), Ok(Duration::from_secs(60)));
+        let zero = parse_peer_timeout("0s").unwrap_err();
+        assert!(zero.contains("TETHER_PEER_TIMEOUT=0s is zero"), "{zero}");
+        let junk = parse_peer_timeout("soon").unwrap_err();
+        assert!(junk.contains("is not a duration"), "{junk}");
+    }
 
     #[test]
     fn token_files_are_private_whole_and_never_written_through_a_link() {

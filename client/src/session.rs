@@ -5,6 +5,11 @@
 //! A stream's queue is bounded by the credit the client granted, and credit is returned only
 //! when the consumer takes bytes with [`RawStream::next`], so a stream nobody reads stalls
 //! that stream alone.
+//!
+//! The writer pings often enough for the peer timeout (`TETHER_PEER_TIMEOUT`), and a session
+//! that hears nothing at all for that long (no frame, no pong) is taken for dead: every
+//! stream ends with [`ClientError::PeerSilent`], so a black-holed connection cannot hang a
+//! caller forever.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -28,6 +33,7 @@ use tether_proto::{
     PROTOCOL_VERSION,
 };
 
+use super::local::DEFAULT_PEER_TIMEOUT;
 use super::ClientError;
 
 /// Frames queued for the writer before senders wait.
@@ -41,6 +47,9 @@ const BYTE_ARGS: &str = "byte_args";
 
 /// How long to wait for the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most often the session pings, whatever the peer timeout: 100 ms.
+const MIN_PING_PERIOD: Duration = Duration::from_millis(100);
 
 /// Something that happened on a stream.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +99,8 @@ struct Inner {
     next_id: AtomicU32,
     /// Set when the connection is gone; streams opened after that fail at once.
     closed: AtomicBool,
+    /// Why the connection is gone, when that is more than "disconnected".
+    lost: Mutex<Option<ClientError>>,
     agent_version: String,
     capabilities: Vec<String>,
 }
@@ -117,6 +128,7 @@ impl Session {
             url: url.to_string(),
             reason,
         };
+        let peer_timeout = super::local::peer_timeout().map_err(ClientError::Local)?;
         let mut req = url
             .into_client_request()
             .map_err(|e| connect_err(format!("invalid URL: {e}")))?;
@@ -144,12 +156,25 @@ impl Session {
         #[cfg(not(feature = "rustls"))]
         let connected = tokio_tungstenite::connect_async_with_config(req, Some(config), true).await;
         let (ws, _) = connected.map_err(|e| connect_error(url, e))?;
-        Session::handshake(ws).await
+        Session::handshake_with(ws, peer_timeout).await
     }
 
-    /// Speaks the protocol over an already open WebSocket (any transport).
+    /// Speaks the protocol over an already open WebSocket (any transport), with the default
+    /// peer timeout.
     pub async fn handshake<S>(
         ws: tokio_tungstenite::WebSocketStream<S>,
+    ) -> Result<Session, ClientError>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        Session::handshake_with(ws, DEFAULT_PEER_TIMEOUT).await
+    }
+
+    /// Speaks the protocol over an already open WebSocket, taking the connection for dead
+    /// when nothing arrives on it for `peer_timeout`.
+    pub async fn handshake_with<S>(
+        ws: tokio_tungstenite::WebSocketStream<S>,
+        peer_timeout: Duration,
     ) -> Result<Session, ClientError>
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -197,11 +222,13 @@ impl Session {
             streams: Mutex::new(HashMap::new()),
             next_id: AtomicU32::new(1),
             closed: AtomicBool::new(false),
+            lost: Mutex::new(None),
             agent_version,
             capabilities,
         });
-        tokio::spawn(write_loop(sink, queue));
-        tokio::spawn(read_loop(source, Arc::downgrade(&inner)));
+        let ping_period = (peer_timeout / 3).clamp(MIN_PING_PERIOD, writer::PING_PERIOD);
+        tokio::spawn(write_loop(sink, queue, ping_period));
+        tokio::spawn(read_loop(source, Arc::downgrade(&inner), peer_timeout));
         Ok(Session { inner })
     }
 
@@ -219,6 +246,11 @@ impl Session {
     /// [`ClientError::Disconnected`], and a new session is needed.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// Why the connection is gone: [`ClientError::Disconnected`] unless more is known.
+    fn lost(&self) -> ClientError {
+        self.inner.lost()
     }
 
     /// Opens a stream running `op`. The low-level entry point the helpers build on.
@@ -273,7 +305,7 @@ impl Session {
                 .lock()
                 .expect("stream table lock")
                 .remove(&id);
-            return Err(ClientError::Disconnected);
+            return Err(self.lost());
         }
         let msg = Control::Open {
             stream: id,
@@ -343,22 +375,56 @@ fn connect_error(url: &str, e: tokio_tungstenite::tungstenite::Error) -> ClientE
     }
 }
 
-async fn write_loop<S>(mut sink: S, mut queue: mpsc::Receiver<Bytes>)
+impl Inner {
+    fn lost(&self) -> ClientError {
+        self.lost
+            .lock()
+            .expect("lost reason lock")
+            .clone()
+            .unwrap_or(ClientError::Disconnected)
+    }
+}
+
+async fn write_loop<S>(mut sink: S, mut queue: mpsc::Receiver<Bytes>, ping_period: Duration)
 where
     S: futures_util::Sink<Message> + Unpin,
 {
     // A sink that failed is gone: only a queue that closed (the session dropped) says goodbye.
-    if writer::write_frames(&mut sink, &mut queue).await.is_ok() {
+    if writer::write_frames_pinging(&mut sink, &mut queue, ping_period)
+        .await
+        .is_ok()
+    {
         let _ = sink.send(Message::Close(None)).await;
         let _ = sink.close().await;
     }
 }
 
-async fn read_loop<S>(mut source: S, inner: std::sync::Weak<Inner>)
+async fn read_loop<S>(mut source: S, inner: std::sync::Weak<Inner>, peer_timeout: Duration)
 where
     S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
 {
-    while let Some(Ok(msg)) = source.next().await {
+    // The deadline moves on lazily, when it fires: a clock read per message is all the hot
+    // path pays.
+    let mut heard = tokio::time::Instant::now();
+    let deadline = tokio::time::sleep_until(heard + peer_timeout);
+    tokio::pin!(deadline);
+    let mut silent = false;
+    loop {
+        let msg = tokio::select! {
+            next = source.next() => match next {
+                Some(Ok(msg)) => msg,
+                _ => break,
+            },
+            () = &mut deadline => {
+                if heard.elapsed() >= peer_timeout {
+                    silent = true;
+                    break;
+                }
+                deadline.as_mut().reset(heard + peer_timeout);
+                continue;
+            }
+        };
+        heard = tokio::time::Instant::now();
         let bytes = match msg {
             Message::Binary(b) => b,
             Message::Close(_) => break,
@@ -373,6 +439,12 @@ where
     }
     // The connection is gone: every open stream learns it from its queue closing.
     if let Some(inner) = inner.upgrade() {
+        if silent {
+            tracing::warn!("nothing arrived for {peer_timeout:?}; taking the connection for dead");
+            *inner.lost.lock().expect("lost reason lock") = Some(ClientError::PeerSilent {
+                timeout: peer_timeout,
+            });
+        }
         inner.closed.store(true, Ordering::Release);
         inner.streams.lock().expect("stream table lock").clear();
     }
@@ -498,7 +570,7 @@ impl RawStream {
             Some(_) => {}
             None => {
                 self.finished = true;
-                return Some(Event::Error(ClientError::Disconnected));
+                return Some(Event::Error(self.inner.lost()));
             }
         }
         ev

@@ -71,6 +71,8 @@ impl ErrorCode {
                 Some(21) => ErrorCode::IsDirectory,   // EISDIR
                 Some(20) => ErrorCode::NotADirectory, // ENOTDIR
                 Some(39) => ErrorCode::AlreadyExists, // ENOTEMPTY: target exists
+                // EMFILE, ENFILE: out of file descriptors, a resource limit like a full disk.
+                Some(24 | 23) => ErrorCode::TooLarge,
                 _ => ErrorCode::Internal,
             },
         }

@@ -27,10 +27,24 @@ pub async fn write_frames<S>(
 where
     S: Sink<Message> + Unpin,
 {
+    write_frames_pinging(sink, queue, PING_PERIOD).await
+}
+
+/// [`write_frames`], pinging every `period` instead of every [`PING_PERIOD`]: a side that
+/// gives up on a peer silent for less than [`PING_INTERVAL_SECS`] pings more often, so that a
+/// live peer's pongs always arrive in time.
+pub async fn write_frames_pinging<S>(
+    sink: &mut S,
+    queue: &mut mpsc::Receiver<Bytes>,
+    period: Duration,
+) -> Result<(), S::Error>
+where
+    S: Sink<Message> + Unpin,
+{
     // The first ping is due one period from now; `interval` would fire at once and cost a
     // timer-wheel tick before the first frame goes out.
-    let start = tokio::time::Instant::now() + PING_PERIOD;
-    let mut ping = tokio::time::interval_at(start, PING_PERIOD);
+    let start = tokio::time::Instant::now() + period;
+    let mut ping = tokio::time::interval_at(start, period);
     loop {
         tokio::select! {
             next = queue.recv() => {

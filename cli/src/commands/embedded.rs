@@ -85,6 +85,7 @@ impl Embedded {
             tls: None,
             egress: Default::default(),
             docker_host: None,
+            connections: Default::default(),
         };
         let relay = server::start(config)
             .await

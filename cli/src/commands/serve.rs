@@ -11,7 +11,8 @@ use clap::Args;
 use tether_client::local::data_dir as default_data_dir;
 use tether_relay::egress::EgressConfig;
 use tether_relay::server::{
-    self, PolicyConfig, RelayConfig, TlsFiles, DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL,
+    self, ConnectionLimits, PolicyConfig, RelayConfig, TlsFiles, DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_LISTEN, DEFAULT_PEER_TIMEOUT, DEFAULT_REAP_INTERVAL,
 };
 
 /// The variable naming the agent binary.
@@ -57,6 +58,20 @@ pub(super) struct ServeArgs {
     /// [default: $DOCKER_HOST, else unix:///var/run/docker.sock].
     #[arg(long, value_name = "URL")]
     docker_host: Option<String>,
+    /// How long a connected client or a sandbox's agent may be silent (not even answering
+    /// the relay's pings) before it is taken for dead: a client's session then ends as if it
+    /// had disconnected (its foreground processes are killed) [default: 30s].
+    #[arg(long, value_name = "DURATION", value_parser = super::duration)]
+    peer_timeout: Option<std::time::Duration>,
+    /// How long a client may take to send a request's headers (or an idle keep-alive
+    /// connection to start its next request), and to finish a TLS handshake [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = super::duration)]
+    header_timeout: Option<std::time::Duration>,
+    /// HTTP connections served at once; at the cap the oldest one that has not sent a
+    /// complete request is closed for a new one [default: half the descriptors the relay may
+    /// open, less a reserve].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: Option<u64>,
 }
 
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -78,6 +93,13 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
             ca_file: args.egress_ca_file,
         },
         docker_host: args.docker_host,
+        connections: ConnectionLimits {
+            peer_timeout: args.peer_timeout.unwrap_or(DEFAULT_PEER_TIMEOUT),
+            header_timeout: args.header_timeout.unwrap_or(DEFAULT_HEADER_TIMEOUT),
+            max_connections: args
+                .max_connections
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        },
     };
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     rt.block_on(async {

@@ -89,6 +89,7 @@ fn client_code(e: &ClientError) -> String {
         ClientError::Tls { .. } => "tls_failed".into(),
         ClientError::CaCert(_) => "invalid_ca_cert".into(),
         ClientError::Disconnected => "disconnected".into(),
+        ClientError::PeerSilent { .. } => "peer_silent".into(),
         ClientError::Protocol(_) => "protocol_error".into(),
         ClientError::Local(_) => "host_io".into(),
     }

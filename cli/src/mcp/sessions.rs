@@ -371,12 +371,14 @@ impl ExecSessions {
                 ))
             })?
             .map_err(|e| match e {
-                ClientError::Disconnected => ToolError::Disconnected(
-                    "the connection to the sandbox was lost before the agent confirmed the \
+                ClientError::Disconnected | ClientError::PeerSilent { .. } => {
+                    ToolError::Disconnected(
+                        "the connection to the sandbox was lost before the agent confirmed the \
                      input, which may not have reached the process; the server re-attaches by \
                      itself: poll the session, and write the input again if it is missing"
-                        .into(),
-                ),
+                            .into(),
+                    )
+                }
                 e => ToolError::Client(e),
             })?;
         if args.close_stdin {

@@ -69,7 +69,9 @@ impl SyncError {
         match self {
             SyncError::Remote { source, .. } => matches!(
                 source,
-                ClientError::Disconnected | ClientError::Connect { .. }
+                ClientError::Disconnected
+                    | ClientError::PeerSilent { .. }
+                    | ClientError::Connect { .. }
             ),
             SyncError::Timeout(_) => true,
             _ => false,

@@ -32,6 +32,8 @@ pub(super) const UNKNOWN_RECHECK_INTERVAL: Duration = Duration::from_secs(5);
 /// How often the relay checks that the agent of each running sandbox on this host is still
 /// alive (a read of `/proc` per sandbox), so a dead agent shows as `dead` within this time.
 pub(super) const AGENT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+/// Tunnels (client sessions) one sandbox may have open through the relay at once.
+pub(super) const MAX_TUNNELS_PER_SANDBOX: usize = 1024;
 /// How long a closing tunnel waits for the other side's close before dropping both sockets.
 pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// How long shutdown waits for requests and tunnels to finish before giving up on them.
@@ -49,10 +51,14 @@ pub(super) const MAX_SECRETS_PER_TENANT: usize = 256;
 /// The longest TTL or idle timeout accepted (about 100 years): keeps every deadline in range.
 pub(super) const MAX_LIFETIME: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// How long a client may take over its TLS handshake (or, speaking plain HTTP to the TLS
-/// port, over sending its request) before its connection is dropped.
-pub(super) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// TLS handshakes in progress at once; beyond it, connections wait in the kernel's backlog.
+/// How long a tunnel's client or agent may be silent (not even answering the relay's pings)
+/// before it is taken for dead, unless configured (`tether serve --peer-timeout`).
+pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a client may take to send a request head, or to finish its TLS handshake (or,
+/// speaking plain HTTP to the TLS port, to send its request), unless configured (`tether
+/// serve --header-timeout`).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// TLS handshakes in progress at once; at the bound, the oldest is dropped for a new one.
 pub(super) const MAX_TLS_HANDSHAKES: usize = 1024;
 /// Bytes read of a plain HTTP request to the TLS port before it is answered with a 400.
 pub(super) const PLAINTEXT_HEAD_BYTES: usize = 16 << 10; // 16 KiB

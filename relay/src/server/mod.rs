@@ -13,7 +13,8 @@
 //! - `recovery`: at start, what a crash left (interrupted creates, orphaned sandboxes);
 //!   `watch`: marks sandboxes whose agent died `dead`;
 //! - `fds`: the descriptor limit and budget; `admission`: the accept loop and the 503 it
-//!   answers when descriptors run short; `tls`: serving HTTPS and WSS;
+//!   answers when descriptors run short; `http`: serving connections (header timeout,
+//!   connection cap); `tls`: serving HTTPS and WSS;
 //! - `locks`: get-or-create's per-label locks; `error`: the one map from errors to responses;
 //! - `constants`: every tunable.
 
@@ -23,6 +24,7 @@ mod auth;
 mod constants;
 mod error;
 mod fds;
+mod http;
 mod locks;
 mod orphans;
 mod policy;
@@ -55,8 +57,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-pub use constants::{DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL};
+pub use constants::{
+    DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, DEFAULT_PEER_TIMEOUT, DEFAULT_REAP_INTERVAL,
+};
 pub use error::ApiError;
+pub use http::ConnectionLimits;
 pub use policy::PolicyConfig;
 pub use tls::{TlsError, TlsFiles};
 
@@ -88,6 +93,8 @@ pub struct RelayConfig {
     /// The Docker engine's socket for the docker provider (`unix:///PATH`); `None`:
     /// `DOCKER_HOST`, else `/var/run/docker.sock`.
     pub docker_host: Option<String>,
+    /// Timeouts and caps that keep dead, slow and silent peers from holding the relay.
+    pub connections: ConnectionLimits,
 }
 
 /// A relay that is serving. Dropping it starts a shutdown without waiting for it;
@@ -131,7 +138,18 @@ async fn start_serving(
     providers: BTreeMap<&'static str, Arc<dyn Provider>>,
     trust: TrustShelf,
 ) -> anyhow::Result<RunningRelay> {
-    let fds = Arc::new(fds::FdBudget::new(fds::raise_limit()));
+    let fd_limit = fds::raise_limit();
+    let fds = Arc::new(fds::FdBudget::new(fd_limit));
+    let limits = config.connections;
+    anyhow::ensure!(
+        !limits.peer_timeout.is_zero() && !limits.header_timeout.is_zero(),
+        "the peer timeout and the header timeout must be longer than zero"
+    );
+    let max_connections = match limits.max_connections {
+        Some(0) => anyhow::bail!("the connection cap must be at least 1"),
+        Some(n) => n,
+        None => http::default_max_connections(fd_limit),
+    };
     let data_dir = config.data_dir.clone();
     let (registry, dir_lock) = tokio::task::spawn_blocking(move || open_data_dir(&data_dir))
         .await
@@ -179,6 +197,7 @@ async fn start_serving(
         admin_token_file: admin_token_file.clone(),
         fds: fds.clone(),
         tls: tls.is_some(),
+        peer_timeout: limits.peer_timeout,
         egress,
         _dir_lock: dir_lock,
     });
@@ -190,15 +209,23 @@ async fn start_serving(
         fds,
         admission::refuse_when_short,
     ));
-    let stop = relay.shutdown.clone().cancelled_owned();
+    let stop = relay.shutdown.clone();
+    let header_timeout = limits.header_timeout;
     let server = match tls.clone() {
         Some(tls) => {
-            let serve = axum::serve(tls::TlsListener::new(listener, tls), app);
-            tokio::spawn(async move { serve.with_graceful_shutdown(stop).await })
+            let listener = tls::TlsListener::new(listener, tls, header_timeout);
+            let serve = http::serve(listener, app, header_timeout, max_connections, stop);
+            tokio::spawn(async move {
+                serve.await;
+                Ok(())
+            })
         }
         None => {
-            let serve = axum::serve(listener, app);
-            tokio::spawn(async move { serve.with_graceful_shutdown(stop).await })
+            let serve = http::serve(listener, app, header_timeout, max_connections, stop);
+            tokio::spawn(async move {
+                serve.await;
+                Ok(())
+            })
         }
     };
     let reaper = tokio::spawn(reaper::run(relay.clone(), config.reap_interval));

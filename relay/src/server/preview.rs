@@ -311,7 +311,10 @@ async fn forward(
     let provider = relay
         .provider_of(sandbox)
         .map_err(IntoResponse::into_response)?;
-    let guard = relay.tunnels.open(sandbox.id.clone());
+    let guard = relay
+        .tunnels
+        .open(sandbox.id.clone())
+        .map_err(|full| refuse(StatusCode::SERVICE_UNAVAILABLE, full.to_string()))?;
     let _ = relay
         .registry
         .touch(vec![sandbox.id.clone()], now_ms())

@@ -40,6 +40,9 @@ pub(super) struct Relay {
     pub admin_token_file: PathBuf,
     /// The file descriptor budget: tunnels check it before opening their agent's socket.
     pub fds: Arc<super::fds::FdBudget>,
+    /// How long a tunnel's client or agent may be silent (not even answering pings) before it
+    /// is taken for dead and the tunnel closed.
+    pub peer_timeout: std::time::Duration,
     /// Whether the relay serves HTTPS: its own URLs (previews) say `https` then.
     pub tls: bool,
     /// The egress proxy of sandboxes with an allowlist.

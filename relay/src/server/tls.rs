@@ -1,16 +1,20 @@
 //! Serving HTTPS and WSS (`tether serve --tls-cert --tls-key`): the certificate chain and key
 //! from PEM files, and the listener that runs each TLS handshake in a task of its own, so a
-//! slow or silent client holds up nobody but itself. A connection that opens with plain HTTP
+//! slow or silent client holds up nobody but itself: each handshake has the header timeout to
+//! finish, and at [`MAX_TLS_HANDSHAKES`] under way the oldest is dropped to make room for a
+//! new one, so a flood of stalled handshakes cannot keep a real client waiting. A connection that opens with plain HTTP
 //! instead of a handshake is answered with a 400 that says to use `https://`, then closed.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::serve::Listener;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 use tokio_rustls::rustls::pki_types::pem::{self, PemObject};
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{self, ServerConfig};
@@ -19,7 +23,7 @@ use tokio_rustls::TlsAcceptor;
 use tracing::debug;
 
 use super::admission::Admitting;
-use super::constants::{MAX_TLS_HANDSHAKES, PLAINTEXT_HEAD_BYTES, TLS_HANDSHAKE_TIMEOUT};
+use super::constants::{MAX_TLS_HANDSHAKES, PLAINTEXT_HEAD_BYTES};
 use tether_client::api::{ErrorBody, ErrorDetail};
 use tether_client::tls::pem_reason;
 
@@ -157,15 +161,35 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
 pub(super) struct TlsListener {
     tcp: Admitting,
     acceptor: TlsAcceptor,
+    /// How long a handshake may take.
+    timeout: Duration,
     handshakes: JoinSet<Option<(TlsStream<TcpStream>, SocketAddr)>>,
+    /// The handshakes under way, oldest first (finished ones are dropped lazily).
+    order: VecDeque<AbortHandle>,
 }
 
 impl TlsListener {
-    pub(super) fn new(tcp: Admitting, config: Arc<ServerConfig>) -> TlsListener {
+    pub(super) fn new(tcp: Admitting, config: Arc<ServerConfig>, timeout: Duration) -> TlsListener {
         TlsListener {
             tcp,
             acceptor: TlsAcceptor::from(config),
+            timeout,
             handshakes: JoinSet::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    /// At the bound, aborts the oldest handshake still under way; its slot frees at once.
+    fn make_room(&mut self) {
+        if self.handshakes.len() < MAX_TLS_HANDSHAKES {
+            return;
+        }
+        while let Some(oldest) = self.order.pop_front() {
+            if !oldest.is_finished() {
+                debug!("{MAX_TLS_HANDSHAKES} TLS handshakes under way: dropping the oldest");
+                oldest.abort();
+                return;
+            }
         }
     }
 }
@@ -179,10 +203,18 @@ impl Listener for TlsListener {
     async fn accept(&mut self) -> (Self::Io, SocketAddr) {
         loop {
             tokio::select! {
-                // At the bound, new connections wait in the kernel's backlog until a
-                // handshake finishes or times out.
-                (tcp, addr) = self.tcp.accept(), if self.handshakes.len() < MAX_TLS_HANDSHAKES => {
-                    self.handshakes.spawn(handshake(self.acceptor.clone(), tcp, addr));
+                (tcp, addr) = self.tcp.accept() => {
+                    self.make_room();
+                    let started = self.handshakes.spawn(handshake(
+                        self.acceptor.clone(),
+                        tcp,
+                        addr,
+                        self.timeout,
+                    ));
+                    if self.order.len() >= MAX_TLS_HANDSHAKES {
+                        self.order.retain(|h| !h.is_finished());
+                    }
+                    self.order.push_back(started);
                 }
                 Some(done) = self.handshakes.join_next() => {
                     if let Ok(Some(connection)) = done {
@@ -198,12 +230,13 @@ impl Listener for TlsListener {
     }
 }
 
-/// Completes the TLS handshake of one connection, within [`TLS_HANDSHAKE_TIMEOUT`]; `None`
-/// when it failed (the client's problem: logged at debug level only).
+/// Completes the TLS handshake of one connection, within `timeout`; `None` when it failed
+/// (the client's problem: logged at debug level only).
 async fn handshake(
     acceptor: TlsAcceptor,
     tcp: TcpStream,
     addr: SocketAddr,
+    timeout: Duration,
 ) -> Option<(TlsStream<TcpStream>, SocketAddr)> {
     let attempt = async {
         let mut first = [0u8; 1];
@@ -216,7 +249,7 @@ async fn handshake(
         }
         acceptor.accept(tcp).await.map(Some)
     };
-    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, attempt).await {
+    match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(Some(tls))) => Some((tls, addr)),
         Ok(Ok(None)) => None,
         Ok(Err(e)) => {
@@ -224,7 +257,7 @@ async fn handshake(
             None
         }
         Err(_) => {
-            debug!("TLS handshake with {addr} did not finish within {TLS_HANDSHAKE_TIMEOUT:?}");
+            debug!("TLS handshake with {addr} did not finish within {timeout:?}");
             None
         }
     }

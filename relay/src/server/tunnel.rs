@@ -7,13 +7,24 @@
 //! written in one batch with one flush; a lone message is flushed at once. Pings are answered
 //! by each side's WebSocket; a close from either side is passed on. A client that breaks the
 //! WebSocket protocol is closed with the code RFC 6455 gives its fault (1002, 1007, 1009).
+//!
+//! Each hop is watched on its own: the relay pings the client and the agent, and a side from
+//! which nothing at all (not even a pong) arrives for the peer timeout (`tether serve
+//! --peer-timeout`) is taken for dead, exactly as if its connection had dropped: the other
+//! side is closed, so the agent kills the session's foreground processes. A black-holed
+//! connection, whose packets vanish without a reset, would otherwise hold the session open
+//! for as long as TCP keeps retrying, or forever when nothing is being sent.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::ws::{self, rejection::WebSocketUpgradeRejection, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::response::Response;
+use bytes::Bytes;
 use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
+use tether_proto::limits;
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{self as ts, protocol::frame::coding::CloseCode};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -39,6 +50,8 @@ const MESSAGE_TOO_BIG: u16 = 1009;
 /// the first read and stays resident, which made 1,000 idle tunnels cost 128 MiB; a 64 KiB
 /// data frame now takes two reads instead of one.
 const CLIENT_READ_BUFFER: usize = 32 << 10;
+/// The most often the relay pings either side: 100 ms, whatever the peer timeout.
+const MIN_PING_PERIOD: Duration = Duration::from_millis(100);
 
 /// `GET /v1/sandboxes/{id}/ws`.
 pub(super) async fn open(
@@ -64,7 +77,10 @@ pub(super) async fn open(
         .admit()
         .map_err(|shortage| ApiError::Unavailable(shortage.to_string()))?;
     // Counted from before the connect, so the reaper cannot idle it out meanwhile.
-    let guard = relay.tunnels.open(sandbox.id.clone());
+    let guard = relay
+        .tunnels
+        .open(sandbox.id.clone())
+        .map_err(|full| ApiError::Unavailable(full.to_string()))?;
     relay
         .registry
         .touch(vec![sandbox.id.clone()], now_ms())
@@ -97,7 +113,7 @@ pub(super) async fn open(
         .read_buffer_size(CLIENT_READ_BUFFER)
         .on_upgrade(move |client| async move {
             let keep_alive = keep_alive(provider, sandbox.handle());
-            forward(client, agent, relay.shutdown.clone()).await;
+            forward(client, agent, relay.peer_timeout, relay.shutdown.clone()).await;
             if let Some(task) = keep_alive {
                 task.abort();
             }
@@ -134,26 +150,48 @@ fn keep_alive(
 }
 
 /// Forwards between `client` and `agent` until both sides have closed (or one has and the
-/// other has not answered within [`CLOSE_GRACE`]), or until `shutdown` fires.
-async fn forward(client: WebSocket, agent: AgentSocket, shutdown: CancellationToken) {
+/// other has not answered within [`CLOSE_GRACE`]), until either side is silent for
+/// `peer_timeout`, or until `shutdown` fires.
+async fn forward(
+    client: WebSocket,
+    agent: AgentSocket,
+    peer_timeout: Duration,
+    shutdown: CancellationToken,
+) {
     let (mut client_tx, client_rx) = client.split();
     let (mut agent_tx, agent_rx) = agent.split();
     let mut client_rx = std::pin::pin!(client_rx.take_until(shutdown.clone().cancelled_owned()));
     let mut agent_rx = std::pin::pin!(agent_rx.take_until(shutdown.clone().cancelled_owned()));
+    // Each pump watches its source for silence and pings its sink: the pongs of the sink's
+    // peer come back on the other pump's source.
+    let watch_client = Liveness {
+        timeout: peer_timeout,
+        ping: || ts::Message::Ping(Bytes::new()),
+    };
+    let watch_agent = Liveness {
+        timeout: peer_timeout,
+        ping: || ws::Message::Ping(Bytes::new()),
+    };
 
     let violation = {
         let up = async {
-            let end = pump(&mut client_rx, &mut agent_tx, client_to_agent).await;
+            let end = pump(&mut client_rx, &mut agent_tx, client_to_agent, watch_client).await;
             let violation = match &end {
                 Ended::Closed => return None,
                 Ended::Broken(e) => violation(e),
-                Ended::Lost => None,
+                Ended::Lost | Ended::Silent => None,
             };
-            // The client vanished without a close, broke the protocol, or the relay stops.
+            // The client vanished without a close, went silent, broke the protocol, or the
+            // relay stops.
+            let silent;
             let reason = if violation.is_some() {
                 "the client broke the WebSocket protocol"
             } else if shutdown.is_cancelled() {
                 "the relay is shutting down"
+            } else if matches!(end, Ended::Silent) {
+                silent = format!("the client was silent for {}", seconds(peer_timeout));
+                debug!("{silent}; closing its tunnel");
+                &silent
             } else {
                 "the client went away"
             };
@@ -165,14 +203,22 @@ async fn forward(client: WebSocket, agent: AgentSocket, shutdown: CancellationTo
             violation
         };
         let down = async {
-            if !matches!(
-                pump(&mut agent_rx, &mut client_tx, agent_to_client).await,
-                Ended::Closed
-            ) {
+            let end = pump(&mut agent_rx, &mut client_tx, agent_to_client, watch_agent).await;
+            if !matches!(end, Ended::Closed) {
                 let (code, reason) = if shutdown.is_cancelled() {
-                    (GOING_AWAY, "the relay is shutting down")
+                    (GOING_AWAY, "the relay is shutting down".to_string())
+                } else if matches!(end, Ended::Silent) {
+                    let reason = format!(
+                        "the sandbox's agent was silent for {}",
+                        seconds(peer_timeout)
+                    );
+                    warn!("{reason}; closing a tunnel to it");
+                    (AGENT_LOST, reason)
                 } else {
-                    (AGENT_LOST, "lost the connection to the sandbox's agent")
+                    (
+                        AGENT_LOST,
+                        "lost the connection to the sandbox's agent".to_string(),
+                    )
                 };
                 let frame = ws::CloseFrame {
                     code,
@@ -203,6 +249,11 @@ async fn forward(client: WebSocket, agent: AgentSocket, shutdown: CancellationTo
     }
 }
 
+/// A duration as a close reason or log line says it: `30s`, `2.5s`.
+fn seconds(d: Duration) -> String {
+    format!("{}s", d.as_secs_f64())
+}
+
 /// The close code and reason RFC 6455 gives a client's WebSocket error, if it is the client's
 /// fault rather than a lost connection.
 fn violation(e: &axum::Error) -> Option<(u16, &'static str)> {
@@ -224,6 +275,8 @@ enum Ended<E> {
     Closed,
     /// The source ended, or the sink failed.
     Lost,
+    /// Nothing came from the source for the peer timeout.
+    Silent,
     /// The source failed with this error.
     Broken(E),
 }
@@ -238,15 +291,55 @@ enum Step<M> {
     Skip,
 }
 
-/// Moves messages from `source` to `sink` until a close has been forwarded, or either side
-/// fails or ends.
-async fn pump<A, B, E, S, K>(source: &mut S, sink: &mut K, step: fn(A) -> Step<B>) -> Ended<E>
+/// How a pump tells a dead peer from a quiet one.
+struct Liveness<M> {
+    /// The source is dead when nothing at all arrives from it for this long.
+    timeout: Duration,
+    /// Makes the ping sent to the sink's peer, so that its pongs keep the other pump's
+    /// source alive.
+    ping: fn() -> M,
+}
+
+/// Moves messages from `source` to `sink` until a close has been forwarded, either side fails
+/// or ends, or the source is silent for `liveness.timeout`; meanwhile pings the sink's peer
+/// often enough that a live one is never taken for dead.
+async fn pump<A, B, E, S, K>(
+    source: &mut S,
+    sink: &mut K,
+    step: fn(A) -> Step<B>,
+    liveness: Liveness<B>,
+) -> Ended<E>
 where
     S: Stream<Item = Result<A, E>> + Unpin,
     K: Sink<B> + Unpin,
 {
-    let mut next = source.next().await;
+    let period = ping_period(liveness.timeout);
+    let mut ping = tokio::time::interval_at(Instant::now() + period, period);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The deadline is moved on lazily, when it fires, rather than for every message: one
+    // clock read per batch is all the hot path pays.
+    let mut heard = Instant::now();
+    let deadline = tokio::time::sleep_until(heard + liveness.timeout);
+    tokio::pin!(deadline);
     loop {
+        let mut next = tokio::select! {
+            next = source.next() => next,
+            _ = ping.tick() => {
+                if sink.send((liveness.ping)()).await.is_err() {
+                    return Ended::Lost;
+                }
+                continue;
+            }
+            () = &mut deadline => {
+                if heard.elapsed() >= liveness.timeout {
+                    let _ = sink.flush().await;
+                    return Ended::Silent;
+                }
+                deadline.as_mut().reset(heard + liveness.timeout);
+                continue;
+            }
+        };
+        heard = Instant::now();
         let mut batched = 0;
         loop {
             let msg = match next {
@@ -288,8 +381,14 @@ where
         if sink.flush().await.is_err() {
             return Ended::Lost;
         }
-        next = source.next().await;
     }
+}
+
+/// How often to ping a peer that is taken for dead after `timeout` of silence: a third of it
+/// (so two pongs may be late), and never less often than the protocol asks.
+fn ping_period(timeout: Duration) -> Duration {
+    let most = Duration::from_secs(limits::PING_INTERVAL_SECS - 5);
+    (timeout / 3).clamp(MIN_PING_PERIOD, most)
 }
 
 fn client_to_agent(msg: ws::Message) -> Step<ts::Message> {

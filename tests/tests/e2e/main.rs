@@ -17,6 +17,7 @@ mod dev;
 mod egress;
 mod escape;
 mod exact;
+mod faults;
 mod forward;
 mod image;
 mod image_daytona;

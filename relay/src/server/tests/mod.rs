@@ -262,6 +262,7 @@ impl TestRelay {
             tls: None,
             egress: Default::default(),
             docker_host: None,
+            connections: Default::default(),
         };
         let provider: Arc<dyn Provider> = self.provider.clone();
         start_with(config, [("fake", provider)].into_iter().collect()).await
