@@ -439,3 +439,42 @@ async fn docker_refuses_what_it_cannot_hold_and_a_hostile_image_leaves_nothing()
     let ls = tether(&relay, &["ls", "--json"]);
     assert_eq!(ls.trim(), "[]", "{ls}");
 }
+
+/// A relay that loses its registry (killed, its database deleted) finds its containers again
+/// as orphans by their labels, and removes them; the engine's other containers are not its.
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_containers_of_a_lost_registry_are_orphans() {
+    let podman = Podman::start();
+    let work = tempfile::tempdir().unwrap();
+    load_image(&podman, work.path());
+    let before = podman.inventory();
+    let mut relay = Relay::start_with(&["--docker-host", &podman.host()]);
+    let create = ["create", "--provider", "docker", "--image", IMAGE];
+    let id = tether(&relay, &create).trim().to_string();
+    // Another relay's container on the same engine.
+    let other = Relay::start_with(&["--docker-host", &podman.host()]);
+    let theirs = tether(&other, &create).trim().to_string();
+
+    relay.kill();
+    for file in ["relay.db", "relay.db-wal", "relay.db-shm"] {
+        let _ = std::fs::remove_file(relay.data_dir.join(file));
+    }
+    relay.restart();
+    assert!(!tether(&relay, &["ls"]).contains(&id));
+    let orphans: Value =
+        serde_json::from_str(&tether(&relay, &["ls", "--orphans", "--json"])).expect("orphans");
+    let ids: Vec<&str> = orphans
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [id.as_str()], "{orphans}");
+    assert_eq!(orphans[0]["provider"], "docker", "{orphans}");
+
+    tether(&relay, &["ls", "--orphans", "--rm"]);
+    let gone = podman.try_get(&format!("/containers/tether-{id}/json"));
+    assert_eq!(gone.map(|(code, _)| code), Some(404));
+    tether(&other, &["rm", &theirs]);
+    assert_eq!(podman.inventory(), before);
+}

@@ -20,28 +20,30 @@ mod constants;
 pub(crate) mod engine;
 mod reach;
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use async_trait::async_trait;
 use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum};
 use bollard::query_parameters::{
-    CreateContainerOptions, LogsOptions, RemoveContainerOptions, StartContainerOptions,
+    CreateContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
+    StartContainerOptions,
 };
 use bollard::Docker;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use self::constants::{
-    AGENT_START_TIMEOUT, LABEL_SANDBOX, LOG_TAIL_LINES, MAX_LOG_BYTES, NAME_PREFIX, POLL_INTERVAL,
-    UNREADABLE_TRIES,
+    AGENT_START_TIMEOUT, LABEL_RELAY, LABEL_SANDBOX, LOG_TAIL_LINES, MAX_LOG_BYTES, NAME_PREFIX,
+    POLL_INTERVAL, UNREADABLE_TRIES,
 };
 use self::engine::Host;
 use self::reach::ReachError;
 use super::network::{self, Guarantees};
 use super::{
-    AgentSocket, Created, NetworkInfo, NetworkPolicy, Provider, ProviderContext, ProviderError,
-    SandboxHandle, SandboxSpec, SandboxState,
+    AgentSocket, Created, Labelled, NetworkInfo, NetworkPolicy, Provider, ProviderContext,
+    ProviderError, SandboxHandle, SandboxSpec, SandboxState,
 };
 
 /// Runs sandboxes as containers of the local engine.
@@ -336,6 +338,40 @@ impl Provider for DockerProvider {
             }
             _ => SandboxState::Unknown,
         })
+    }
+
+    /// This relay's containers (its label), stopped ones included: the engine may hold other
+    /// relays' too, and those are theirs to find.
+    async fn labelled(&self) -> Result<Option<Vec<Labelled>>, ProviderError> {
+        let host = self.host()?;
+        let docker = host.client()?;
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec![
+                LABEL_SANDBOX.to_string(),
+                format!("{LABEL_RELAY}={}", self.relay),
+            ],
+        )]);
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        };
+        let listed = docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| host.error("listing containers", e))?;
+        Ok(Some(
+            listed
+                .into_iter()
+                .filter_map(|c| {
+                    Some(Labelled {
+                        id: c.labels?.get(LABEL_SANDBOX)?.clone(),
+                        provider_ref: c.id?,
+                    })
+                })
+                .collect(),
+        ))
     }
 
     async fn delete(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
