@@ -58,18 +58,7 @@ pub(super) async fn run(relay: Arc<Relay>, interval: Duration) {
 /// Every `interval`, until the relay shuts down, asks again about every sandbox whose state
 /// could not be told.
 async fn recheck_unknown_every(relay: Arc<Relay>, interval: Duration) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = relay.shutdown.cancelled() => return,
-        }
-        tokio::select! {
-            () = recheck_unknown(&relay) => {}
-            () = relay.shutdown.cancelled() => return,
-        }
-    }
+    relay.every(interval, || recheck_unknown(&relay)).await;
 }
 
 /// Asks again about every sandbox whose state could not be told.

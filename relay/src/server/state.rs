@@ -6,9 +6,10 @@ use std::fs::File;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::fcntl::Flock;
+use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
@@ -52,6 +53,27 @@ pub(super) struct Relay {
 }
 
 impl Relay {
+    /// Runs `job` every `interval` until the relay shuts down (a run that overruns delays the
+    /// next instead of bunching them; one under way at shutdown is dropped).
+    pub(super) async fn every<F, Fut>(&self, interval: Duration, mut job: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = self.shutdown.cancelled() => return,
+            }
+            tokio::select! {
+                () = job() => {}
+                () = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+
     /// The scheme of the relay's own URLs: `https` when it serves TLS.
     pub(crate) fn scheme(&self) -> &'static str {
         if self.tls {

@@ -11,7 +11,6 @@
 use std::sync::Arc;
 
 use futures_util::future::join_all;
-use tokio::time::MissedTickBehavior;
 use tracing::{info, warn};
 
 use super::constants::AGENT_WATCH_INTERVAL;
@@ -20,18 +19,7 @@ use crate::provider::SandboxState;
 
 /// Runs until the relay shuts down.
 pub(super) async fn run(relay: Arc<Relay>) {
-    let mut tick = tokio::time::interval(AGENT_WATCH_INTERVAL);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = relay.shutdown.cancelled() => return,
-        }
-        tokio::select! {
-            () = check(&relay) => {}
-            () = relay.shutdown.cancelled() => return,
-        }
-    }
+    relay.every(AGENT_WATCH_INTERVAL, || check(&relay)).await;
 }
 
 /// Refreshes the state of every running sandbox on this host, logging the agents found dead.
