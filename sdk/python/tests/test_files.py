@@ -164,6 +164,20 @@ def test_archive_through_a_symlink_is_refused(tmp_path: Path) -> None:
         safe_extract(_tar((big, b"x" * 200)), tmp_path / "e", max_bytes=100)
 
 
+def test_an_interrupted_extraction_leaves_no_partial_file(tmp_path: Path) -> None:
+    # The archive breaks off inside its second file, which already exists at the destination.
+    first, second = tarfile.TarInfo("first"), tarfile.TarInfo("second")
+    whole = _tar((first, b"1" * 1000), (second, b"2" * (3 << 20)))
+    dest = tmp_path / "d"
+    dest.mkdir()
+    (dest / "second").write_bytes(b"old")
+    with pytest.raises(tarfile.TarError):
+        safe_extract(whole[: 2 << 20], dest, max_bytes=10 << 20)
+    assert (dest / "first").read_bytes() == b"1" * 1000
+    assert (dest / "second").read_bytes() == b"old"
+    assert sorted(p.name for p in dest.iterdir()) == ["first", "second"]
+
+
 def test_stream_files_to_and_from_the_host(sandbox: Sandbox, tmp_path: Path) -> None:
     local = tmp_path / "in.bin"
     local.write_bytes(b"\x00\xff" * 300_000)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+import tempfile
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from ._constants import MAX_TAR_ENTRIES
 from .errors import ProtocolError, TooLarge
@@ -43,6 +45,22 @@ def _inside(dest: Path, name: str) -> Path:
             f"the archive's entry {name!r:.200} goes through a link out of its directory"
         )
     return target
+
+
+def _write_atomically(target: Path, source: IO[bytes], mode: int) -> None:
+    """Writes ``source`` to ``target`` through a temporary file beside it, renamed over it
+    when complete: an interrupted download (an error, Ctrl-C) leaves no partial file, and
+    the temporary is removed."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tether-part-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            while chunk := source.read(1 << 20):
+                out.write(chunk)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def safe_extract(archive: bytes, dest: Path, *, max_bytes: int) -> list[str]:
@@ -76,10 +94,7 @@ def safe_extract(archive: bytes, dest: Path, *, max_bytes: int) -> list[str]:
                     raise ProtocolError(
                         f"the archive's file {member.name!r:.200} replaces a link or directory"
                     )
-                with open(target, "wb") as out:
-                    while chunk := source.read(1 << 20):
-                        out.write(chunk)
-                os.chmod(target, mode)
+                _write_atomically(target, source, mode)
             elif member.issym():
                 link = PurePosixPath(member.linkname)
                 resolved = (target.parent / link) if not link.is_absolute() else Path(link)
