@@ -98,18 +98,40 @@ fn parse_peer_timeout(text: &str) -> Result<Duration, String> {
 /// A relay address without its trailing slashes, or why it is not one.
 pub fn check_relay_address(base: &str) -> Result<String, String> {
     let base = base.trim_end_matches('/');
-    if base.starts_with("http://") || base.starts_with("https://") {
-        Ok(base.to_string())
-    } else {
-        Err(format!(
+    if !(base.starts_with("http://") || base.starts_with("https://")) {
+        return Err(format!(
             "the relay address `{base}` must start with http:// or https://"
-        ))
+        ));
+    }
+    // Checked here, so a malformed address (a port past 65535, a space) is named as such
+    // instead of surfacing as an unreachable relay.
+    match reqwest::Url::parse(base) {
+        Ok(url) if url.host().is_some() => Ok(base.to_string()),
+        Ok(_) => Err(format!("the relay address `{base}` names no host")),
+        Err(e) => Err(format!(
+            "the relay address `{base}` is not a valid URL ({e}); write it as \
+             http://HOST:PORT, for example http://127.0.0.1:7420"
+        )),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relay_addresses_are_checked_before_use() {
+        assert_eq!(
+            check_relay_address("http://127.0.0.1:7420/"),
+            Ok("http://127.0.0.1:7420".into())
+        );
+        assert!(check_relay_address("https://relay.example/prefix").is_ok());
+        let port = check_relay_address("http://127.0.0.1:70000").unwrap_err();
+        assert!(port.contains("invalid port number"), "{port}");
+        assert!(check_relay_address("127.0.0.1:7420")
+            .unwrap_err()
+            .contains("must start with http://"));
+    }
 
     #[test]
     fn peer_timeouts_are_durations_longer_than_zero() {

@@ -80,9 +80,10 @@ impl Remote {
                 ..
             } => match &self.token {
                 None => anyhow!(
-                    "the relay at {} wants a token and none is set: set TETHER_TOKEN, or run \
-                     this on the relay's machine as the user who started it (the admin token \
-                     is read from {})",
+                    "the relay at {} wants a token and none is set: set TETHER_TOKEN to one \
+                     from `tether token create`, or to the relay's admin token (DIR/admin.token \
+                     for a relay started with --data-dir DIR; none was found at {}, where a \
+                     relay on this machine keeps it by default)",
                     self.base,
                     local::admin_token_path().display()
                 ),

@@ -158,6 +158,37 @@ fn errors_say_what_to_do() {
         "{}",
         stderr(&out)
     );
+    // No token: where to get one, without claiming the relay keeps it at this machine's
+    // default path.
+    let home = tempfile::tempdir().unwrap();
+    let out = relay
+        .tether()
+        .args(["ls"])
+        .env_remove("TETHER_TOKEN")
+        .env("TETHER_HOME", home.path())
+        .output()
+        .unwrap();
+    let said = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        said.contains("set TETHER_TOKEN") && said.contains("--data-dir DIR"),
+        "{said}"
+    );
+    // A malformed address is named as such, not taken for a relay that is down.
+    for args in [&["ls"][..], &["exec", "sb-x", "true"]] {
+        let out = relay
+            .tether()
+            .args(args)
+            .env("TETHER_RELAY", "http://127.0.0.1:70000")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let said = stderr(&out);
+        assert!(
+            said.contains("invalid port number") && !said.contains("no relay"),
+            "{said}"
+        );
+    }
     let out = tether(&relay, &["exec", "sb-nosuch", "--", "true"]);
     assert_eq!(out.status.code(), Some(125));
     assert!(stderr(&out).contains("tether ls"), "{}", stderr(&out));
