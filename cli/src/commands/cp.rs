@@ -21,7 +21,7 @@ use tether_proto::{ErrorCode, WirePath};
 
 use super::location::Location;
 use super::remote::Remote;
-use tether_client::escape::{escape_os, escape_str};
+use tether_client::escape::{escape, escape_os, escape_str};
 use tether_client::hostfs::pack::Packer;
 use tether_client::hostfs::{self, HostFsError, ModePolicy};
 use tether_client::{ClientError, Session};
@@ -154,8 +154,29 @@ async fn upload_file(
         .upload(Op::Write(spec), file, |n| bar.advance_to(n))
         .await;
     bar.finish();
-    written?;
-    Ok(())
+    match written {
+        // The agent's hint names the write op's field; the CLI has no such flag.
+        Err(ClientError::Remote {
+            code: ErrorCode::NotFound,
+            ..
+        }) => {
+            let bytes = target.as_bytes();
+            let parent = &bytes[..bytes.iter().rposition(|&b| b == b'/').unwrap_or(0)];
+            let parent = escape(if parent.is_empty() { b"." } else { parent });
+            Err(ClientError::Remote {
+                code: ErrorCode::NotFound,
+                message: format!(
+                    "{parent}: no such directory; create it first (`mkdir -p {parent}` in the \
+                     sandbox)"
+                ),
+            }
+            .into())
+        }
+        written => {
+            written?;
+            Ok(())
+        }
+    }
 }
 
 async fn upload_dir(session: &Session, src: &Path, target: &WirePath) -> anyhow::Result<()> {

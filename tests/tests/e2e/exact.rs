@@ -351,6 +351,23 @@ fn failures_name_the_path_and_the_cause_and_leave_nothing() {
     fs::write(tree.join("sub/f"), "f").unwrap();
     let s = |p: &Path| p.to_string_lossy().into_owned();
 
+    // A copy into a directory the sandbox lacks: the directory, and what to do with the CLI
+    // (not the protocol's field, which the CLI has no flag for).
+    let (said, _) = fails(
+        &relay,
+        &home,
+        &[
+            "cp",
+            &s(&tree.join("sub/f")),
+            &format!("{id}:/tmp/no/such/f"),
+        ],
+    );
+    assert!(
+        said.contains("/tmp/no/such: no such directory; create it first")
+            && !said.contains("create_parents"),
+        "{said}"
+    );
+
     // A pull of a directory the sandbox lacks: said, and no local directory made.
     let out = work.path().join("out");
     let (said, _) = fails(
