@@ -422,6 +422,48 @@ fn failures_name_the_path_and_the_cause_and_leave_nothing() {
         );
     }
 
+    // A full disk here, through cp down and a sync pull: the file and the cause, said once,
+    // and nothing partial or temporary left. The disk is a 4 MiB tmpfs of the test's own.
+    let full = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tether-e2e-full"])
+        .arg(full.path())
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount tmpfs");
+    let unmount = Unmount(full.path().to_path_buf());
+    let made = relay.sh(
+        &id,
+        "mkdir -p /tmp/pull && head -c 8388608 /dev/urandom > /tmp/pull/big && echo x > /tmp/pull/a",
+    );
+    assert!(made.status.success(), "{made:?}");
+    for (verb, dst) in [("cp", "cp-down"), ("sync", "pulled")] {
+        let dst = full.path().join(dst);
+        let (said, took) = fails(&relay, &home, &[verb, &format!("{id}:/tmp/pull"), &s(&dst)]);
+        assert!(
+            said.contains("big") && said.contains("No space left on device"),
+            "{verb}: {said}"
+        );
+        assert_eq!(said.matches("No space left").count(), 1, "{verb}: {said}");
+        assert!(
+            !said.contains("worker") && !said.contains("stopped"),
+            "{verb}: {said}"
+        );
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "{verb} took {took:?}"
+        );
+        let partial: Vec<_> = walk(full.path())
+            .into_iter()
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n == "big" || n.as_bytes().starts_with(b"."))
+            })
+            .collect();
+        assert!(partial.is_empty(), "{verb} left {partial:?}");
+    }
+    drop(unmount);
+
     // A missing remote file: "No such file", not "Not a directory".
     let (said, _) = fails(
         &relay,
@@ -542,4 +584,26 @@ fn arguments_variables_and_workdirs_that_are_not_utf8_arrive_exactly() {
         !out.status.success() && said.contains("expected KEY=VALUE"),
         "{said}"
     );
+}
+
+/// Unmounts its directory when dropped, so a failing test leaves no mount behind.
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Every path under `root`, recursively.
+fn walk(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(root).unwrap().flatten() {
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() {
+            found.extend(walk(&path));
+        }
+        found.push(path);
+    }
+    found
 }
