@@ -551,19 +551,17 @@ fn arguments_variables_and_workdirs_that_are_not_utf8_arrive_exactly() {
     assert_eq!(out.stdout, b"v\xfe\xff");
 
     // `tether run` takes them too.
-    let out = relay
-        .tether()
-        .env("TETHER_HOME", &home)
-        .args([
+    let out = run(
+        &relay,
+        &home,
+        &[
             os(b"run"),
             os(b"--"),
             os(b"printf"),
             os(b"%s"),
             os(b"r\xff"),
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+        ],
+    );
     assert_eq!(out.stdout, b"r\xff");
 
     // A variable named `=x` cannot exist; the CLI says what to write.
