@@ -150,9 +150,11 @@ mod tests {
     #[test]
     fn probing_tells_open_from_closed_ports() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        assert!(answers(addr));
-        drop(listener);
-        assert!(!answers(addr));
+        assert!(answers(listener.local_addr().unwrap()));
+        // A port bound but not listening refuses connections and, unlike a port just freed,
+        // cannot be taken meanwhile by another test's listener.
+        let closed = tokio::net::TcpSocket::new_v4().unwrap();
+        closed.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        assert!(!answers(closed.local_addr().unwrap()));
     }
 }
