@@ -44,6 +44,8 @@ pub(super) enum Target {
     /// An image loaded into the Docker or Podman engine at $DOCKER_HOST (else
     /// /var/run/docker.sock), for `--provider docker`.
     Docker,
+    /// A Runloop blueprint.
+    Runloop,
 }
 
 /// `--start`.
@@ -166,6 +168,7 @@ async fn build_image(args: BuildArgs) -> anyhow::Result<()> {
         Target::Daytona => Some(Builder::Daytona),
         Target::Modal => Some(Builder::Modal),
         Target::Docker => Some(Builder::Docker),
+        Target::Runloop => Some(Builder::Runloop),
     };
     if let Some(builder) = builder {
         return build_remote(builder, args).await;
