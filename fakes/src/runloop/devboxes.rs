@@ -220,11 +220,11 @@ impl Runloop {
                     tokio::spawn(async move {
                         process_exit(process).await;
                         let Some(fake) = fake.upgrade() else { return };
-                        // The devbox's lifecycle is bound to its entrypoint (this boot's).
-                        if fake
-                            .devbox(&id)
-                            .is_some_and(|d| d.boot == boot && d.status == "running")
-                        {
+                        // The devbox's lifecycle is bound to its entrypoint (this boot's), even one that
+                        // exits before the devbox is marked running.
+                        if fake.devbox(&id).is_some_and(|d| {
+                            d.boot == boot && matches!(d.status, "initializing" | "running")
+                        }) {
                             fake.end(&id, "shutdown", "entrypoint_exit").await;
                         }
                     });

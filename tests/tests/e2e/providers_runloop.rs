@@ -240,10 +240,19 @@ async fn runloop_sessions_keep_the_devbox_alive_and_unused_ones_end() {
     });
     let (_, devbox) = api(&fake, &format!("/v1/devboxes/{devbox_id}"));
     assert_eq!(devbox["shutdown_reason"], "keep_alive_timeout", "{devbox}");
-    // The relay learns it is gone from a read of the devbox.
-    wait_for("the relay to forget it", || {
-        !tether(&relay, &["ls"]).contains(&id)
-    });
+    // The relay learns it is gone from a read of the devbox (and then forgets it).
+    let out = relay
+        .tether()
+        .args(["info", &id, "--json"])
+        .output()
+        .expect("run tether");
+    if out.status.success() {
+        let info: Value = serde_json::from_slice(&out.stdout).expect("info --json");
+        assert_eq!(info["state"], "gone", "{info}");
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no sandbox"), "{err}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
