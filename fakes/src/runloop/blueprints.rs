@@ -56,24 +56,21 @@ pub(super) fn routes() -> Router<Arc<Runloop>> {
 }
 
 /// The blueprint a devbox create names (by id, else by name: the latest successful build),
-/// as its id and image; Runloop's 400/404 when it cannot be used.
+/// as its id and image; Runloop's 400 or 404 and message when it cannot be used.
 pub(super) fn resolve(
     fake: &Runloop,
     id: Option<&str>,
     name: Option<&str>,
-) -> Result<(Option<String>, Option<PathBuf>), Response> {
+) -> Result<(Option<String>, Option<PathBuf>), (StatusCode, String)> {
     let table = fake.blueprints.lock().expect("blueprints");
     if let Some(id) = id {
         let Some(b) = table.get(id) else {
-            return Err(error(
-                StatusCode::NOT_FOUND,
-                &format!("Blueprint {id} not found"),
-            ));
+            return Err((StatusCode::NOT_FOUND, format!("Blueprint {id} not found")));
         };
         if b.status != "build_complete" {
-            return Err(error(
+            return Err((
                 StatusCode::BAD_REQUEST,
-                &format!("Blueprint {id} is {}, not build_complete", b.status),
+                format!("Blueprint {id} is {}, not build_complete", b.status),
             ));
         }
         return Ok((Some(b.id.clone()), b.image.clone()));
@@ -92,9 +89,9 @@ pub(super) fn resolve(
         .max_by_key(|b| b.seq)
     {
         Some(b) => Ok((Some(b.id.clone()), b.image.clone())),
-        None => Err(error(
+        None => Err((
             StatusCode::BAD_REQUEST,
-            &format!("No successfully built Blueprint named {name}"),
+            format!("No successfully built Blueprint named {name}"),
         )),
     }
 }

@@ -339,14 +339,15 @@ struct TunnelParams {
     wake_on_http: Option<bool>,
 }
 
-fn new_tunnel(p: &TunnelParams) -> Result<Tunnel, Response> {
+/// A new tunnel, or Runloop's 400 message.
+fn new_tunnel(p: &TunnelParams) -> Result<Tunnel, String> {
     let authenticated = match p.auth_mode.as_deref() {
         None | Some("open") => false,
         Some("authenticated") => true,
         Some(other) => {
-            return Err(bad_request(&format!(
+            return Err(format!(
                 "auth_mode must be one of open, authenticated, not {other}"
-            )))
+            ))
         }
     };
     Ok(Tunnel {
@@ -427,13 +428,13 @@ fn check_size(l: &Launch) -> Result<(), String> {
     let (Some(cpu), Some(mem)) = (l.custom_cpu_cores, l.custom_gb_memory) else {
         return Err("CUSTOM_SIZE needs custom_cpu_cores and custom_gb_memory".into());
     };
-    if !(cpu == 0.5 || cpu == 1.0 || (cpu.fract() == 0.0 && cpu as u64 % 2 == 0))
+    if !(cpu == 0.5 || cpu == 1.0 || (cpu.fract() == 0.0 && (cpu as u64).is_multiple_of(2)))
         || cpu <= 0.0
         || cpu > 16.0
     {
         return Err("CPU must be 0.5, 1, or a multiple of 2 (max 16)".into());
     }
-    if mem == 0 || (mem != 1 && mem % 2 != 0) || mem > 64 {
+    if mem == 0 || (mem != 1 && !mem.is_multiple_of(2)) || mem > 64 {
         return Err("Memory must be 1 or a multiple of 2 (max 64GiB)".into());
     }
     let ratio = mem as f64 / cpu;
@@ -441,7 +442,7 @@ fn check_size(l: &Launch) -> Result<(), String> {
         return Err("The cpu:memory ratio must be between 1:2 and 1:8 inclusive".into());
     }
     if let Some(disk) = l.custom_disk_size {
-        if disk % 2 != 0 || !(2..=64).contains(&disk) {
+        if !disk.is_multiple_of(2) || !(2..=64).contains(&disk) {
             return Err("Disk must be a multiple of 2 (min 2GiB, max 64GiB)".into());
         }
     }
@@ -507,11 +508,11 @@ async fn create(State(fake): State<Arc<Runloop>>, body: axum::body::Bytes) -> Re
         req.blueprint_name.as_deref(),
     ) {
         Ok(found) => found,
-        Err(resp) => return resp,
+        Err((status, message)) => return error(status, &message),
     };
     let tunnel = match req.tunnel.as_ref().map(new_tunnel).transpose() {
         Ok(t) => t,
-        Err(resp) => return resp,
+        Err(message) => return bad_request(&message),
     };
     let now = SystemTime::now();
     let devbox = Devbox {
@@ -779,7 +780,7 @@ async fn enable_tunnel(
     }
     let tunnel = match new_tunnel(&params) {
         Ok(t) => t,
-        Err(resp) => return resp,
+        Err(message) => return bad_request(&message),
     };
     fake.change(&id, |d| d.tunnel = Some(tunnel.clone()));
     Json(tunnel_view(&tunnel, &tunnel.key)).into_response()

@@ -57,14 +57,15 @@ pub(super) fn size(spec: &SandboxSpec) -> Result<Size, ProviderError> {
             ))
         }
     };
-    let cpu_ok = cpus == 0.5 || cpus == 1.0 || (cpus.fract() == 0.0 && cpus as u64 % 2 == 0);
+    let cpu_ok =
+        cpus == 0.5 || cpus == 1.0 || (cpus.fract() == 0.0 && (cpus as u64).is_multiple_of(2));
     if !(cpu_ok && cpus > 0.0 && cpus <= MAX_CPUS) {
         return Err(refused(format!(
             "Runloop takes 0.5, 1 or an even number of CPUs up to 16, not {cpus}"
         )));
     }
     let gib = whole_gib(memory, "--memory")?;
-    if !(gib == 1 || gib % 2 == 0) || gib == 0 || gib > MAX_MEMORY_GIB {
+    if !(gib == 1 || gib.is_multiple_of(2)) || gib == 0 || gib > MAX_MEMORY_GIB {
         return Err(refused(format!(
             "Runloop takes 1 GiB or an even number of GiB of memory up to {MAX_MEMORY_GIB}, not \
              {gib} GiB"
@@ -81,7 +82,7 @@ pub(super) fn size(spec: &SandboxSpec) -> Result<Size, ProviderError> {
         None => None,
         Some(bytes) => {
             let gib = whole_gib(bytes, "--disk")?;
-            if gib % 2 != 0 || !(MIN_DISK_GIB..=MAX_DISK_GIB).contains(&gib) {
+            if !gib.is_multiple_of(2) || !(MIN_DISK_GIB..=MAX_DISK_GIB).contains(&gib) {
                 return Err(refused(format!(
                     "Runloop takes an even number of GiB of disk from {MIN_DISK_GIB} to \
                      {MAX_DISK_GIB}, not {gib} GiB"
@@ -99,7 +100,7 @@ pub(super) fn size(spec: &SandboxSpec) -> Result<Size, ProviderError> {
 }
 
 fn whole_gib(bytes: u64, flag: &str) -> Result<u64, ProviderError> {
-    if bytes % GIB != 0 {
+    if !bytes.is_multiple_of(GIB) {
         return Err(refused(format!(
             "Runloop sizes in whole GiB: give {flag} as a number of GiB (e.g. 4G)"
         )));
