@@ -17,6 +17,8 @@
 //! - [`daytona`]: Daytona's REST API (sandboxes and snapshots) and its token-checking preview
 //!   proxy.
 //! - [`modal`]: Modal's gRPC API (sandboxes, image builds and names) and its tunnels.
+//! - [`runloop`]: Runloop's REST API (devboxes, network policies, objects, blueprints) and its
+//!   V2 tunnels.
 //! - [`serve`]: the listener every fake runs on, and its readiness line.
 //!
 //! The `tether-fake` binary runs one of them: `tether-fake e2b --listen 127.0.0.1:0
@@ -29,5 +31,6 @@ mod edge;
 mod faults;
 mod images;
 pub mod modal;
+pub mod runloop;
 pub mod sandboxes;
 pub mod serve;

@@ -13,11 +13,13 @@ use tether_fakes::sandboxes::Sandboxes;
 const DEFAULT_E2B_KEY: &str = "e2b_fake_key";
 /// The API key the fake Daytona accepts unless told otherwise.
 const DEFAULT_DAYTONA_KEY: &str = "dtn_fake_key";
+/// The API key the fake Runloop accepts unless told otherwise.
+const DEFAULT_RUNLOOP_KEY: &str = "ak_fake_key";
 
 #[derive(Parser)]
 #[command(
     name = "tether-fake",
-    about = "Local fakes of E2B, Daytona and Modal for Tether"
+    about = "Local fakes of E2B, Daytona, Modal and Runloop for Tether"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -70,6 +72,14 @@ enum Fake {
         /// Its secret [env: MODAL_TOKEN_SECRET] [default: as-fake].
         #[arg(long)]
         token_secret: Option<String>,
+    },
+    /// A fake Runloop: REST API under /v1 and every V2 tunnel (by Host) on one address.
+    Runloop {
+        #[command(flatten)]
+        common: Common,
+        /// The only API key accepted [env: RUNLOOP_API_KEY] [default: ak_fake_key].
+        #[arg(long)]
+        api_key: Option<String>,
     },
 }
 
@@ -152,6 +162,15 @@ fn main() -> anyhow::Result<()> {
                 };
                 let sandboxes = common.sandboxes()?;
                 let fake = tether_fakes::modal::Modal::new(config, sandboxes.clone());
+                tether_fakes::serve::run(common.listen, fake.router(), sandboxes).await
+            }
+            Fake::Runloop { common, api_key } => {
+                let api_key = api_key
+                    .or_else(|| std::env::var("RUNLOOP_API_KEY").ok())
+                    .unwrap_or_else(|| DEFAULT_RUNLOOP_KEY.to_string());
+                let config = tether_fakes::runloop::Config { api_key };
+                let sandboxes = common.sandboxes()?;
+                let fake = tether_fakes::runloop::Runloop::new(config, sandboxes.clone());
                 tether_fakes::serve::run(common.listen, fake.router(), sandboxes).await
             }
             Fake::Daytona {

@@ -158,7 +158,7 @@ fn relay_on(data_dir: &Path, env: &[(&str, &str)]) -> Relay {
         );
     // The relay must see only the credentials a test gives it.
     for (key, _) in std::env::vars() {
-        if ["E2B_", "DAYTONA_", "MODAL_", "DOCKER_"]
+        if ["E2B_", "DAYTONA_", "MODAL_", "DOCKER_", "RUNLOOP_"]
             .iter()
             .any(|p| key.starts_with(p))
         {

@@ -44,6 +44,8 @@ pub(super) enum Target {
     /// An image loaded into the Docker or Podman engine at $DOCKER_HOST (else
     /// /var/run/docker.sock), for `--provider docker`.
     Docker,
+    /// A Runloop blueprint.
+    Runloop,
 }
 
 /// `--start`.
@@ -87,15 +89,16 @@ pub(super) struct BuildArgs {
     /// How the image starts the agent: `entrypoint` (Docker, podman, Daytona, which keeps
     /// only the ENTRYPOINT) or `cmd` (Modal, which appends its own arguments to any
     /// ENTRYPOINT: the agent becomes the CMD and the ENTRYPOINT is cleared). --target modal
-    /// always does the latter, and --target e2b starts the agent through envd.
+    /// always does the latter, and --target e2b (through envd) and runloop (as the devbox's
+    /// entrypoint) start the agent themselves.
     #[arg(long, value_enum, default_value_t = Start::Entrypoint)]
     start: Start,
-    /// The name to build under on a provider (E2B template, Daytona snapshot, Modal image);
-    /// `--target e2b|daytona|modal|docker` only.
+    /// The name to build under on a provider (E2B template, Daytona snapshot, Modal image,
+    /// Runloop blueprint); `--target e2b|daytona|modal|docker|runloop` only.
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
-    /// A registry image to build on (e.g. python:3.12-slim-bookworm): e2b and modal pull it
-    /// and add the agent; for daytona it must already hold the agent, unless --push is given
+    /// A registry image to build on (e.g. python:3.12-slim-bookworm): e2b, modal and runloop
+    /// pull it and add the agent; for daytona it must already hold the agent, unless --push is given
     /// (then it is pulled here, the agent added, and the result pushed).
     #[arg(long, value_name = "REFERENCE")]
     from: Option<String>,
@@ -166,6 +169,7 @@ async fn build_image(args: BuildArgs) -> anyhow::Result<()> {
         Target::Daytona => Some(Builder::Daytona),
         Target::Modal => Some(Builder::Modal),
         Target::Docker => Some(Builder::Docker),
+        Target::Runloop => Some(Builder::Runloop),
     };
     if let Some(builder) = builder {
         return build_remote(builder, args).await;
@@ -176,7 +180,7 @@ async fn build_image(args: BuildArgs) -> anyhow::Result<()> {
         ("--push", args.push.is_some()),
     ] {
         if given {
-            bail!("{flag} is for --target e2b|daytona|modal|docker; --target oci writes --output");
+            bail!("{flag} is for --target e2b|daytona|modal|docker|runloop; --target oci writes --output");
         }
     }
     let Some(output) = args.output.clone() else {
@@ -232,7 +236,8 @@ fn overrides(args: &BuildArgs) -> Overrides {
     }
 }
 
-/// `--target e2b|daytona|modal`: the build runs on the provider; its log streams to stderr.
+/// `--target e2b|daytona|modal|runloop`: the build runs on the provider; its log streams to
+/// stderr.
 async fn build_remote(builder: Builder, args: BuildArgs) -> anyhow::Result<()> {
     let provider = builder.name();
     if args.output.is_some() {

@@ -11,6 +11,8 @@
 //!   streamed by `ImageJoinStreaming`).
 //! - [`docker::build`](super::docker::build): the OCI image built here and loaded into the
 //!   relay's Docker or Podman engine.
+//! - [`runloop::blueprint`](super::runloop::blueprint): a blueprint (`POST /v1/blueprints`
+//!   from a Dockerfile, the agent uploaded as its build context, polled with its log).
 //!
 //! Provider credentials and endpoints come from the same settings the relay's providers read
 //! (environment, else `<data_dir>/config.toml`), so a build needs no running relay.
@@ -35,6 +37,8 @@ pub enum Builder {
     Modal,
     /// An image loaded into the relay's Docker or Podman engine.
     Docker,
+    /// A Runloop blueprint.
+    Runloop,
 }
 
 impl Builder {
@@ -45,6 +49,7 @@ impl Builder {
             Builder::Daytona => "daytona",
             Builder::Modal => "modal",
             Builder::Docker => "docker",
+            Builder::Runloop => "runloop",
         }
     }
 }
@@ -141,10 +146,10 @@ pub enum TargetError {
 /// no build. Other failures to look (no credentials here, a registry only the provider can
 /// reach) become a note, and `provider` judges the base itself.
 #[cfg_attr(
-    not(any(feature = "e2b", feature = "modal")),
+    not(any(feature = "e2b", feature = "modal", feature = "runloop")),
     expect(
         dead_code,
-        reason = "the E2B and Modal builds check their base; Daytona's registry does"
+        reason = "the E2B, Modal and Runloop builds check their base; Daytona's registry does"
     )
 )]
 pub(crate) async fn check_base(
@@ -191,6 +196,8 @@ pub async fn build(
         Builder::Modal => super::modal::build::build(req, events).await,
         #[cfg(feature = "docker")]
         Builder::Docker => super::docker::build::build(req, events).await,
+        #[cfg(feature = "runloop")]
+        Builder::Runloop => super::runloop::blueprint::build(req, events).await,
         #[allow(
             unreachable_patterns,
             reason = "reached only when a provider's feature is off"

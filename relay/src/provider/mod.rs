@@ -15,6 +15,8 @@ pub mod local;
 #[cfg(feature = "modal")]
 pub(crate) mod modal;
 pub mod network;
+#[cfg(feature = "runloop")]
+pub(crate) mod runloop;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -247,6 +249,8 @@ pub(crate) fn build(ctx: &ProviderContext) -> BTreeMap<&'static str, Arc<dyn Pro
         providers.push(Arc::new(daytona::DaytonaProvider::new(&settings)));
         #[cfg(feature = "modal")]
         providers.push(Arc::new(modal::ModalProvider::new(&settings)));
+        #[cfg(feature = "runloop")]
+        providers.push(Arc::new(runloop::RunloopProvider::new(&settings)));
     }
     #[cfg(feature = "docker")]
     providers.push(Arc::new(docker::DockerProvider::new(ctx)));

@@ -113,3 +113,31 @@ fn modal_sdk_creates_lists_and_terminates_on_the_fake() {
         .collect();
     run_sdk_script("modal_sdk.py", "modal", &v1);
 }
+
+#[test]
+fn runloop_sdk_creates_tunnels_suspends_builds_and_shuts_down_on_the_fake() {
+    // A base for blueprint builds, in a registry of this machine's own (the fake has no
+    // internet).
+    let registry = tether_e2e::images::RegistryServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let root = tether_e2e::images::busybox_rootfs(dir.path());
+    let layout = dir.path().join("image");
+    tether_e2e::images::build(&root, &layout, &[]);
+    let base = format!("{}/fidelity-base:v1", registry.addr);
+    let out = tether_e2e::images::image_cmd(&["push", layout.to_str().unwrap(), &base]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fake = Fake::start("runloop", &["--api-key", "ak_fidelity_key"]);
+    run_sdk_script(
+        "runloop_sdk.py",
+        "runloop_api_client",
+        &[
+            ("RUNLOOP_API_KEY", "ak_fidelity_key"),
+            ("RUNLOOP_BASE_URL", &fake.url),
+            ("FIDELITY_BASE_IMAGE", &base),
+        ],
+    );
+}

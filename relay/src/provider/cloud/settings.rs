@@ -50,7 +50,7 @@ impl Settings {
             Err(e) => tracing::warn!("ignoring {}: {e}", file.display()),
         }
         for (key, value) in std::env::vars() {
-            let ours = ["E2B_", "DAYTONA_", "MODAL_"]
+            let ours = ["E2B_", "DAYTONA_", "MODAL_", "RUNLOOP_"]
                 .iter()
                 .any(|p| key.starts_with(p));
             if ours && !value.is_empty() {
