@@ -507,6 +507,68 @@ mod tests {
         assert!(got.starts_with(b"HTTP/1.1 400"), "{got:?}");
     }
 
+    #[tokio::test]
+    async fn over_tls_the_listener_authenticates_and_tunnels_the_same() {
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+        use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
+
+        let (up, hosts) = upstream().await;
+        let remote = Arc::new(Remote::default());
+        remote.insert("sb-a", "cred-a".into(), proxy("sb-a", "up.test", &hosts));
+        let certified = rcgen::generate_simple_self_signed(vec!["relay.test".into()]).unwrap();
+        let cert = CertificateDer::from(certified.cert.der().to_vec());
+        let key = PrivateKeyDer::try_from(certified.signing_key.serialize_der()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.clone()], key)
+            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        tokio::spawn(remote.serve(listener, Some(Arc::new(server)), stop.clone()));
+
+        let mut roots = RootCertStore::empty();
+        roots.add(cert).unwrap();
+        let client = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        for (auth, want) in [
+            (basic("sb-a", "cred-b"), "HTTP/1.1 407"),
+            (basic("sb-a", "cred-a"), "HTTP/1.1 200"),
+        ] {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let name = ServerName::try_from("relay.test").unwrap();
+            let mut tls = connector.connect(name, tcp).await.unwrap();
+            let head = format!("CONNECT up.test:{} HTTP/1.1\r\n{auth}\r\n", up.port());
+            tls.write_all(head.as_bytes()).await.unwrap();
+            let mut got = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(2), tls.read_to_end(&mut got)).await;
+            let got = String::from_utf8_lossy(&got);
+            assert!(got.starts_with(want), "{got}");
+            assert_eq!(
+                got.ends_with("hello from upstream"),
+                want.ends_with("200"),
+                "{got}"
+            );
+        }
+        // Plain text on the TLS port gets nothing.
+        let mut plain = TcpStream::connect(addr).await.unwrap();
+        plain
+            .write_all(format!("CONNECT up.test:{} HTTP/1.1\r\n\r\n", up.port()).as_bytes())
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(2), plain.read_to_end(&mut got)).await;
+        assert!(!String::from_utf8_lossy(&got).contains("hello"), "{got:?}");
+        stop.cancel();
+    }
+
     #[test]
     fn basic_credentials_are_read_from_proxy_authorization_only() {
         let raw = format!(

@@ -444,3 +444,76 @@ impl Egress {
         removed
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn egress(data_dir: &Path, url: Option<&str>) -> anyhow::Result<Egress> {
+        let config = EgressConfig {
+            url: url.map(str::to_string),
+            ..EgressConfig::default()
+        };
+        Egress::new(
+            data_dir,
+            &config,
+            Registry::open_in_memory().unwrap(),
+            TrustShelf::default(),
+        )
+    }
+
+    #[test]
+    fn state_of_sandboxes_that_no_longer_exist_is_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let egress = egress(dir.path(), None).unwrap();
+        assert_eq!(egress.sweep(&HashSet::new()), 0, "no state directory yet");
+        for id in ["sb-kept", "sb-gone", "sb-gone-too"] {
+            let sandbox = dir.path().join(STATE_DIR).join(id);
+            std::fs::create_dir_all(&sandbox).unwrap();
+            std::fs::write(sandbox.join("names"), "198.18.0.1 api.test\n").unwrap();
+        }
+        let known: HashSet<String> = ["sb-kept".to_string()].into();
+        assert_eq!(egress.sweep(&known), 2);
+        let left: Vec<String> = std::fs::read_dir(dir.path().join(STATE_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, ["sb-kept"]);
+        assert!(dir.path().join(STATE_DIR).join("sb-kept/names").exists());
+        assert_eq!(egress.sweep(&known), 0);
+    }
+
+    #[tokio::test]
+    async fn a_bad_egress_url_or_a_listener_without_one_stops_the_relay_from_starting() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = egress(dir.path(), Some("ftp://relay:21")).unwrap_err();
+        assert!(err.to_string().contains("--egress-url"), "{err}");
+        let config = EgressConfig {
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..EgressConfig::default()
+        };
+        let registry = Registry::open_in_memory().unwrap();
+        let err = Egress::new(dir.path(), &config, registry, TrustShelf::default()).unwrap_err();
+        assert!(err.to_string().contains("needs --egress-url"), "{err}");
+        // An https URL needs the relay's certificate.
+        let tls = egress(dir.path(), Some("https://relay.example.com")).unwrap();
+        let err = tls
+            .listen(None, CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("--tls-cert"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_sandbox_elsewhere_without_a_listener_cannot_be_attached() {
+        let dir = tempfile::tempdir().unwrap();
+        let egress = egress(dir.path(), None).unwrap();
+        let id = SandboxId::from("sb-remote".to_string());
+        let err = egress
+            .attach_remote(&id, "token", Allowlist::default(), Vec::new())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, EgressError::NoListener(_)), "{err}");
+        assert!(!egress.is_attached(&id));
+    }
+}

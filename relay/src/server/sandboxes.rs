@@ -207,8 +207,7 @@ async fn create_new(
     // route (proxy variables, the listener in its allowlist), not the secrets.
     let routed = egress
         .as_ref()
-        .and_then(|plan| plan.route.as_ref())
-        .map(|entry| routed_spec(relay, &spec, &id, &agent_token, entry));
+        .and_then(|plan| routed_spec(relay, &spec, &id, &agent_token, plan));
     let provider_spec = routed.as_ref().unwrap_or(&spec);
     let created = match provider
         .create(id.as_str(), &agent_token, provider_spec)
@@ -388,31 +387,27 @@ fn check_route(
         .map_err(|e| ApiError::provider(name, Some(id), e))
 }
 
-/// The spec a sandbox elsewhere is created from at its provider: `spec` with its secrets
-/// taken out (their placeholders stay in its environment), the proxy variables and CA paths
-/// added to its environment, and the egress listener to its allowlist.
+/// The spec a sandbox elsewhere is created from at its provider, when `plan` routes it: `spec`
+/// with its secrets taken out (their placeholders stay in its environment), the proxy
+/// variables and CA paths added to its environment, and the egress listener to its allowlist.
 fn routed_spec(
     relay: &Relay,
     spec: &SandboxSpec,
     id: &SandboxId,
     agent_token: &str,
-    entry: &RelayEntry,
-) -> SandboxSpec {
+    plan: &EgressPlan,
+) -> Option<SandboxSpec> {
+    let entry = plan.route.as_ref()?;
+    let url = relay.egress.url()?;
     let mut routed = spec.clone();
     routed.secrets.clear();
     entry.add_to(&mut routed.egress);
-    if let Some(url) = relay.egress.url() {
-        let credential = route::credential(agent_token, id.as_str());
-        let networks = Allowlist::from_spec(spec)
-            .ok()
-            .flatten()
-            .map(|list| list.networks)
-            .unwrap_or_default();
-        for (name, value) in route::environment(url, id.as_str(), &credential, &networks) {
-            routed.env.insert(name.to_string(), value);
-        }
+    let credential = route::credential(agent_token, id.as_str());
+    let networks = &plan.allowlist.networks;
+    for (name, value) in route::environment(url, id.as_str(), &credential, networks) {
+        routed.env.insert(name.to_string(), value);
     }
-    routed
+    Some(routed)
 }
 
 /// Attaches the egress proxy to a sandbox just created: a local sandbox's network namespace,

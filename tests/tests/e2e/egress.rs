@@ -501,7 +501,10 @@ fn a_secret_reaches_its_host_only_and_is_nowhere_inside() {
         "curl -sSf -x http://127.0.0.1:3128 -H \"Authorization: Bearer $TEST_API_KEY\" \
          https://api.allowed.test/echo",
     );
-    assert!(connected.contains(&format!("Bearer {VALUE}")), "{connected}");
+    assert!(
+        connected.contains(&format!("Bearer {VALUE}")),
+        "{connected}"
+    );
 
     // Another allowed host gets the placeholder as sent (and is not intercepted: the
     // upstream's own certificate is what the sandbox sees).
@@ -583,7 +586,10 @@ fn a_sandbox_of_an_oci_image_trusts_its_ca_through_the_images_own_bundle() {
                  -H \"Authorization: Bearer $TEST_API_KEY\" https://api.allowed.test/echo"
             ),
         );
-        assert!(echoed.contains(&format!("Bearer {VALUE}")), "{proxy}: {echoed}");
+        assert!(
+            echoed.contains(&format!("Bearer {VALUE}")),
+            "{proxy}: {echoed}"
+        );
     }
     // The bundle is read-only inside, and no key came with it.
     fails(&relay, &id, "echo x >> /etc/ssl/certs/ca-certificates.crt");
