@@ -368,18 +368,18 @@ fn check_route(
     let Some(url) = relay.egress.url() else {
         let names: Vec<&str> = spec.secrets.iter().map(|s| s.name.as_str()).collect();
         return Err(ApiError::Invalid(format!(
-            "a {name} sandbox gets secrets ({}) through the relay's egress proxy, and this \
+            "a sandbox on {name} gets secrets ({}) through the relay's egress proxy, and this \
              relay has no address at which sandboxes elsewhere can reach it: start it with \
-             --egress-url URL (e.g. --egress-url https://relay.example.com, see the README's \
-             \"Secrets\" section), create the sandbox with --provider local, or leave --secret \
-             out",
+             --egress-url URL (e.g. --egress-url https://relay.example.com; the README's \
+             \"Secrets on cloud sandboxes\" says more), create the sandbox with --provider \
+             local, or leave --secret out",
             names.join(", ")
         )));
     };
     if let Some(var) = PROXY_VARIABLES.iter().find(|v| spec.env.contains_key(**v)) {
         return Err(ApiError::Invalid(format!(
-            "{var} is set by the relay in a {name} sandbox with secrets (its HTTP clients reach \
-             the relay's egress proxy with it); drop --env {var}"
+            "{var} is set by the relay in a sandbox on {name} with secrets (its HTTP clients \
+             reach the relay's egress proxy with it); drop --env {var}"
         )));
     }
     provider

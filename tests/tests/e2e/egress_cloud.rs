@@ -486,4 +486,20 @@ fn cloud_secrets_without_an_egress_url_are_refused_naming_the_flag() {
         said.contains("port 443") && said.contains("--egress-url"),
         "{said}"
     );
+    // So is a proxy variable of the caller's own, which would take the route away.
+    let out = relay
+        .tether()
+        .env("KEY", VALUE_A)
+        .args(["create", "--provider", "e2b", "--image", "any-template"])
+        .args([
+            "--secret",
+            "KEY@api.allowed.test",
+            "--env",
+            "https_proxy=http://mine:8080",
+        ])
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("drop --env https_proxy"), "{said}");
 }

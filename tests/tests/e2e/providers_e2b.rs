@@ -284,7 +284,7 @@ async fn e2b_allowlists_reach_e2b_and_secrets_are_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(
-        err.contains("e2b sandbox gets secrets (OPENAI_API_KEY)") && err.contains("--egress-url"),
+        err.contains("gets secrets (OPENAI_API_KEY)") && err.contains("--egress-url"),
         "{err}"
     );
     assert!(!err.contains("sk-e2b-never-sent"), "{err}");
