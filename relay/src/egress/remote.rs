@@ -10,10 +10,10 @@
 //! Bounds: connections at once ([`MAX_CONNECTIONS`]); connections not yet authenticated, in
 //! all ([`MAX_UNAUTHENTICATED`]) and per source address ([`MAX_UNAUTHENTICATED_PER_ADDR`]),
 //! with a connection past a bound closed at once; the TLS handshake and the request head
-//! within `HEAD_TIMEOUT` each; [`MAX_AUTH_FAILURES`] failed authentications per source
-//! address per minute, after which the address is answered 429 without a check until the
-//! minute ends; a sandbox's own connection slots. No credential appears in a log line or an
-//! answer.
+//! within `HEAD_TIMEOUT` each; past [`MAX_AUTH_FAILURES`] failed authentications from one
+//! source address in a minute, its failures are answered 429 (a valid credential from it is
+//! still served: sandboxes behind one NAT share an address); a sandbox's own connection
+//! slots. No credential appears in a log line or an answer.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -275,11 +275,11 @@ impl Remote {
         }
     }
 
-    /// Whose request `head` from `addr` is, checking its credential in constant time.
+    /// Whose request `head` from `addr` is, checking its credential in constant time. A valid
+    /// credential is served whatever its address's failures (sandboxes behind one provider's
+    /// NAT share an address, and one of them must not lock the others out); past
+    /// [`MAX_AUTH_FAILURES`], a failure is answered 429 instead of 407, and not logged.
     fn authenticate(&self, addr: IpAddr, head: &Head) -> Auth {
-        if self.failures_of(addr) >= MAX_AUTH_FAILURES {
-            return Auth::Limited;
-        }
         let presented = basic_credentials(head);
         let (user, password) = presented
             .as_ref()
@@ -296,6 +296,9 @@ impl Remote {
             _ => {
                 drop(sandboxes);
                 let failures = self.fail(addr);
+                if failures > MAX_AUTH_FAILURES {
+                    return Auth::Limited;
+                }
                 if failures == 1 || failures == MAX_AUTH_FAILURES {
                     tracing::info!(
                         peer = %addr,
@@ -307,13 +310,6 @@ impl Remote {
                 Auth::Refused
             }
         }
-    }
-
-    /// The failed authentications of `addr` in the current window.
-    fn failures_of(&self, addr: IpAddr) -> u32 {
-        let mut failures = lock(&self.failures);
-        failures.roll();
-        failures.counts.get(&addr).copied().unwrap_or(0)
     }
 
     /// Counts a failed authentication of `addr`; returns its count in the window.
@@ -488,10 +484,14 @@ mod tests {
             let refused = connect(addr, &target, &basic("sb-a", "guess")).await;
             assert!(refused.starts_with("HTTP/1.1 407"), "{n}: {refused}");
         }
-        // Even the right credential is not checked for the rest of the window.
-        let limited = connect(addr, &target, &basic("sb-a", "cred-a")).await;
+        // Past the bound, failures are told to wait...
+        let limited = connect(addr, &target, &basic("sb-a", "guess")).await;
         assert!(limited.starts_with("HTTP/1.1 429"), "{limited}");
         assert!(limited.contains("Retry-After: 60"), "{limited}");
+        // ...and the right credential still works: another sandbox behind the same address
+        // must not be locked out by a guesser.
+        let ok = connect(addr, &target, &basic("sb-a", "cred-a")).await;
+        assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
     }
 
     #[tokio::test]
