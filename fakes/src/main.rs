@@ -95,6 +95,10 @@ struct Common {
     /// to this binary].
     #[arg(long)]
     agent_bin: Option<PathBuf>,
+    /// An address on this host every sandbox reaches at its own 127.0.0.1, same port (a
+    /// relay's egress listener, for tests); repeatable. Sandboxes have no other network.
+    #[arg(long = "sandbox-reach", value_name = "ADDR")]
+    sandbox_reach: Vec<SocketAddr>,
 }
 
 impl Common {
@@ -111,7 +115,11 @@ impl Common {
         };
         std::fs::create_dir_all(&self.data_dir)
             .with_context(|| format!("cannot create {}", self.data_dir.display()))?;
-        Ok(Arc::new(Sandboxes::new(self.data_dir.clone(), agent)))
+        Ok(Arc::new(Sandboxes::reaching(
+            self.data_dir.clone(),
+            agent,
+            self.sandbox_reach.clone(),
+        )))
     }
 }
 

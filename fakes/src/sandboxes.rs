@@ -7,8 +7,16 @@
 //!
 //! The fake's binary must call [`tether_relay::provider::local::run_if_sandbox_init`] first
 //! thing: the local provider re-executes it to build each sandbox.
+//!
+//! A sandbox has no network but its loopback, unless the fake was given addresses to reach
+//! (`--sandbox-reach ADDR`, for tests whose sandboxes must reach a relay's egress listener as
+//! a cloud sandbox would): for each, the sandbox's own `127.0.0.1` on that address's port is
+//! a listener the fake opened inside the sandbox's network namespace, relaying every
+//! connection to the address on the fake's host. Nothing else leaves either way.
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -31,6 +39,10 @@ pub struct Sandboxes {
     data_dir: PathBuf,
     provider: LocalProvider,
     live: Mutex<HashMap<String, SandboxHandle>>,
+    /// Addresses on this host every sandbox reaches at its own 127.0.0.1 (`--sandbox-reach`).
+    reach: Vec<SocketAddr>,
+    /// The relays of `reach`, per sandbox, ended when it is deleted.
+    relays: Mutex<HashMap<String, Vec<tokio::task::JoinHandle<()>>>>,
 }
 
 /// Why a port inside a sandbox could not be dialled.
@@ -52,8 +64,14 @@ pub(crate) enum DialError {
 }
 
 impl Sandboxes {
-    /// Sandboxes kept under `data_dir/local/`, running `agent_binary`.
+    /// Sandboxes kept under `data_dir/local/`, running `agent_binary`, without network.
     pub fn new(data_dir: PathBuf, agent_binary: PathBuf) -> Sandboxes {
+        Sandboxes::reaching(data_dir, agent_binary, Vec::new())
+    }
+
+    /// Sandboxes as [`Sandboxes::new`] makes them, each reaching `reach` (addresses on this
+    /// host) at its own 127.0.0.1 on the same ports.
+    pub fn reaching(data_dir: PathBuf, agent_binary: PathBuf, reach: Vec<SocketAddr>) -> Sandboxes {
         let ctx = ProviderContext {
             data_dir: data_dir.clone(),
             agent_binary,
@@ -64,6 +82,8 @@ impl Sandboxes {
             data_dir,
             provider: LocalProvider::new(ctx),
             live: Mutex::new(HashMap::new()),
+            reach,
+            relays: Mutex::new(HashMap::new()),
         }
     }
 
@@ -93,10 +113,44 @@ impl Sandboxes {
             agent_token: token,
             meta: created.meta,
         };
+        if let Err(e) = self.open_reach(id, &handle).await {
+            let _ = self.provider.delete(&handle).await;
+            return Err(e);
+        }
         self.live
             .lock()
             .expect("sandbox table")
             .insert(id.to_string(), handle);
+        Ok(())
+    }
+
+    /// Opens the listeners of `--sandbox-reach` in sandbox `id`'s network namespace and
+    /// starts relaying them.
+    async fn open_reach(&self, id: &str, handle: &SandboxHandle) -> anyhow::Result<()> {
+        if self.reach.is_empty() {
+            return Ok(());
+        }
+        let ns = self
+            .provider
+            .network_namespace(handle)
+            .map_err(|e| anyhow!("sandbox {id}: {e}"))?
+            .ok_or_else(|| anyhow!("sandbox {id} has no network namespace of its own"))?;
+        let ports: Vec<u16> = self.reach.iter().map(SocketAddr::port).collect();
+        let listeners = tokio::task::spawn_blocking(move || {
+            std::thread::spawn(move || listen_in(&ns, &ports))
+                .join()
+                .map_err(|_| anyhow!("the thread entering the sandbox's namespace panicked"))?
+        })
+        .await??;
+        let mut relays = Vec::new();
+        for (listener, target) in listeners.into_iter().zip(self.reach.iter().copied()) {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            relays.push(tokio::spawn(relay_to(listener, target)));
+        }
+        self.relays
+            .lock()
+            .expect("relay table")
+            .insert(id.to_string(), relays);
         Ok(())
     }
 
@@ -177,6 +231,15 @@ impl Sandboxes {
 
     /// Removes the sandbox and everything in it; an unknown id is already gone.
     pub(crate) async fn delete(&self, id: &str) -> Result<(), ProviderError> {
+        for relay in self
+            .relays
+            .lock()
+            .expect("relay table")
+            .remove(id)
+            .unwrap_or_default()
+        {
+            relay.abort();
+        }
         let handle = self.live.lock().expect("sandbox table").remove(id);
         match handle {
             Some(handle) => self.provider.delete(&handle).await,
@@ -186,6 +249,33 @@ impl Sandboxes {
 
     fn handle(&self, id: &str) -> Option<SandboxHandle> {
         self.live.lock().expect("sandbox table").get(id).cloned()
+    }
+}
+
+/// Runs on a thread of its own, which ends in the sandbox's namespace `ns` (never reused):
+/// listens on 127.0.0.1 at each of `ports` there.
+fn listen_in(ns: &std::fs::File, ports: &[u16]) -> anyhow::Result<Vec<std::net::TcpListener>> {
+    nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
+        .context("entering the sandbox's network namespace (the fake must run as root)")?;
+    ports
+        .iter()
+        .map(|port| {
+            let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, *port))
+                .with_context(|| format!("listening on 127.0.0.1:{port} in the sandbox"))?;
+            listener.set_nonblocking(true)?;
+            Ok(listener)
+        })
+        .collect()
+}
+
+/// Relays every connection `listener` (inside a sandbox) accepts to `target` on this host.
+async fn relay_to(listener: tokio::net::TcpListener, target: SocketAddr) {
+    while let Ok((mut inside, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            if let Ok(mut outside) = tokio::net::TcpStream::connect(target).await {
+                let _ = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
+            }
+        });
     }
 }
 

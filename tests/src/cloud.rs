@@ -309,3 +309,40 @@ pub async fn exercise(relay: &Relay, id: &str) {
     );
     let _ = server.signal("TERM", true).await;
 }
+
+impl Relay {
+    /// Starts a relay on a fresh data directory whose `config.toml` holds `settings` (a
+    /// provider's credentials and endpoints, so a [`Relay::restart`] keeps them), with more
+    /// `tether serve` arguments, none of this process's provider variables, and `setup`
+    /// applied to its command (its stderr, its log level; not kept by a restart).
+    pub fn start_with_settings(
+        settings: &str,
+        extra: &[&str],
+        setup: impl FnOnce(&mut Command),
+    ) -> Relay {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("config.toml"), settings).expect("write config.toml");
+        let mut relay = Relay::start_from(&bin("tether"), dir.path(), extra, |cmd| {
+            for (key, _) in std::env::vars() {
+                if ["E2B_", "DAYTONA_", "MODAL_", "DOCKER_"]
+                    .iter()
+                    .any(|p| key.starts_with(p))
+                {
+                    cmd.env_remove(key);
+                }
+            }
+            setup(cmd);
+        });
+        relay._owned_dir = Some(dir);
+        relay
+    }
+}
+
+/// A loopback port nothing listens on now (another process may take it before the caller
+/// does, rarely).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("an ephemeral port")
+        .port()
+}

@@ -54,6 +54,16 @@ pub(super) struct ServeArgs {
     /// carry secrets), besides the system's and the webpki roots.
     #[arg(long, value_name = "PEM")]
     egress_ca_file: Option<PathBuf>,
+    /// The address at which sandboxes that do not run on this host (E2B, Daytona, Modal)
+    /// reach this relay's egress proxy, `http://HOST:PORT` or `https://HOST:PORT` (TLS with
+    /// --tls-cert): with it, such sandboxes may have secrets (--secret), which their HTTP
+    /// clients' requests pick up there. The listener authenticates every request with the
+    /// sandbox's own credential.
+    #[arg(long, value_name = "URL")]
+    egress_url: Option<String>,
+    /// Where the egress listener listens [default: 0.0.0.0 on the port of --egress-url].
+    #[arg(long, value_name = "ADDR", requires = "egress_url")]
+    egress_listen: Option<SocketAddr>,
     /// The Docker or Podman engine's socket for `--provider docker` (`unix:///PATH`)
     /// [default: $DOCKER_HOST, else unix:///var/run/docker.sock].
     #[arg(long, value_name = "URL")]
@@ -91,6 +101,8 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
         egress: EgressConfig {
             hosts_file: args.egress_hosts,
             ca_file: args.egress_ca_file,
+            url: args.egress_url,
+            listen: args.egress_listen,
         },
         docker_host: args.docker_host,
         connections: ConnectionLimits {

@@ -26,6 +26,11 @@ pub(super) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// protocol where the server speaks first (SMTP, SSH banners): those pass after this delay.
 pub(super) const FIRST_BYTES_WAIT: Duration = Duration::from_millis(300);
 
+/// How long an allowed connection may go without a byte moving either way before the proxy
+/// closes it (once it is past its first message): 15 minutes, longer than any keep-alive an
+/// HTTP client or an SSH session with keep-alives leaves between packets.
+pub(super) const TUNNEL_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
 /// How long a connection to an upstream may take, per address tried.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -47,7 +47,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::rustls::server::Acceptor;
 use tokio_rustls::rustls::ClientConfig;
 use tokio_rustls::LazyConfigAcceptor;
@@ -252,15 +252,19 @@ impl Injector {
     /// with `host` as SNI, the placeholders of secrets bound to `host` replaced by their
     /// values. Returns when done (an upgraded connection included).
     ///
-    /// `client` is the sandbox's connection with nothing read from it yet (peeking is fine).
+    /// `client` is the sandbox's connection from its first byte (bytes the proxy read ahead
+    /// included).
     /// A ClientHello naming another host by SNI is refused.
-    pub async fn serve(
+    pub async fn serve<S>(
         &self,
-        client: TcpStream,
+        client: S,
         host: &str,
         port: u16,
         upstream: &[SocketAddr],
-    ) -> Result<(), InjectError> {
+    ) -> Result<(), InjectError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
         let config = self.leaves.server_config(&host)?;
         let handshake = async {

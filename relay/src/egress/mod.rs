@@ -6,10 +6,16 @@
 //! - [`service`]: the relay-wide [`Egress`] that attaches to and detaches from sandboxes.
 //! - Local sandboxes: [`netns`] enters a sandbox's network namespace to set its route and
 //!   `rules` (nftables) and open the relay's sockets there; `dns` answers lookups with fake
-//!   addresses from the sandbox's `pool`; `proxy` serves the redirected and explicit
-//!   connections, reading first bytes with `sniff` and resolving names with `resolve`.
-//! - [`ca`]: the per-sandbox CA of sandboxes with secrets; [`inject`] intercepts TLS to the
-//!   hosts their secrets are bound to and swaps placeholders for values.
+//!   addresses from the sandbox's `pool`.
+//! - Sandboxes elsewhere (cloud sandboxes with secrets): [`route`] is where they reach the
+//!   relay (`--egress-url`), their credential and environment; `remote` is the egress
+//!   listener, which authenticates each request before handing it to the sandbox's proxy;
+//!   [`trust`] installs their CA through their agent.
+//! - Every sandbox: `proxy` serves its connections, reading first bytes ahead with `stream`
+//!   and `sniff`, resolving names with `resolve`, and moving bytes with `tunnel`.
+//! - [`ca`]: the per-sandbox CA of sandboxes with secrets and where sandboxes keep it;
+//!   [`inject`] intercepts TLS to the hosts their secrets are bound to and swaps placeholders
+//!   for values.
 //! - `constants`: every tunable.
 pub mod ca;
 mod constants;
@@ -19,10 +25,15 @@ pub mod netns;
 pub mod policy;
 mod pool;
 mod proxy;
+mod remote;
 mod resolve;
+pub mod route;
 mod rules;
 pub mod secrets;
 pub mod service;
 mod sniff;
+mod stream;
+pub mod trust;
+mod tunnel;
 
 pub use service::{Egress, EgressConfig, EgressError, TrustShelf};

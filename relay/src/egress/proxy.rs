@@ -1,31 +1,36 @@
-//! The egress proxy of one sandbox: the transparent listener (where the rules send TCP to fake
-//! addresses and allowed networks; the original destination comes from `SO_ORIGINAL_DST`) and
-//! the explicit one on 127.0.0.1:3128 (CONNECT and absolute-form HTTP). Both apply the same
-//! policy: a fake address stands for the allowed name it was given to; a TLS server name and
-//! an HTTP `Host` must be allowed too; an address outside a fake one must be in an allowed
-//! network. The proxy resolves names itself and connects from the host; bytes then move with
-//! `copy_bidirectional`. Every refusal is logged with the sandbox, what and why.
+//! The egress proxy of one sandbox: for a local sandbox, the transparent listener (where the
+//! rules send TCP to fake addresses and allowed networks; the original destination comes from
+//! `SO_ORIGINAL_DST`) and the explicit one on 127.0.0.1:3128 (CONNECT and absolute-form HTTP);
+//! for a sandbox elsewhere, the requests [`super::remote`] authenticated as the sandbox's.
+//! All apply the same policy: a fake address stands for the allowed name it was given to; a
+//! TLS server name and an HTTP `Host` must be allowed too; an address outside a fake one must
+//! be in an allowed network. The proxy resolves names itself and connects from the host; bytes
+//! then move through [`super::tunnel`]. Every refusal is logged with the sandbox, what and why.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 
 use nix::sys::socket::{getsockopt, sockopt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::constants::{
-    CONNECT_TIMEOUT, COPY_BUFFER_BYTES, FIRST_BYTES_WAIT, HEAD_TIMEOUT, MAX_HEAD_BYTES,
+    CONNECT_TIMEOUT, FIRST_BYTES_WAIT, HEAD_TIMEOUT, MAX_HEAD_BYTES, TUNNEL_IDLE_TIMEOUT,
 };
 use super::inject::Injector;
 use super::policy::Allowlist;
 use super::pool::{FakePool, FAKE_NETWORK};
 use super::resolve::Resolver;
 use super::sniff::{self, Head, Opening};
+use super::stream::Peeked;
+use super::tunnel;
 
-/// How long to wait between two peeks at a first message that is not complete yet.
-const PEEK_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
+/// A connection the proxy serves: TCP from a local sandbox's namespace, or TLS or TCP from a
+/// sandbox elsewhere.
+pub(super) trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
 
 /// One sandbox's proxy.
 pub(super) struct Proxy {
@@ -33,14 +38,18 @@ pub(super) struct Proxy {
     pub(super) id: String,
     /// What it may reach.
     pub(super) allowlist: Arc<Allowlist>,
-    /// Its fake addresses.
-    pub(super) pool: Arc<FakePool>,
+    /// Its fake addresses (local sandboxes, whose DNS the relay answers).
+    pub(super) pool: Option<Arc<FakePool>>,
     /// How names become addresses.
     pub(super) resolver: Arc<Resolver>,
     /// TLS interception for hosts that carry its secrets, if it has any.
     pub(super) injector: Option<Arc<Injector>>,
-    /// Its connection slots (`MAX_CONNECTIONS`), shared by both listeners.
+    /// Its connection slots (`MAX_CONNECTIONS`), shared by all its listeners.
     pub(super) slots: Arc<Semaphore>,
+    /// Whether its allowed networks are reached from the relay's host. Not for a sandbox
+    /// elsewhere: its `--allow-cidr` networks are its provider's, which it reaches directly
+    /// (they are in its `NO_PROXY`), never the relay host's.
+    pub(super) networks_here: bool,
 }
 
 /// Where a connection is going.
@@ -84,7 +93,13 @@ impl Proxy {
         if transparent {
             self.transparent(conn).await
         } else {
-            self.explicit(conn).await
+            let mut conn = Peeked::new(conn);
+            match read_head(&mut conn).await {
+                Ok(head) => self.request(conn, head).await,
+                Err(why) => {
+                    let _ = respond(&mut conn, 400, &[], &format!("{why}\n")).await;
+                }
+            }
         }
     }
 
@@ -99,7 +114,7 @@ impl Proxy {
         };
         let ip = *dst.ip();
         let dest = if FAKE_NETWORK.contains(&ip) {
-            match self.pool.name_of(ip) {
+            match self.pool.as_ref().and_then(|pool| pool.name_of(ip)) {
                 Some(name) => Dest::Name(name, dst.port()),
                 None => {
                     return self.refuse(&dst.to_string(), "no DNS answer gave out this address")
@@ -110,18 +125,12 @@ impl Proxy {
         } else {
             return self.refuse(&dst.to_string(), "the address is in no allowed network");
         };
-        self.forward(conn, dest).await
+        self.forward(Peeked::new(conn), dest).await
     }
 
-    /// A connection to the explicit proxy: one CONNECT or one absolute-form request.
-    async fn explicit(&self, mut conn: TcpStream) {
-        let head = match read_head(&conn).await {
-            Ok(head) => head,
-            Err(why) => {
-                let _ = respond(&mut conn, 400, &format!("{why}\n")).await;
-                return;
-            }
-        };
+    /// One request to the explicit proxy, whose `head` has been read ahead on `conn`: a
+    /// CONNECT, or an absolute-form request.
+    pub(super) async fn request<S: Io>(&self, mut conn: Peeked<S>, head: Head) {
         let connect = head.method.eq_ignore_ascii_case("CONNECT");
         let authority = if connect {
             Some(head.target.as_str())
@@ -134,6 +143,7 @@ impl Proxy {
             let _ = respond(
                 &mut conn,
                 400,
+                &[],
                 "this is the sandbox's HTTP proxy: send `CONNECT host:port` or an absolute-form \
                  request such as `GET http://host/path`\n",
             )
@@ -144,22 +154,25 @@ impl Proxy {
             (Some(p), _) => p,
             (None, false) => 80,
             (None, true) => {
-                let _ = respond(&mut conn, 400, "CONNECT needs a port: `CONNECT host:443`\n").await;
+                let _ = respond(
+                    &mut conn,
+                    400,
+                    &[],
+                    "CONNECT needs a port: `CONNECT host:443`\n",
+                )
+                .await;
                 return;
             }
         };
         let dest = match self.dest_of_authority(&host, port) {
             Ok(dest) => dest,
             Err(body) => {
-                let _ = respond(&mut conn, 403, &body).await;
+                let _ = respond(&mut conn, 403, &[], &body).await;
                 return;
             }
         };
-        // The head leaves the socket only now, so nothing after it is lost.
-        let mut consumed = vec![0u8; head.len];
-        if conn.read_exact(&mut consumed).await.is_err() {
-            return;
-        }
+        // The head is dropped only now: the proxy answered it, or rewrites it below.
+        conn.consume(head.len);
         if connect {
             if conn
                 .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -170,18 +183,32 @@ impl Proxy {
             }
             return self.forward(conn, dest).await;
         }
-        let Some(mut upstream) = self.connect(&dest, Some(&mut conn)).await else {
-            return;
+        let mut upstream = match self.connect(&dest).await {
+            Ok(upstream) => upstream,
+            Err(why) => {
+                let _ = respond(&mut conn, 502, &[], &format!("tether egress: {why}\n")).await;
+                return;
+            }
         };
         let rewritten = origin_form(&head, &host, port);
         if upstream.write_all(&rewritten).await.is_ok() {
-            let _ = copy(&mut conn, &mut upstream).await;
+            self.tunnel(&mut conn, &mut upstream).await;
         }
     }
 
     /// Where `host:port` of a CONNECT or an absolute URL leads, or the 403 body saying why not.
     fn dest_of_authority(&self, host: &str, port: u16) -> Result<Dest, String> {
         if let Ok(ip) = host.parse::<IpAddr>() {
+            if !self.networks_here {
+                self.refuse(
+                    host,
+                    "an address, through the relay, for a sandbox elsewhere",
+                );
+                return Err(format!(
+                    "tether egress: {host} is an address, and the relay's proxy takes only host                      names from sandbox {}: its allowed networks are reached directly from                      where it runs (NO_PROXY lists them), never from the relay's network.\n",
+                    self.id
+                ));
+            }
             if self.allowlist.allows_addr(ip) && !ip.is_loopback() {
                 return Ok(Dest::Addr(SocketAddr::new(ip, port)));
             }
@@ -209,14 +236,14 @@ impl Proxy {
     }
 
     /// Checks what the client sends first against the policy, then passes the connection on.
-    async fn forward(&self, mut conn: TcpStream, dest: Dest) {
+    async fn forward<S: Io>(&self, mut conn: Peeked<S>, dest: Dest) {
         if let Dest::Name(name, port) = &dest {
             let wait = if matches!(port, 80 | 443) {
                 HEAD_TIMEOUT
             } else {
                 FIRST_BYTES_WAIT
             };
-            match peek_opening(&conn, wait).await {
+            match peek_opening(&mut conn, wait).await {
                 Opening::Tls(Some(sni)) if !self.allowlist.allows_host(&sni) => {
                     return self.refuse(
                         &sni,
@@ -239,21 +266,29 @@ impl Proxy {
                     let host = head.host.as_deref().and_then(sniff::split_authority);
                     if let Some((host, _)) = host.filter(|(h, _)| !self.allowlist.allows_host(h)) {
                         self.refuse(&host, "HTTP Host not on the allowlist");
-                        let _ = respond(&mut conn, 403, &self.denied_body(&host)).await;
+                        let _ = respond(&mut conn, 403, &[], &self.denied_body(&host)).await;
                         return;
                     }
                 }
                 Opening::Incomplete | Opening::Other => {}
             }
         }
-        let Some(mut upstream) = self.connect(&dest, None).await else {
+        let Ok(mut upstream) = self.connect(&dest).await else {
             return;
         };
-        let _ = copy(&mut conn, &mut upstream).await;
+        self.tunnel(&mut conn, &mut upstream).await;
     }
 
-    /// Connects to `dest` from the host; on failure answers 502 on `http` if given.
-    async fn connect(&self, dest: &Dest, http: Option<&mut TcpStream>) -> Option<TcpStream> {
+    /// Moves bytes until both sides are done, or nothing moves for [`TUNNEL_IDLE_TIMEOUT`].
+    async fn tunnel<S: Io>(&self, conn: &mut Peeked<S>, upstream: &mut TcpStream) {
+        if let Err(e) = tunnel::copy(conn, upstream, TUNNEL_IDLE_TIMEOUT).await {
+            tracing::debug!(sandbox = %self.id, "egress: a proxied connection ended: {e}");
+        }
+    }
+
+    /// Connects to `dest` from the host; on failure, what failed (logged, and the body of a
+    /// 502 where the client speaks HTTP to the proxy).
+    async fn connect(&self, dest: &Dest) -> Result<TcpStream, String> {
         let (what, addrs) = match dest {
             Dest::Addr(addr) => (addr.to_string(), vec![*addr]),
             Dest::Name(name, port) => match self.resolver.resolve(name, *port).await {
@@ -269,25 +304,15 @@ impl Proxy {
             match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
                 Ok(Ok(up)) => {
                     let _ = up.set_nodelay(true);
-                    return Some(up);
+                    return Ok(up);
                 }
                 Ok(Err(e)) => last = format!("{addr}: {e}"),
                 Err(_) => last = format!("{addr}: no answer within {CONNECT_TIMEOUT:?}"),
             }
         }
         tracing::info!(sandbox = %self.id, dest = %what, "egress: cannot connect: {last}");
-        if let Some(conn) = http {
-            let body = format!("tether egress: cannot connect to {what}: {last}\n");
-            let _ = respond(conn, 502, &body).await;
-        }
-        None
+        Err(format!("cannot connect to {what}: {last}"))
     }
-}
-
-/// Moves bytes both ways until both sides are done.
-async fn copy(conn: &mut TcpStream, upstream: &mut TcpStream) -> std::io::Result<(u64, u64)> {
-    tokio::io::copy_bidirectional_with_sizes(conn, upstream, COPY_BUFFER_BYTES, COPY_BUFFER_BYTES)
-        .await
 }
 
 /// Where a redirected connection was going (IPv4: the rules redirect only IPv4).
@@ -300,23 +325,23 @@ fn original_destination(conn: &TcpStream) -> Option<SocketAddrV4> {
 }
 
 /// What the client sends first, waiting up to `wait` for its first bytes and `HEAD_TIMEOUT`
-/// for the rest of its first message. Nothing is consumed.
-async fn peek_opening(conn: &TcpStream, wait: std::time::Duration) -> Opening {
-    let mut buf = vec![0u8; MAX_HEAD_BYTES];
-    if tokio::time::timeout(wait, conn.readable()).await.is_err() {
-        return Opening::Other;
+/// for the rest of its first message. What is read stays ahead on `conn`, to be forwarded.
+async fn peek_opening<S: Io>(conn: &mut Peeked<S>, wait: std::time::Duration) -> Opening {
+    if conn.ahead().is_empty() {
+        match tokio::time::timeout(wait, conn.fill(MAX_HEAD_BYTES)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Opening::Other,
+        }
     }
     let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
     loop {
-        let n = match tokio::time::timeout_at(deadline, conn.peek(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => n,
-            _ => return Opening::Other,
-        };
-        match sniff::opening(&buf[..n]) {
-            // Peeking returns at once while any byte is waiting, so a first message split
-            // over several segments is polled for, briefly, until it is whole.
-            Opening::Incomplete if n < buf.len() && tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(PEEK_RETRY).await
+        match sniff::opening(conn.ahead()) {
+            // A first message split over several segments: read on until it is whole.
+            Opening::Incomplete if conn.ahead().len() < MAX_HEAD_BYTES => {
+                match tokio::time::timeout_at(deadline, conn.fill(MAX_HEAD_BYTES)).await {
+                    Ok(Ok(n)) if n > 0 => {}
+                    _ => return Opening::Other,
+                }
             }
             Opening::Incomplete => return Opening::Other,
             found => return found,
@@ -324,25 +349,28 @@ async fn peek_opening(conn: &TcpStream, wait: std::time::Duration) -> Opening {
     }
 }
 
-/// The request head at the start of `conn`, without consuming it.
-async fn read_head(conn: &TcpStream) -> Result<Head, String> {
-    let mut buf = vec![0u8; MAX_HEAD_BYTES];
+/// Reads the request head at the start of `conn` ahead (it stays there, unconsumed), within
+/// `HEAD_TIMEOUT`; or why there is none, as a sentence for a 400.
+pub(super) async fn read_head<S: Io>(conn: &mut Peeked<S>) -> Result<Head, String> {
     let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
     loop {
-        let n = match tokio::time::timeout_at(deadline, conn.peek(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => n,
-            Ok(_) => return Err("the connection closed before a request".into()),
-            Err(_) => return Err(format!("no complete request head within {HEAD_TIMEOUT:?}")),
-        };
-        match sniff::head(&buf[..n]) {
-            Ok(Some(head)) => return Ok(head),
-            Ok(None) if n < buf.len() => tokio::time::sleep(PEEK_RETRY).await,
-            Ok(None) => {
-                return Err(format!(
-                    "the request head is larger than {MAX_HEAD_BYTES} bytes"
-                ))
+        if !conn.ahead().is_empty() {
+            match sniff::head(conn.ahead()) {
+                Ok(Some(head)) => return Ok(head),
+                Ok(None) if conn.ahead().len() < MAX_HEAD_BYTES => {}
+                Ok(None) => {
+                    return Err(format!(
+                        "the request head is larger than {MAX_HEAD_BYTES} bytes"
+                    ))
+                }
+                Err(e) => return Err(format!("not an HTTP request ({e})")),
             }
-            Err(e) => return Err(format!("not an HTTP request ({e})")),
+        }
+        match tokio::time::timeout_at(deadline, conn.fill(MAX_HEAD_BYTES)).await {
+            Ok(Ok(0)) => return Err("the connection closed before a request".into()),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(format!("the connection failed: {e}")),
+            Err(_) => return Err(format!("no complete request head within {HEAD_TIMEOUT:?}")),
         }
     }
 }
@@ -389,18 +417,31 @@ fn origin_form(head: &Head, host: &str, port: u16) -> Vec<u8> {
     out
 }
 
-/// Answers a short plain-text response and closes.
-async fn respond(conn: &mut TcpStream, status: u16, body: &str) -> std::io::Result<()> {
+/// Answers a short plain-text response with `headers` (name, value) besides the framing, and
+/// closes.
+pub(super) async fn respond<S: AsyncWrite + Unpin>(
+    conn: &mut S,
+    status: u16,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<()> {
     let reason = match status {
         400 => "Bad Request",
         403 => "Forbidden",
+        407 => "Proxy Authentication Required",
+        429 => "Too Many Requests",
+        503 => "Service Unavailable",
         _ => "Bad Gateway",
     };
-    let text = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+    let mut text = format!("HTTP/1.1 {status} {reason}\r\n");
+    for (name, value) in headers {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    text.push_str(&format!(
+        "Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
         body.len()
-    );
+    ));
     conn.write_all(text.as_bytes()).await?;
     conn.shutdown().await
 }

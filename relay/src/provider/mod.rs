@@ -184,6 +184,17 @@ pub trait Provider: Send + Sync + 'static {
     }
     /// Opens a new, authenticated WebSocket to the sandbox's agent.
     async fn connect(&self, sandbox: &SandboxHandle) -> Result<AgentSocket, ProviderError>;
+    /// What the native allowlist of a sandbox of this provider created from `spec` must also
+    /// hold for it to reach the relay's egress listener at `url` (`tether serve --egress-url`),
+    /// through which its secrets go; or why this provider's egress controls cannot hold it.
+    /// By default the URL's host, by name or by address as the URL gives it.
+    fn relay_egress_entry(
+        &self,
+        _spec: &SandboxSpec,
+        url: &crate::egress::route::EgressUrl,
+    ) -> Result<crate::egress::route::RelayEntry, ProviderError> {
+        Ok(crate::egress::route::RelayEntry::of(url))
+    }
     /// What a sandbox created from `spec` may reach, who enforces it and which guarantees hold
     /// (`tether info`). By default the relay's own: a provider whose sandboxes the relay does
     /// not fence in itself states its own controls.

@@ -53,7 +53,7 @@ pub fn info(spec: &SandboxSpec, enforced_by: &str, guarantees: Guarantees) -> Ne
 /// What the relay guarantees where it enforces the network itself (local sandboxes: their own
 /// network namespace, and for an allowlist the relay's DNS and egress proxy).
 pub fn relay_enforced(spec: &SandboxSpec) -> NetworkInfo {
-    let guarantees = match spec.network {
+    let mut guarantees = match spec.network {
         NetworkPolicy::None => {
             Guarantees::new(&["no network: the sandbox has its own loopback only"], &[])
         }
@@ -74,6 +74,13 @@ pub fn relay_enforced(spec: &SandboxSpec) -> NetworkInfo {
             &[],
         ),
     };
+    if spec.network == NetworkPolicy::Allowlist && !spec.egress.allow_cidrs.is_empty() {
+        guarantees.not.push(
+            "UDP to the allowed networks: they are reached over TCP only, and UDP to them is \
+             refused like UDP anywhere (DNS is the relay's)"
+                .to_string(),
+        );
+    }
     info(spec, RELAY, guarantees)
 }
 
@@ -103,5 +110,24 @@ mod tests {
         assert!(json.contains("OPENAI_API_KEY") && json.contains("api.openai.com"));
         assert_eq!(info.enforced_by, "relay");
         assert!(info.guarantees.iter().any(|g| g.contains("DNS")));
+        assert!(info.not_guaranteed.is_empty(), "{:?}", info.not_guaranteed);
+    }
+
+    #[test]
+    fn allowed_networks_say_udp_does_not_reach_them() {
+        let spec = SandboxSpec {
+            network: NetworkPolicy::Allowlist,
+            egress: EgressSpec {
+                allow_hosts: vec![],
+                allow_cidrs: vec!["10.1.0.0/16".into()],
+            },
+            ..SandboxSpec::default()
+        };
+        let info = relay_enforced(&spec);
+        assert!(
+            info.not_guaranteed.iter().any(|n| n.starts_with("UDP")),
+            "{:?}",
+            info.not_guaranteed
+        );
     }
 }

@@ -204,6 +204,10 @@ async fn start_serving(
     // Before any request is served: no create runs while recovery reads the journal.
     recovery::run(&relay).await;
     sandboxes::reattach_egress(&relay).await;
+    relay
+        .egress
+        .listen(tls.clone(), relay.shutdown.clone())
+        .await?;
     let listener = admission::Admitting::new(listener, fds.clone());
     let app = routes::router(relay.clone()).layer(axum::middleware::from_fn_with_state(
         fds,

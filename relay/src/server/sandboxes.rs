@@ -16,6 +16,7 @@ use super::policy::check_lifetime;
 use super::routes::JsonBody;
 use super::state::{now_ms, Relay};
 use crate::egress::policy::{Allowlist, BoundSecret};
+use crate::egress::route::{self, RelayEntry, PROXY_VARIABLES};
 use crate::egress::secrets;
 use crate::provider::{NetworkPolicy, Provider, ProviderError, SandboxSpec, SandboxState};
 use crate::store::{millis, state_name, PendingCreate, SandboxId, SandboxRecord, Tenant};
@@ -202,7 +203,16 @@ async fn create_new(
             return Err(e);
         }
     };
-    let created = match provider.create(id.as_str(), &agent_token, &spec).await {
+    // A sandbox elsewhere whose secrets go through the egress listener: the provider sees the
+    // route (proxy variables, the listener in its allowlist), not the secrets.
+    let routed = egress
+        .as_ref()
+        .and_then(|plan| routed_spec(relay, &spec, &id, &agent_token, plan));
+    let provider_spec = routed.as_ref().unwrap_or(&spec);
+    let created = match provider
+        .create(id.as_str(), &agent_token, provider_spec)
+        .await
+    {
         Ok(created) => created,
         Err(e) => {
             if egress.is_some() {
@@ -237,9 +247,7 @@ async fn create_new(
     // Nothing inside may run unconfined: the proxy is attached before anyone can reach the
     // sandbox, and a sandbox it cannot attach to is taken down.
     let attached = match egress {
-        Some((allowlist, secrets)) => {
-            attach_egress(relay, &*provider, &sandbox, allowlist, secrets).await
-        }
+        Some(plan) => attach_egress(relay, &*provider, &sandbox, plan).await,
         None => Ok(()),
     };
     let recorded = match attached {
@@ -278,24 +286,54 @@ async fn abandon_create(relay: &Relay, id: &SandboxId) {
     }
 }
 
+/// What [`prepare_egress`] set up for a sandbox with an allowlist, for [`attach_egress`].
+struct EgressPlan {
+    /// What it may reach.
+    allowlist: Allowlist,
+    /// Its secrets, bound.
+    secrets: Vec<BoundSecret>,
+    /// For a sandbox elsewhere whose secrets go through the relay's egress listener: what its
+    /// provider's allowlist must also hold to reach the listener.
+    route: Option<RelayEntry>,
+}
+
 /// For a sandbox with an allowlist, before its provider creates it: checks the relay can serve
-/// it, binds its secrets (their placeholders go into `spec.env`) and makes its CA. Returns its
-/// allowlist and secrets, for [`attach_egress`].
+/// it, binds its secrets (their placeholders go into `spec.env`) and makes its CA. `None` for
+/// a sandbox elsewhere without secrets, which its provider's egress controls alone serve.
 async fn prepare_egress(
     relay: &Relay,
     provider: &dyn Provider,
     tenant: &Tenant,
     id: &SandboxId,
     spec: &mut SandboxSpec,
-) -> Result<Option<(Allowlist, Vec<BoundSecret>)>, ApiError> {
+) -> Result<Option<EgressPlan>, ApiError> {
     let Some(allowlist) = Allowlist::from_spec(spec).map_err(ApiError::Invalid)? else {
         return Ok(None);
     };
-    // A cloud provider enforces the allowlist with its own egress controls, and refuses at
-    // create what it cannot express (secrets among it): the relay's proxy is for local ones.
-    if !provider.runs_here() {
+    let route = if provider.runs_here() {
+        check_local_egress(&allowlist)?;
+        None
+    } else if spec.secrets.is_empty() {
+        // A cloud provider enforces the allowlist with its own egress controls, and refuses
+        // at create what it cannot express.
         return Ok(None);
+    } else {
+        Some(check_route(relay, provider, id, spec)?)
+    };
+    let secrets = secrets::bind(&relay.registry, tenant, id, spec).await?;
+    if let Err(e) = relay.egress.prepare(id, &secrets).await {
+        let _ = secrets::unbind(&relay.registry, id).await;
+        return Err(ApiError::Internal(e.to_string()));
     }
+    Ok(Some(EgressPlan {
+        allowlist,
+        secrets,
+        route,
+    }))
+}
+
+/// Whether the relay can fence in a local sandbox with `allowlist`.
+fn check_local_egress(allowlist: &Allowlist) -> Result<(), ApiError> {
     if let Some(net) = allowlist
         .networks
         .iter()
@@ -315,16 +353,116 @@ async fn prepare_egress(
                 .into(),
         ));
     }
-    let secrets = secrets::bind(&relay.registry, tenant, id, spec).await?;
-    if let Err(e) = relay.egress.prepare(id, &secrets).await {
-        let _ = secrets::unbind(&relay.registry, id).await;
-        return Err(ApiError::Internal(e.to_string()));
-    }
-    Ok(Some((allowlist, secrets)))
+    Ok(())
 }
 
-/// Attaches the egress proxy to a sandbox just created.
+/// For a sandbox elsewhere with secrets: whether the relay has an egress listener it can
+/// reach, and what its provider's allowlist must hold for that.
+fn check_route(
+    relay: &Relay,
+    provider: &dyn Provider,
+    id: &SandboxId,
+    spec: &SandboxSpec,
+) -> Result<RelayEntry, ApiError> {
+    let name = provider.name();
+    let Some(url) = relay.egress.url() else {
+        let names: Vec<&str> = spec.secrets.iter().map(|s| s.name.as_str()).collect();
+        return Err(ApiError::Invalid(format!(
+            "a sandbox on {name} gets secrets ({}) through the relay's egress proxy, and this \
+             relay has no address at which sandboxes elsewhere can reach it: start it with \
+             --egress-url URL (e.g. --egress-url https://relay.example.com; the README's \
+             \"Secrets on cloud sandboxes\" says more), create the sandbox with --provider \
+             local, or leave --secret out",
+            names.join(", ")
+        )));
+    };
+    if let Some(var) = PROXY_VARIABLES.iter().find(|v| spec.env.contains_key(**v)) {
+        return Err(ApiError::Invalid(format!(
+            "{var} is set by the relay in a sandbox on {name} with secrets (its HTTP clients \
+             reach the relay's egress proxy with it); drop --env {var}"
+        )));
+    }
+    provider
+        .relay_egress_entry(spec, url)
+        .map_err(|e| ApiError::provider(name, Some(id), e))
+}
+
+/// The spec a sandbox elsewhere is created from at its provider, when `plan` routes it: `spec`
+/// with its secrets taken out (their placeholders stay in its environment), the proxy
+/// variables and CA paths added to its environment, and the egress listener to its allowlist.
+fn routed_spec(
+    relay: &Relay,
+    spec: &SandboxSpec,
+    id: &SandboxId,
+    agent_token: &str,
+    plan: &EgressPlan,
+) -> Option<SandboxSpec> {
+    let entry = plan.route.as_ref()?;
+    let url = relay.egress.url()?;
+    let mut routed = spec.clone();
+    routed.secrets.clear();
+    entry.add_to(&mut routed.egress);
+    let credential = route::credential(agent_token, id.as_str());
+    let networks = &plan.allowlist.networks;
+    for (name, value) in route::environment(url, id.as_str(), &credential, networks) {
+        routed.env.insert(name.to_string(), value);
+    }
+    Some(routed)
+}
+
+/// Attaches the egress proxy to a sandbox just created: a local sandbox's network namespace,
+/// or, for a sandbox elsewhere, its CA installed through its agent and its place on the
+/// egress listener.
 async fn attach_egress(
+    relay: &Relay,
+    provider: &dyn Provider,
+    sandbox: &SandboxRecord,
+    plan: EgressPlan,
+) -> Result<(), ApiError> {
+    if plan.route.is_none() {
+        return attach_local(relay, provider, sandbox, plan.allowlist, plan.secrets).await;
+    }
+    let unavailable = |e: crate::egress::EgressError| ApiError::Unavailable(e.to_string());
+    let ca = match relay.egress.take_trust(&sandbox.id) {
+        Some(ca) => ca,
+        None => relay
+            .registry
+            .egress_ca(&sandbox.id)
+            .await?
+            .map(|ca| ca.cert_pem)
+            .ok_or_else(|| unavailable(crate::egress::EgressError::NoCa(sandbox.id.to_string())))?,
+    };
+    let agent = provider
+        .connect(&sandbox.handle())
+        .await
+        .map_err(|e| ApiError::provider(provider.name(), Some(&sandbox.id), e))?;
+    let session = tether_client::Session::handshake(agent)
+        .await
+        .map_err(|e| {
+            ApiError::Provider(format!(
+                "the agent of sandbox {} did not answer, so its egress CA cannot be installed: {e}",
+                sandbox.id
+            ))
+        })?;
+    relay
+        .egress
+        .install_trust(&sandbox.id, &session, &ca)
+        .await
+        .map_err(unavailable)?;
+    relay
+        .egress
+        .attach_remote(
+            &sandbox.id,
+            &sandbox.agent_token,
+            plan.allowlist,
+            plan.secrets,
+        )
+        .await
+        .map_err(unavailable)
+}
+
+/// Attaches the egress proxy to a local sandbox's network namespace.
+async fn attach_local(
     relay: &Relay,
     provider: &dyn Provider,
     sandbox: &SandboxRecord,
@@ -356,9 +494,12 @@ async fn undo_egress(relay: &Relay, id: &SandboxId) {
     }
 }
 
-/// At relay start: attaches the egress proxy again to every running sandbox with an
-/// allowlist, with its secrets and CA from the registry. Failures are logged; such a sandbox
-/// stays cut off (its rules refuse everything), never open.
+/// At relay start: forgets the egress state of sandboxes the registry no longer has (deleted
+/// while the relay was down), then attaches the egress proxy again to every running sandbox
+/// with an allowlist that the relay serves, with its secrets and CA from the registry: local
+/// ones, and ones elsewhere with secrets (their CA is installed already). Failures are
+/// logged; a local sandbox stays cut off (its rules refuse everything), never open, and a
+/// sandbox elsewhere gets no secret into its requests.
 pub(super) async fn reattach_egress(relay: &Relay) {
     let all = match relay.registry.all().await {
         Ok(all) => all,
@@ -367,6 +508,12 @@ pub(super) async fn reattach_egress(relay: &Relay) {
             return;
         }
     };
+    let known: std::collections::HashSet<String> =
+        all.iter().map(|s| s.id.as_str().to_string()).collect();
+    let swept = relay.egress.sweep(&known);
+    if swept > 0 {
+        tracing::info!("removed the egress state of {swept} sandboxes that no longer exist");
+    }
     for sandbox in all {
         if sandbox.spec.network != NetworkPolicy::Allowlist
             || matches!(sandbox.state, SandboxState::Gone | SandboxState::Dead)
@@ -376,12 +523,23 @@ pub(super) async fn reattach_egress(relay: &Relay) {
         let Ok(provider) = relay.provider_of(&sandbox) else {
             continue;
         };
+        if !provider.runs_here() && sandbox.spec.secrets.is_empty() {
+            continue;
+        }
         let result = async {
             let allowlist = Allowlist::from_spec(&sandbox.spec)
                 .map_err(ApiError::Invalid)?
                 .unwrap_or_default();
             let secrets = secrets::load(&relay.registry, &sandbox.id).await?;
-            attach_egress(relay, &*provider, &sandbox, allowlist, secrets).await
+            if provider.runs_here() {
+                attach_local(relay, &*provider, &sandbox, allowlist, secrets).await
+            } else {
+                relay
+                    .egress
+                    .attach_remote(&sandbox.id, &sandbox.agent_token, allowlist, secrets)
+                    .await
+                    .map_err(|e| ApiError::Unavailable(e.to_string()))
+            }
         }
         .await;
         if let Err(e) = result {

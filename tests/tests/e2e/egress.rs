@@ -37,14 +37,14 @@ const POLL: Duration = Duration::from_millis(20);
 static UPSTREAMS: AtomicU32 = AtomicU32::new(0);
 
 /// A network namespace with the upstream servers, removed on drop.
-struct Upstream {
+pub(crate) struct Upstream {
     ns: String,
     /// The upstream's address.
-    addr: Ipv4Addr,
+    pub(crate) addr: Ipv4Addr,
     child: Child,
-    dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
     /// The CA that signed the HTTPS server's certificate (PEM).
-    ca_pem: String,
+    pub(crate) ca_pem: String,
 }
 
 fn run(program: &str, args: &[&str]) {
@@ -57,7 +57,7 @@ fn run(program: &str, args: &[&str]) {
 }
 
 impl Upstream {
-    fn start() -> Upstream {
+    pub(crate) fn start() -> Upstream {
         let n = (std::process::id() * 31 + UPSTREAMS.fetch_add(1, Ordering::SeqCst)) % 16_384;
         let base = u32::from(Ipv4Addr::new(10, 128, 0, 0)) + n * 4;
         let (host, addr) = (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2));
@@ -126,7 +126,7 @@ impl Upstream {
     }
 
     /// A hosts(5) file naming the upstream for every test name.
-    fn hosts_file(&self) -> PathBuf {
+    pub(crate) fn hosts_file(&self) -> PathBuf {
         let path = self.dir.path().join("hosts");
         std::fs::write(&path, format!("{} {}\n", self.addr, NAMES.join(" "))).unwrap();
         path
@@ -227,14 +227,14 @@ fn relay_for(upstream: &Upstream) -> Relay {
 }
 
 /// Runs `script` in sandbox `id`; panics with its output unless it succeeds.
-fn ok(relay: &Relay, id: &str, script: &str) -> String {
+pub(crate) fn ok(relay: &Relay, id: &str, script: &str) -> String {
     let out = relay.sh(id, script);
     assert!(out.status.success(), "`{script}` failed: {}", text(&out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Runs `script` in sandbox `id`; panics unless it fails.
-fn fails(relay: &Relay, id: &str, script: &str) -> String {
+pub(crate) fn fails(relay: &Relay, id: &str, script: &str) -> String {
     let out = relay.sh(id, script);
     assert!(
         !out.status.success(),
@@ -244,7 +244,7 @@ fn fails(relay: &Relay, id: &str, script: &str) -> String {
     text(&out)
 }
 
-fn text(out: &Output) -> String {
+pub(crate) fn text(out: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -253,7 +253,7 @@ fn text(out: &Output) -> String {
 }
 
 /// Writes the upstream's CA into the sandbox at /tmp/upstream-ca.pem.
-fn trust_upstream(relay: &Relay, id: &str, upstream: &Upstream) {
+pub(crate) fn trust_upstream(relay: &Relay, id: &str, upstream: &Upstream) {
     ok(
         relay,
         id,
@@ -494,6 +494,17 @@ fn a_secret_reaches_its_host_only_and_is_nowhere_inside() {
     );
     assert!(echoed.contains(&format!("Bearer {VALUE}")), "{echoed}");
     assert!(!echoed.contains(&placeholder), "{echoed}");
+    // The same through the explicit proxy inside (CONNECT to 127.0.0.1:3128).
+    let connected = ok(
+        &relay,
+        &id,
+        "curl -sSf -x http://127.0.0.1:3128 -H \"Authorization: Bearer $TEST_API_KEY\" \
+         https://api.allowed.test/echo",
+    );
+    assert!(
+        connected.contains(&format!("Bearer {VALUE}")),
+        "{connected}"
+    );
 
     // Another allowed host gets the placeholder as sent (and is not intercepted: the
     // upstream's own certificate is what the sandbox sees).
@@ -533,4 +544,55 @@ fn a_secret_reaches_its_host_only_and_is_nowhere_inside() {
         "cat /etc/tether/egress-ca.pem; echo $SSL_CERT_FILE",
     );
     assert!(ca.contains("BEGIN CERTIFICATE") && ca.ends_with("/etc/tether/ca-bundle.pem\n"));
+}
+
+#[test]
+fn a_sandbox_of_an_oci_image_trusts_its_ca_through_the_images_own_bundle() {
+    const VALUE: &str = "sk-oci-value-7c3e1a9b";
+    let upstream = Upstream::start();
+    let relay = relay_for(&upstream);
+    let dir = tempfile::tempdir().unwrap();
+    let root = crate::egress_cloud::curl_rootfs(dir.path());
+    let layout = dir.path().join("image");
+    tether_e2e::images::build(&root, &layout, &[]);
+    let image = format!("oci:{}", layout.display());
+    let out = relay
+        .tether()
+        .env("TEST_API_KEY", VALUE)
+        .args(["create", "--image", &image])
+        .args(["--secret", "TEST_API_KEY@api.allowed.test"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+
+    // The image's system bundle now holds its own certificates and the sandbox's CA...
+    let ca = ok(&relay, &id, "cat /etc/tether/egress-ca.pem");
+    let bundle = ok(&relay, &id, "cat /etc/ssl/certs/ca-certificates.crt");
+    let image_certs = std::fs::read_to_string(root.join("etc/ssl/certs/ca-certificates.crt"))
+        .unwrap()
+        .matches("BEGIN CERTIFICATE")
+        .count();
+    assert!(bundle.ends_with(&ca), "the bundle does not end with the CA");
+    assert_eq!(bundle.matches("BEGIN CERTIFICATE").count(), image_certs + 1);
+    // ...so a client that knows nothing of the variables trusts the interception, both
+    // through the transparent route and through the explicit proxy.
+    for proxy in ["", "-x http://127.0.0.1:3128"] {
+        let echoed = ok(
+            &relay,
+            &id,
+            &format!(
+                "env -u SSL_CERT_FILE -u CURL_CA_BUNDLE -u REQUESTS_CA_BUNDLE curl -sSf {proxy} \
+                 -H \"Authorization: Bearer $TEST_API_KEY\" https://api.allowed.test/echo"
+            ),
+        );
+        assert!(
+            echoed.contains(&format!("Bearer {VALUE}")),
+            "{proxy}: {echoed}"
+        );
+    }
+    // The bundle is read-only inside, and no key came with it.
+    fails(&relay, &id, "echo x >> /etc/ssl/certs/ca-certificates.crt");
+    let keys = relay.sh(&id, "grep -rl 'PRIVATE [K]EY' /etc /tmp /root");
+    assert_eq!(String::from_utf8_lossy(&keys.stdout), "", "a key inside");
 }

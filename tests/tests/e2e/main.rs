@@ -15,6 +15,7 @@ mod chaos;
 mod cli;
 mod dev;
 mod egress;
+mod egress_cloud;
 mod escape;
 mod exact;
 mod faults;

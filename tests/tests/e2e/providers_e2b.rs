@@ -264,8 +264,9 @@ async fn e2b_allowlists_reach_e2b_and_secrets_are_refused() {
     assert_eq!(network["enforced_by"], "e2b", "{network}");
     tether(&relay, &["rm", &id]);
 
-    // A secret needs the relay's proxy, which an E2B sandbox does not pass through: refused,
-    // naming the provider, before anything is created and without the value in the message.
+    // A secret needs the relay's proxy, which an E2B sandbox reaches only through an egress
+    // listener this relay lacks: refused, naming the flag, before anything is created and
+    // without the value in the message.
     let out = relay
         .tether()
         .env("OPENAI_API_KEY", "sk-e2b-never-sent")
@@ -283,7 +284,7 @@ async fn e2b_allowlists_reach_e2b_and_secrets_are_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(
-        err.contains("E2B cannot carry secrets (OPENAI_API_KEY)"),
+        err.contains("gets secrets (OPENAI_API_KEY)") && err.contains("--egress-url"),
         "{err}"
     );
     assert!(!err.contains("sk-e2b-never-sent"), "{err}");

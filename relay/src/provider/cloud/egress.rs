@@ -1,9 +1,15 @@
 //! An allowlist (`"network": "allowlist"`) on a cloud provider: each provider maps it to its own
-//! egress controls, in its `egress` module; what they share is here. A cloud sandbox's traffic
-//! does not pass the relay, so secrets (which the relay's egress proxy puts in requests) are
-//! refused, as is anything a provider cannot express: nothing is silently widened or dropped.
+//! egress controls, in its `egress` module; what they share is here. Anything a provider
+//! cannot express is refused: nothing is silently widened or dropped.
+//!
+//! A cloud sandbox's traffic does not pass the relay unless it is sent there: a sandbox with
+//! secrets gets the relay's egress listener (`tether serve --egress-url`) as its HTTP proxy,
+//! and the relay adds the listener's address to its allowlist before the provider sees the
+//! spec (whose secrets it has by then taken out). A spec that still carries secrets here had
+//! no such route, and is refused.
 
 use crate::egress::policy::Allowlist;
+use crate::provider::network::Guarantees;
 use crate::provider::{NetworkPolicy, ProviderError, SandboxSpec};
 
 /// The allowlist of `spec` for `provider` (its display name), `None` when the spec has
@@ -15,9 +21,11 @@ pub(crate) fn allowlist(
     if !spec.secrets.is_empty() {
         let names: Vec<&str> = spec.secrets.iter().map(|s| s.name.as_str()).collect();
         return Err(ProviderError::InvalidSpec(format!(
-            "{provider} cannot carry secrets ({}): a secret's value is put into requests by the \
-             relay's egress proxy, and a {provider} sandbox's traffic does not pass the relay. \
-             Create the sandbox with --provider local to use secrets, or leave --secret out",
+            "{provider} cannot carry secrets ({}) without a route to the relay: a secret's \
+             value is put into requests by the relay's egress proxy, which a {provider} sandbox \
+             reaches only when the relay is started with --egress-url (the address at which \
+             sandboxes reach it). Start the relay with --egress-url, create the sandbox with \
+             --provider local, or leave --secret out",
             names.join(", ")
         )));
     }
@@ -25,6 +33,42 @@ pub(crate) fn allowlist(
         return Ok(None);
     }
     Allowlist::from_spec(spec).map_err(ProviderError::InvalidSpec)
+}
+
+/// Adds what holds of the secrets of a sandbox of `provider` created from `spec` to
+/// `guarantees`: nothing without secrets; with them, what the relay's egress proxy does for
+/// the requests sent through it, and what it cannot do for the rest.
+pub(crate) fn secrets_guarantees(provider: &str, spec: &SandboxSpec, guarantees: &mut Guarantees) {
+    if spec.secrets.is_empty() {
+        return;
+    }
+    guarantees.holds.extend([
+        "secrets never enter the sandbox: it holds placeholders, and the relay's egress proxy \
+         (its HTTPS_PROXY, with a credential of this sandbox's own) puts the values into HTTPS \
+         requests to each secret's own hosts only"
+            .to_string(),
+        "requests sent through the relay's proxy reach allowed names only, checked by the \
+         relay (TLS SNI and HTTP Host, names resolved by the relay)"
+            .to_string(),
+    ]);
+    guarantees.not.extend([
+        format!(
+            "traffic that ignores the proxy variables (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY) goes \
+             direct, subject only to {provider}'s allowlist, and carries placeholders, never \
+             values"
+        ),
+        format!(
+            "{provider}'s allowlist is not narrowed to the relay: it holds the allowed names \
+             and networks, and the relay's egress address besides"
+        ),
+        "the proxy credential is in the sandbox's environment: code inside can hand it out, \
+         and whoever holds it can use the relay's proxy as this sandbox (its allowlist, its \
+         secrets) until the sandbox is deleted"
+            .to_string(),
+        "requests through the relay's proxy leave from the relay's host, not from the \
+         sandbox's network"
+            .to_string(),
+    ]);
 }
 
 /// The refusal of something `provider` cannot express, saying what to do instead.
@@ -55,7 +99,33 @@ mod tests {
             err.contains("Modal cannot carry secrets (OPENAI_API_KEY)"),
             "{err}"
         );
+        assert!(err.contains("--egress-url"), "{err}");
         assert!(err.contains("--provider local"), "{err}");
+    }
+
+    #[test]
+    fn secrets_state_what_the_relay_does_and_what_goes_around_it() {
+        let mut none = Guarantees::default();
+        secrets_guarantees("E2B", &SandboxSpec::default(), &mut none);
+        assert_eq!(none, Guarantees::default());
+        let spec = SandboxSpec {
+            network: NetworkPolicy::Allowlist,
+            secrets: vec![SecretSpec {
+                name: "KEY".into(),
+                hosts: vec!["api.test".into()],
+                value: None,
+            }],
+            ..SandboxSpec::default()
+        };
+        let mut some = Guarantees::default();
+        secrets_guarantees("E2B", &spec, &mut some);
+        assert!(some.holds.iter().any(|g| g.contains("never enter")));
+        assert!(some
+            .not
+            .iter()
+            .any(|g| g.contains("goes direct") && g.contains("E2B's allowlist")));
+        assert!(some.not.iter().any(|g| g.contains("not narrowed")));
+        assert!(some.not.iter().any(|g| g.contains("credential")));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 use ipnet::IpNet;
 
+use crate::egress::route::{EgressUrl, RelayEntry, RouteHost};
 use crate::provider::cloud::egress::{self, refuse};
 use crate::provider::network::{self, Guarantees};
 use crate::provider::{NetworkInfo, NetworkPolicy, ProviderError, SandboxSpec};
@@ -121,12 +122,37 @@ pub(super) fn is_daytona_domain(name: &str) -> bool {
         && tld.bytes().all(|c| c.is_ascii_alphabetic())
 }
 
+/// What Daytona's lists must also hold for a sandbox created from `spec` to reach the relay's
+/// egress listener at `url`. Its secrets are bound to names, which go in `domainAllowList`,
+/// and Daytona takes names or networks for a sandbox, not both: so the relay must be named.
+pub(super) fn relay_entry(
+    spec: &SandboxSpec,
+    url: &EgressUrl,
+) -> Result<RelayEntry, ProviderError> {
+    match &url.host {
+        RouteHost::Addr(addr)
+            if !spec.secrets.is_empty() || !spec.egress.allow_hosts.is_empty() =>
+        {
+            Err(refuse(
+                DAYTONA,
+                &format!(
+                    "the relay's egress address {addr} beside the host names this sandbox \
+                     allows and binds secrets to (its networkAllowList and domainAllowList \
+                     exclude each other)"
+                ),
+                "give --egress-url the relay's host name (http://relay.example.com:PORT)",
+            ))
+        }
+        _ => Ok(RelayEntry::of(url)),
+    }
+}
+
 /// What holds for a Daytona sandbox created from `spec`.
 pub(super) fn info(spec: &SandboxSpec) -> NetworkInfo {
     let tiers = "on Daytona organizations of tiers 1 and 2 Daytona's own egress restrictions \
                  apply on top, and its \"essential services\" (package and container \
                  registries, Git hosts, CDNs) may stay reachable whatever the list says";
-    let guarantees = match spec.network {
+    let mut guarantees = match spec.network {
         NetworkPolicy::None => Guarantees::new(
             &["no outbound network: Daytona's networkBlockAll is on"],
             &[tiers],
@@ -142,7 +168,6 @@ pub(super) fn info(spec: &SandboxSpec) -> NetworkInfo {
             &[
                 "Daytona's firewall allows outbound connections to the names of its \
                  domainAllowList only, and the sandbox resolves only those names",
-                "no secret enters the sandbox: Daytona sandboxes cannot have secrets bound",
             ],
             &[
                 tiers,
@@ -153,7 +178,6 @@ pub(super) fn info(spec: &SandboxSpec) -> NetworkInfo {
             &[
                 "Daytona's firewall allows outbound connections to the networks of its \
                  networkAllowList only (nothing at all when the list is empty)",
-                "no secret enters the sandbox: Daytona sandboxes cannot have secrets bound",
             ],
             &[
                 tiers,
@@ -162,6 +186,7 @@ pub(super) fn info(spec: &SandboxSpec) -> NetworkInfo {
             ],
         ),
     };
+    egress::secrets_guarantees(DAYTONA, spec, &mut guarantees);
     network::info(spec, "daytona", guarantees)
 }
 
@@ -267,6 +292,27 @@ mod tests {
         for bad in ["io", "*.io", "-a.io", "a-.io", "a.1o", "a..io", "*.*.a.io"] {
             assert!(!is_daytona_domain(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_relay_must_be_named_beside_names() {
+        let named = EgressUrl::parse("http://relay.example.com:3129").unwrap();
+        let addr = EgressUrl::parse("http://203.0.113.9:3129").unwrap();
+        let names = allowlist(&strings(&["api.openai.com"]), &[]);
+        assert_eq!(
+            relay_entry(&names, &named).unwrap(),
+            RelayEntry::Host("relay.example.com".into())
+        );
+        let err = relay_entry(&names, &addr).unwrap_err().to_string();
+        assert!(
+            err.contains("203.0.113.9") && err.contains("host name"),
+            "{err}"
+        );
+        let nets = allowlist(&[], &strings(&["10.1.0.0/16"]));
+        assert_eq!(
+            relay_entry(&nets, &addr).unwrap(),
+            RelayEntry::Network("203.0.113.9/32".parse().unwrap())
+        );
     }
 
     #[test]

@@ -401,6 +401,14 @@ impl Provider for DaytonaProvider {
         egress::info(spec)
     }
 
+    fn relay_egress_entry(
+        &self,
+        spec: &SandboxSpec,
+        url: &crate::egress::route::EgressUrl,
+    ) -> Result<crate::egress::route::RelayEntry, ProviderError> {
+        egress::relay_entry(spec, url)
+    }
+
     async fn labelled(&self) -> Result<Option<Vec<Labelled>>, ProviderError> {
         let listed = api::list(self.api()?).await?;
         Ok(Some(

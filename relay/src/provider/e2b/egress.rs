@@ -10,6 +10,7 @@
 
 use ipnet::IpNet;
 
+use crate::egress::route::{EgressUrl, RelayEntry, RouteHost};
 use crate::provider::cloud::egress::{self, refuse};
 use crate::provider::network::{self, Guarantees};
 use crate::provider::{NetworkInfo, NetworkPolicy, ProviderError, SandboxSpec};
@@ -72,9 +73,33 @@ fn network_entry(net: &IpNet) -> Result<String, ProviderError> {
     }
 }
 
+/// What `allowOut` must also hold for an E2B sandbox to reach the relay's egress listener at
+/// `url`: its IPv4 address (any port), or its name when the URL is `https` on port 443 (E2B
+/// matches names by TLS SNI on 443 and HTTP Host on 80 only, and a proxy's CONNECT carries
+/// the target's name, not the proxy's).
+pub(super) fn relay_entry(url: &EgressUrl) -> Result<RelayEntry, ProviderError> {
+    match &url.host {
+        RouteHost::Addr(addr) if addr.is_ipv6() => Err(refuse(
+            E2B,
+            &format!("the relay's IPv6 egress address {addr} (its firewall filters IPv4)"),
+            "give --egress-url the relay's IPv4 address or an https URL on port 443",
+        )),
+        RouteHost::Name(name) if !(url.tls && url.port == 443) => Err(refuse(
+            E2B,
+            &format!(
+                "the relay's egress URL {url} by name (it matches names by TLS SNI on port 443 \
+                 and HTTP Host on port 80 only, so {name} on another port is never allowed)"
+            ),
+            "give --egress-url an https URL on port 443, or the relay's IPv4 address \
+             (http://ADDRESS:PORT)",
+        )),
+        _ => Ok(RelayEntry::of(url)),
+    }
+}
+
 /// What holds for an E2B sandbox created from `spec`.
 pub(super) fn info(spec: &SandboxSpec) -> NetworkInfo {
-    let guarantees = match spec.network {
+    let mut guarantees = match spec.network {
         NetworkPolicy::None => Guarantees::new(
             &["no outbound network: E2B's allow_internet_access is off"],
             &[],
@@ -86,9 +111,7 @@ pub(super) fn info(spec: &SandboxSpec) -> NetworkInfo {
         NetworkPolicy::Allowlist => Guarantees::new(
             &[
                 "E2B's firewall denies all outbound IPv4 (denyOut 0.0.0.0/0) except allowOut: \
-                 the allowed networks on every port, the allowed names on ports 80 and 443 \
-                 only",
-                "no secret enters the sandbox: E2B sandboxes cannot have secrets bound",
+               the allowed networks on every port, the allowed names on ports 80 and 443 only",
             ],
             &[
                 "DNS exfiltration: once a name is allowed, E2B lets the sandbox query 8.8.8.8 \
@@ -99,6 +122,7 @@ pub(super) fn info(spec: &SandboxSpec) -> NetworkInfo {
             ],
         ),
     };
+    egress::secrets_guarantees(E2B, spec, &mut guarantees);
     network::info(spec, "e2b", guarantees)
 }
 
@@ -200,6 +224,25 @@ mod tests {
         });
         let err = outbound(&secret).unwrap_err().to_string();
         assert!(err.contains("E2B cannot carry secrets"), "{err}");
+    }
+
+    #[test]
+    fn the_relay_is_allowed_by_address_or_by_name_on_443_only() {
+        let by_addr = relay_entry(&EgressUrl::parse("http://203.0.113.9:3129").unwrap());
+        assert_eq!(
+            by_addr.unwrap(),
+            RelayEntry::Network("203.0.113.9/32".parse().unwrap())
+        );
+        let tls = relay_entry(&EgressUrl::parse("https://relay.example.com").unwrap());
+        assert_eq!(tls.unwrap(), RelayEntry::Host("relay.example.com".into()));
+        for bad in [
+            "http://relay.example.com:3129",
+            "https://relay.example.com:8443",
+            "http://[2001:db8::1]:3129",
+        ] {
+            let err = relay_entry(&EgressUrl::parse(bad).unwrap()).unwrap_err();
+            assert!(err.to_string().contains("--egress-url"), "{bad}: {err}");
+        }
     }
 
     #[test]

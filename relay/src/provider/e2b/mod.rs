@@ -321,6 +321,14 @@ impl Provider for E2bProvider {
         egress::info(spec)
     }
 
+    fn relay_egress_entry(
+        &self,
+        _spec: &SandboxSpec,
+        url: &crate::egress::route::EgressUrl,
+    ) -> Result<crate::egress::route::RelayEntry, ProviderError> {
+        egress::relay_entry(url)
+    }
+
     fn keep_alive_every(&self, sandbox: &SandboxHandle) -> Option<Duration> {
         let meta = load_meta(sandbox).ok()?;
         // Half the timeout: a session outlives any number of them.

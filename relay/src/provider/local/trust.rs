@@ -1,7 +1,7 @@
 //! Installing a sandbox's egress CA (sandboxes with secrets, whose HTTPS to the secrets' hosts
 //! the relay intercepts): the relay writes the CA and a bundle (the root's own system bundle
 //! plus the CA) into the sandbox's directory; the init binds them read-only over the system
-//! bundle paths that exist and at [`BUNDLE_PATH`] and [`CA_PATH`]; the environment points
+//! bundle paths that exist and at `BUNDLE_PATH` and `CA_PATH`; the environment points
 //! OpenSSL, Python's requests, curl and Node at them. The CA's key is never written here.
 
 use std::fs;
@@ -14,15 +14,9 @@ use super::layout::Layout;
 use super::mounts;
 use super::plan::Rootfs;
 
-/// The bundle (system roots and the egress CA) inside the sandbox.
-pub(super) const BUNDLE_PATH: &str = "/etc/tether/ca-bundle.pem";
-/// The egress CA alone inside the sandbox.
-pub(super) const CA_PATH: &str = "/etc/tether/egress-ca.pem";
-/// System bundles, relative to the root, replaced when they are regular files.
-const SYSTEM_BUNDLES: [&str; 2] = [
-    "etc/ssl/certs/ca-certificates.crt",
-    "etc/pki/tls/certs/ca-bundle.crt",
-];
+pub(super) use crate::egress::ca::environment;
+use crate::egress::ca::{bundle, certificate_blocks, BUNDLE_PATH, CA_PATH, SYSTEM_BUNDLES};
+
 /// Largest system bundle read: 16 MiB.
 const MAX_BUNDLE_BYTES: u64 = 16 << 20;
 
@@ -30,27 +24,13 @@ const READ_ONLY: MsFlags = MsFlags::MS_RDONLY
     .union(MsFlags::MS_NOSUID)
     .union(MsFlags::MS_NODEV);
 
-/// The environment that points TLS clients at the bundle and the CA.
-pub(super) fn environment() -> [(&'static str, &'static str); 4] {
-    [
-        ("SSL_CERT_FILE", BUNDLE_PATH),
-        ("REQUESTS_CA_BUNDLE", BUNDLE_PATH),
-        ("CURL_CA_BUNDLE", BUNDLE_PATH),
-        ("NODE_EXTRA_CA_CERTS", CA_PATH),
-    ]
-}
-
 /// Relay side: writes the CA and the bundle for a sandbox whose root is `rootfs`.
 pub(super) fn write(layout: &Layout, rootfs: &Rootfs, ca_pem: &str) -> Result<(), LocalError> {
     let lower = match rootfs {
         Rootfs::Host => PathBuf::from("/"),
         Rootfs::Image(lower) => lower.clone(),
     };
-    let mut bundle = system_bundle(&lower);
-    if !bundle.is_empty() && !bundle.ends_with('\n') {
-        bundle.push('\n');
-    }
-    bundle.push_str(ca_pem);
+    let bundle = bundle(&system_bundle(&lower), ca_pem);
     for (path, text) in [(layout.egress_ca(), ca_pem), (layout.ca_bundle(), &bundle)] {
         fs::write(&path, text)
             .map_err(|e| LocalError::io(format!("write {}", path.display()), e))?;
@@ -78,27 +58,10 @@ fn system_bundle(lower: &Path) -> String {
             f.take(MAX_BUNDLE_BYTES).read_to_string(&mut text)
         });
         if read.is_ok() {
-            return certificates(&text);
+            return certificate_blocks(&text);
         }
     }
     String::new()
-}
-
-/// The PEM certificate blocks of `text`, nothing else.
-fn certificates(text: &str) -> String {
-    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
-    const END: &str = "-----END CERTIFICATE-----";
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(start) = rest.find(BEGIN) {
-        let Some(len) = rest[start..].find(END) else {
-            break;
-        };
-        out.push_str(&rest[start..start + len + END.len()]);
-        out.push('\n');
-        rest = &rest[start + len + END.len()..];
-    }
-    out
 }
 
 /// Sandbox side (PID 1, before the root is read-only): binds the files into `root`.
@@ -124,16 +87,6 @@ pub(super) fn install(root: &Path, layout: &Layout) -> Result<(), InitError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_certificate_blocks_are_kept_from_a_bundle() {
-        let text = "junk\n-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----\n\
-                    -----BEGIN PRIVATE KEY-----\nKKK\n-----END PRIVATE KEY-----\n\
-                    -----BEGIN CERTIFICATE-----\nBBB\n-----END CERTIFICATE-----";
-        let out = certificates(text);
-        assert_eq!(out.matches("BEGIN CERTIFICATE").count(), 2);
-        assert!(!out.contains("KKK") && !out.contains("junk"));
-    }
 
     #[test]
     fn an_image_symlink_out_of_its_root_is_not_read() {

@@ -31,7 +31,7 @@ pub(super) fn network_access(spec: &SandboxSpec) -> Result<NetworkAccess, Provid
 
 /// What holds for a Modal sandbox created from `spec`.
 pub(super) fn info(spec: &SandboxSpec) -> NetworkInfo {
-    let guarantees = match spec.network {
+    let mut guarantees = match spec.network {
         NetworkPolicy::None => Guarantees::new(
             &["no outbound network: Modal's network_access is an empty allowlist"],
             &[],
@@ -44,7 +44,6 @@ pub(super) fn info(spec: &SandboxSpec) -> NetworkInfo {
             &[
                 "Modal allows outbound connections to the allowed networks (allowed_cidrs) \
                  and names (allowed_domains) only",
-                "no secret enters the sandbox: Modal sandboxes cannot have secrets bound",
             ],
             &[
                 "how Modal matches names (DNS, TLS SNI) is Modal's and not documented: \
@@ -52,6 +51,7 @@ pub(super) fn info(spec: &SandboxSpec) -> NetworkInfo {
             ],
         ),
     };
+    egress::secrets_guarantees("Modal", spec, &mut guarantees);
     network::info(spec, "modal", guarantees)
 }
 

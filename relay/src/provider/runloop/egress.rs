@@ -81,7 +81,7 @@ pub(super) fn policy(id: &str, spec: &SandboxSpec) -> Result<Option<NewPolicy>, 
 
 /// What holds for a Runloop devbox created from `spec`.
 pub(super) fn info(spec: &SandboxSpec) -> NetworkInfo {
-    let guarantees = match spec.network {
+    let mut guarantees = match spec.network {
         NetworkPolicy::None => Guarantees::new(
             &[
                 "no outbound network: the devbox's Runloop network policy allows nothing \
@@ -101,7 +101,6 @@ pub(super) fn info(spec: &SandboxSpec) -> NetworkInfo {
                 "Runloop's network policy allows outbound traffic only to its \
                  allowed_hostnames and allowed_cidrs (IPv4, every port); Runloop's mirrors, \
                  gateways and other devboxes are not allowed",
-                "no secret enters the sandbox: Runloop sandboxes cannot have secrets bound",
             ],
             &[
                 "names are matched by Runloop, not checked by the relay: how (DNS answers, TLS \
@@ -111,6 +110,7 @@ pub(super) fn info(spec: &SandboxSpec) -> NetworkInfo {
             ],
         ),
     };
+    egress::secrets_guarantees(RUNLOOP, spec, &mut guarantees);
     network::info(spec, "runloop", guarantees)
 }
 
