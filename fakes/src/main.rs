@@ -72,6 +72,9 @@ enum Fake {
         /// Its secret [env: MODAL_TOKEN_SECRET] [default: as-fake].
         #[arg(long)]
         token_secret: Option<String>,
+        /// Blobs larger than this many bytes are uploaded in parts of this size.
+        #[arg(long, default_value_t = tether_fakes::modal::DEFAULT_BLOB_PART_BYTES)]
+        blob_part_bytes: u64,
     },
     /// A fake Runloop: REST API under /v1 and every V2 tunnel (by Host) on one address.
     Runloop {
@@ -151,15 +154,19 @@ fn main() -> anyhow::Result<()> {
                 common,
                 token_id,
                 token_secret,
+                blob_part_bytes,
             } => {
                 let env = |var: &str, default: &str| {
                     std::env::var(var).unwrap_or_else(|_| default.to_string())
                 };
-                let config = tether_fakes::modal::Config {
-                    token_id: token_id.unwrap_or_else(|| env("MODAL_TOKEN_ID", "ak-fake")),
-                    token_secret: token_secret
-                        .unwrap_or_else(|| env("MODAL_TOKEN_SECRET", "as-fake")),
-                };
+                let mut config = tether_fakes::modal::Config::new(
+                    token_id.unwrap_or_else(|| env("MODAL_TOKEN_ID", "ak-fake")),
+                    token_secret.unwrap_or_else(|| env("MODAL_TOKEN_SECRET", "as-fake")),
+                );
+                if blob_part_bytes == 0 {
+                    anyhow::bail!("--blob-part-bytes must be at least 1");
+                }
+                config.blob_part_bytes = blob_part_bytes;
                 let sandboxes = common.sandboxes()?;
                 let fake = tether_fakes::modal::Modal::new(config, sandboxes.clone());
                 tether_fakes::serve::run(common.listen, fake.router(), sandboxes).await

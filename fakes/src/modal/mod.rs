@@ -12,9 +12,12 @@
 //! sent, must be one `AuthTokenGet` issued. `Sandbox.environment_variables` (field 40) is not
 //! read: no official client sets it, so nothing says the service honours it.
 
+mod blobs;
 mod build;
 mod images;
 mod lifecycle;
+mod limits;
+mod mounts;
 mod secrets;
 mod service;
 
@@ -46,9 +49,8 @@ pub mod pb {
 
 /// How often expired sandboxes are looked for.
 const REAP_INTERVAL: Duration = Duration::from_secs(1);
-/// The largest message accepted: Modal's limit, which an image definition carrying its
-/// context files inline must fit in.
-const MAX_MESSAGE_BYTES: usize = 100 << 20; // 100 MiB
+/// Blobs larger than this are uploaded in parts of this size, unless told otherwise.
+pub const DEFAULT_BLOB_PART_BYTES: u64 = 64 << 20; // 64 MiB
 
 /// How the fake is set up.
 #[derive(Clone, Debug)]
@@ -57,6 +59,20 @@ pub struct Config {
     pub token_id: String,
     /// Its secret.
     pub token_secret: String,
+    /// Blobs larger than this are uploaded in parts of this many bytes (Modal decides when
+    /// an upload is multipart; the SDK follows).
+    pub blob_part_bytes: u64,
+}
+
+impl Config {
+    /// A fake accepting `token_id` and `token_secret`, with the defaults otherwise.
+    pub fn new(token_id: impl Into<String>, token_secret: impl Into<String>) -> Config {
+        Config {
+            token_id: token_id.into(),
+            token_secret: token_secret.into(),
+            blob_part_bytes: DEFAULT_BLOB_PART_BYTES,
+        }
+    }
 }
 
 /// One fake sandbox.
@@ -91,6 +107,10 @@ pub struct Modal {
     auth_tokens: Mutex<HashSet<String>>,
     /// Secrets: the env a sandbox gets, by id.
     secrets: Mutex<secrets::SecretTable>,
+    /// Blob storage.
+    blobs: Mutex<blobs::BlobTable>,
+    /// Files by content, and the mounts naming them.
+    mounts: Mutex<mounts::MountTable>,
 }
 
 impl Modal {
@@ -108,17 +128,19 @@ impl Modal {
             table: Mutex::new(BTreeMap::new()),
             auth_tokens: Mutex::new(HashSet::new()),
             secrets: Mutex::new(secrets::SecretTable::default()),
+            blobs: Mutex::new(blobs::BlobTable::default()),
+            mounts: Mutex::new(mounts::MountTable::default()),
         })
     }
 
-    /// The gRPC service plus `/__fake/faults` and `/__fake/sandboxes` (what each sandbox was
-    /// created with, which Modal's API does not read back), and the reaper of timed-out
-    /// sandboxes.
+    /// The gRPC service (behind gRPC's 4 MiB receive limit, [`limits`]), the blob storage
+    /// bucket, `/__fake/faults` and `/__fake/sandboxes` (what each sandbox was created with,
+    /// which Modal's API does not read back), and the reaper of timed-out sandboxes.
     pub fn router(self: &Arc<Self>) -> Router {
         tokio::spawn(reap(Arc::downgrade(self)));
         let grpc = tonic::service::Routes::new(
             pb::modal_client_server::ModalClientServer::new(service::Service(self.clone()))
-                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(limits::MAX_MESSAGE_BYTES),
         )
         .into_axum_router();
         let controls = Router::new()
@@ -127,8 +149,10 @@ impl Modal {
                 axum::routing::post(control).delete(control),
             )
             .route("/__fake/sandboxes", axum::routing::get(inspect))
+            .merge(blobs::routes())
             .with_state(self.clone());
         grpc.merge(controls)
+            .layer(axum::middleware::from_fn(limits::check))
     }
 
     /// Ends sandbox `id` with `result` (if it is still running) and removes its local sandbox.

@@ -412,6 +412,52 @@ impl ModalClient for Service {
             .map(GrpcResponse::new)
     }
 
+    async fn blob_create(
+        &self,
+        req: Request<BlobCreateRequest>,
+    ) -> Result<GrpcResponse<BlobCreateResponse>, Status> {
+        self.check(req.metadata(), "BlobCreate")?;
+        let origin = super::blobs::origin(&req);
+        self.blob_create_in(&origin, req.into_inner())
+            .map(GrpcResponse::new)
+    }
+
+    async fn blob_get(
+        &self,
+        req: Request<BlobGetRequest>,
+    ) -> Result<GrpcResponse<BlobGetResponse>, Status> {
+        self.check(req.metadata(), "BlobGet")?;
+        let origin = super::blobs::origin(&req);
+        self.blob_get_in(&origin, req.into_inner())
+            .map(GrpcResponse::new)
+    }
+
+    async fn mount_batched_check_existence(
+        &self,
+        req: Request<MountBatchedCheckExistenceRequest>,
+    ) -> Result<GrpcResponse<MountBatchedCheckExistenceResponse>, Status> {
+        self.check(req.metadata(), "MountBatchedCheckExistence")?;
+        self.mount_check_in(req.into_inner()).map(GrpcResponse::new)
+    }
+
+    async fn mount_put_file(
+        &self,
+        req: Request<MountPutFileRequest>,
+    ) -> Result<GrpcResponse<MountPutFileResponse>, Status> {
+        self.check(req.metadata(), "MountPutFile")?;
+        self.mount_put_file_in(req.into_inner())
+            .map(GrpcResponse::new)
+    }
+
+    async fn mount_get_or_create(
+        &self,
+        req: Request<MountGetOrCreateRequest>,
+    ) -> Result<GrpcResponse<MountGetOrCreateResponse>, Status> {
+        self.check(req.metadata(), "MountGetOrCreate")?;
+        self.mount_get_or_create_in(req.into_inner())
+            .map(GrpcResponse::new)
+    }
+
     async fn sandbox_get_from_name(
         &self,
         req: Request<SandboxGetFromNameRequest>,

@@ -13,7 +13,9 @@
 //!   and wait for the agent to answer through it.
 //! - Connect: a WebSocket to the tunnel (`wss://host:port`), bearer agent token.
 //! - Files: [`client`] (the gRPC session, auth and retries), [`image`] (building, publishing
-//!   and resolving images), [`names`] (Modal's image names), [`tunnel`] (finding and opening
+//!   and resolving images), [`mount`] and [`blob`] (an image build's files, uploaded as the
+//!   SDK uploads them: a mount, large files through blob storage), [`names`] (Modal's image
+//!   names), [`tunnel`] (finding and opening
 //!   the agent's tunnel), `modal.proto` and `messages.proto` (the part of Modal's API we use,
 //!   compiled by `build.rs`).
 //! - Network: `--network` and allowlists as Modal's `network_access` ([`egress`]).
@@ -25,14 +27,17 @@
 //!   `https://api.modal.com`; a plain `http://` server, such as the fake, also means plain
 //!   tunnels); `MODAL_ENVIRONMENT`; `MODAL_APP`.
 
+mod blob;
 pub(crate) mod build;
 mod client;
 mod egress;
 mod image;
+mod mount;
 mod names;
 mod tunnel;
 
 pub(crate) use self::image::{BuildError, Definition};
+pub(crate) use self::mount::ContextFile;
 pub(crate) use self::names::ImageName;
 
 /// The messages and client generated from `modal.proto`.
@@ -202,7 +207,15 @@ impl ModalProvider {
     ) -> Result<String, BuildError> {
         let modal = self.modal()?;
         let app = self.app(modal).await?;
-        image::build(modal, &app.id, &app.builder_version, definition, on_log).await
+        image::build(
+            modal,
+            self.http()?,
+            &app.id,
+            &app.builder_version,
+            definition,
+            on_log,
+        )
+        .await
     }
 
     /// Publishes image `image_id` as `name`, in `MODAL_ENVIRONMENT` unless the name says;
@@ -299,6 +312,7 @@ impl Provider for ModalProvider {
         let app_id = app.id.clone();
         let image_id = image::resolve(
             modal,
+            self.http()?,
             &app_id,
             &app.builder_version,
             &self.environment,
