@@ -7,7 +7,7 @@
 //! provider sends for a registry `--image`) is not pulled, since the fake has no internet: it
 //! "builds" at once, and its sandboxes run on the fake's default file system. It is pulled
 //! when a later definition builds on it (`FROM base`). Any other definition is built for real
-//! by [`super::build`]: its base is pulled from the (local) registry it names, and its
+//! by [`crate::dockerfile`]: its base is pulled from the (local) registry it names, and its
 //! `COPY` commands take files from its context mount (`context_mount_id`, [`super::mounts`])
 //! or its inline `context_files`.
 
@@ -21,12 +21,11 @@ use prost::Message;
 use tether_oci::digest::Digest;
 use tonic::Status;
 
-use super::build::{self, Inputs};
-use super::mounts::ContextEntry;
 use super::pb::generic_result::GenericStatus;
 use super::pb::*;
 use super::service::{long_poll, Service, BASE62};
 use super::{result, Modal};
+use crate::dockerfile::{self as build, ContextEntry, Inputs};
 use crate::sandboxes::random_id;
 
 /// The environment a name without one is published in (what `EnvironmentGetOrCreate` calls

@@ -6,14 +6,17 @@
 //! takes them inline) in a local sandbox
 //! (on its image's file system, or the fake's default one for an image that only names a
 //! registry tag), and finishes when that process exits (SUCCESS or FAILURE with its code),
-//! when terminated (TERMINATED) or when `timeout_secs` passes (TIMEOUT). Images: `images`
-//! (ids, builds and their logs, published names) and `build` (running a definition's
-//! Dockerfile commands). Calls need the token id and secret headers; an auth token, when
-//! sent, must be one `AuthTokenGet` issued. `Sandbox.environment_variables` (field 40) is not
+//! when terminated (TERMINATED), when `timeout_secs` passes (TIMEOUT) or when no tunnel
+//! connection has been open for `idle_timeout_secs` (IDLE_TIMEOUT). Images: `images`
+//! (ids, builds and their logs, published names; the definition's Dockerfile commands run by
+//! the fakes' Dockerfile builder). Calls need the token id and secret headers; an auth token, when
+//! sent, must be one `AuthTokenGet` issued. `SandboxList` answers a page at a time, newest
+//! first, the next page asked for with `before_timestamp`. Image builds' files come as mounts
+//! (`mounts`) whose large files went through blob storage (`blobs`); `limits` refuses
+//! messages over gRPC's 4 MiB. `Sandbox.environment_variables` (field 40) is not
 //! read: no official client sets it, so nothing says the service honours it.
 
 mod blobs;
-mod build;
 mod images;
 mod lifecycle;
 mod limits;
@@ -29,7 +32,7 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use axum::{Json, Router};
 
-use crate::edge::PortListener;
+use crate::edge::{Activity, PortListener};
 use crate::faults::Faults;
 use crate::images::Images;
 use crate::sandboxes::Sandboxes;
@@ -51,6 +54,8 @@ pub mod pb {
 const REAP_INTERVAL: Duration = Duration::from_secs(1);
 /// Blobs larger than this are uploaded in parts of this size, unless told otherwise.
 pub const DEFAULT_BLOB_PART_BYTES: u64 = 64 << 20; // 64 MiB
+/// The most sandboxes one `SandboxList` answer holds, unless told otherwise.
+pub const DEFAULT_PAGE_SIZE: usize = 100;
 
 /// How the fake is set up.
 #[derive(Clone, Debug)]
@@ -62,6 +67,9 @@ pub struct Config {
     /// Blobs larger than this are uploaded in parts of this many bytes (Modal decides when
     /// an upload is multipart; the SDK follows).
     pub blob_part_bytes: u64,
+    /// The most sandboxes one `SandboxList` answer holds (the client pages on with
+    /// `before_timestamp`).
+    pub page_size: usize,
 }
 
 impl Config {
@@ -71,6 +79,7 @@ impl Config {
             token_id: token_id.into(),
             token_secret: token_secret.into(),
             blob_part_bytes: DEFAULT_BLOB_PART_BYTES,
+            page_size: DEFAULT_PAGE_SIZE,
         }
     }
 }
@@ -83,6 +92,11 @@ struct Sandbox {
     tags: BTreeMap<String, String>,
     created_at: SystemTime,
     timeout_secs: u32,
+    /// Modal's idle timeout: the sandbox ends after this long without an open tunnel
+    /// connection.
+    idle_timeout_secs: Option<u32>,
+    /// Its tunnels' connections.
+    activity: Arc<Activity>,
     /// Set once it has finished.
     result: Option<pb::GenericResult>,
     tunnels: Vec<(pb::TunnelData, PortListener)>,
@@ -212,30 +226,37 @@ fn result(
     }
 }
 
-/// Times out sandboxes whose `timeout_secs` have passed, until the fake is dropped.
+/// Ends sandboxes whose `timeout_secs` have passed (TIMEOUT), or that have had no tunnel
+/// connection open for their idle timeout (IDLE_TIMEOUT), until the fake is dropped.
 async fn reap(fake: std::sync::Weak<Modal>) {
+    use pb::generic_result::GenericStatus;
     loop {
         tokio::time::sleep(REAP_INTERVAL).await;
         let Some(fake) = fake.upgrade() else { return };
         let now = SystemTime::now();
-        let expired: Vec<String> = fake
+        let ended: Vec<(String, pb::GenericResult)> = fake
             .table
             .lock()
             .expect("sandbox table")
             .iter()
-            .filter(|(_, s)| {
-                s.result.is_none()
-                    && s.created_at + Duration::from_secs(u64::from(s.timeout_secs)) <= now
+            .filter(|(_, s)| s.result.is_none())
+            .filter_map(|(id, s)| {
+                let timeout = Duration::from_secs(u64::from(s.timeout_secs));
+                if s.created_at + timeout <= now {
+                    return Some((
+                        id.clone(),
+                        result(GenericStatus::Timeout, 0, "Sandbox timed out"),
+                    ));
+                }
+                let idle = Duration::from_secs(u64::from(s.idle_timeout_secs?));
+                (s.activity.idle_for()? >= idle).then(|| {
+                    let why = format!("Sandbox was idle for {} seconds", idle.as_secs());
+                    (id.clone(), result(GenericStatus::IdleTimeout, 0, &why))
+                })
             })
-            .map(|(id, _)| id.clone())
             .collect();
-        for id in expired {
-            let timeout = result(
-                pb::generic_result::GenericStatus::Timeout,
-                0,
-                "Sandbox timed out",
-            );
-            fake.finish(&id, timeout).await;
+        for (id, why) in ended {
+            fake.finish(&id, why).await;
         }
     }
 }

@@ -15,19 +15,13 @@ use tonic::Status;
 use super::pb::mount_put_file_request::DataOneof;
 use super::pb::*;
 use super::service::{Service, BASE62};
+use crate::dockerfile::ContextEntry;
 use crate::sandboxes::random_id;
 
 /// A file's mode when the mount gives none.
 const DEFAULT_MODE: u32 = 0o644;
 /// Bytes kept in all files together.
 const MAX_STORED_BYTES: usize = 2 << 30; // 2 GiB
-
-/// A file of a build context: its bytes and, from a mount, its mode.
-#[derive(Clone, Debug)]
-pub(super) struct ContextEntry {
-    pub data: Bytes,
-    pub mode: Option<u32>,
-}
 
 /// Files by content, and mounts.
 #[derive(Default)]

@@ -377,7 +377,10 @@ impl ModalClient for Service {
             })
             .filter(|info| req.before_timestamp <= 0.0 || info.created_at < req.before_timestamp)
             .collect();
+        // Newest first, a page at a time: the client asks for the next one with the last
+        // one's `created_at` as `before_timestamp`.
         sandboxes.sort_by(|a, b| b.created_at.total_cmp(&a.created_at));
+        sandboxes.truncate(self.0.config.page_size.max(1));
         Ok(GrpcResponse::new(SandboxListResponse { sandboxes }))
     }
 

@@ -1,17 +1,18 @@
-//! The fake's image builder: an image definition's Dockerfile commands run against the
-//! fake's image store. `FROM` pulls a registry image (or takes a `base_images` entry), `COPY`
+//! The fakes' Dockerfile builder (Modal's image definitions, Daytona's `buildInfo`
+//! snapshots): Dockerfile commands run against a fake's image store. `FROM` pulls a registry image (or takes a `base_images` entry), `COPY`
 //! takes files from the build context (the definition's mount and `context_files`: a file,
 //! a directory, or `.` for all of it, keeping each file's mode unless `--chmod` says), and `ENV`, `WORKDIR`, `USER`,
 //! `ENTRYPOINT` and `CMD` edit the config; everything lands as one new image. The fake has no
 //! container to run commands in, so `RUN` (and any other instruction) fails the build, with
-//! the reason in the build log and the result's exception, as a failing step does on Modal.
+//! the reason in the build log and the result, as a failing step does on the provider.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context};
 
-use super::mounts::ContextEntry;
+use bytes::Bytes;
+
 use crate::images::{AddFile, ConfigEdit, Images};
 
 /// A context file's permissions when its `COPY` gives no `--chmod` (what Docker gives files
@@ -35,16 +36,51 @@ enum Instruction {
     Cmd(Vec<String>),
 }
 
+/// A file of a build context: its bytes and, when it has one, its mode.
+#[derive(Clone, Debug)]
+pub(crate) struct ContextEntry {
+    pub data: Bytes,
+    pub mode: Option<u32>,
+}
+
 /// What a build needs besides its commands.
-pub(super) struct Inputs {
+#[derive(Default)]
+pub(crate) struct Inputs {
     /// `docker_tag` → the layout of that (built) image, for `FROM <docker_tag>`.
     pub bases: HashMap<String, PathBuf>,
     /// Path in the context → the file.
     pub context: HashMap<String, ContextEntry>,
 }
 
+/// The instructions of a Dockerfile's text: one per line, `\` continuing a line, comments
+/// and blank lines dropped.
+pub(crate) fn lines(dockerfile: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in dockerfile.lines() {
+        let trimmed = line.trim();
+        if current.is_empty() && (trimmed.is_empty() || trimmed.starts_with('#')) {
+            continue;
+        }
+        match trimmed.strip_suffix('\\') {
+            Some(head) => {
+                current.push_str(head.trim_end());
+                current.push(' ');
+            }
+            None => {
+                current.push_str(trimmed);
+                out.push(std::mem::take(&mut current));
+            }
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push(current);
+    }
+    out
+}
+
 /// Builds `commands`, logging each step to `log`; returns the new image's layout.
-pub(super) async fn run(
+pub(crate) async fn run(
     images: &Images,
     commands: &[String],
     inputs: Inputs,
@@ -193,10 +229,10 @@ fn parse(command: &str) -> anyhow::Result<Instruction> {
         "ENTRYPOINT" => Instruction::Entrypoint(argv(args)?),
         "CMD" => Instruction::Cmd(argv(args)?),
         "RUN" => bail!(
-            "the fake Modal has no image builder to run commands in; build with COPY, ENV, \
+            "the fake has no image builder to run RUN commands in; build with COPY, ENV, \
              WORKDIR, USER, ENTRYPOINT and CMD only"
         ),
-        other => bail!("the fake Modal cannot build {other} instructions"),
+        other => bail!("the fake cannot build {other} instructions"),
     })
 }
 
@@ -242,10 +278,7 @@ fn select<'a>(
         }
     }
     if found.is_empty() {
-        bail!(
-            "COPY source {source} is not in the build context (send it in the image's context \
-             mount or context_files)"
-        );
+        bail!("COPY source {source} is not in the build context (the files sent with the build)");
     }
     found.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(found)
@@ -360,7 +393,7 @@ mod tests {
     #[test]
     fn copy_sources_name_files_directories_or_everything() {
         let entry = |mode| ContextEntry {
-            data: bytes::Bytes::from_static(b"x"),
+            data: Bytes::from_static(b"x"),
             mode,
         };
         let context = HashMap::from([
@@ -385,6 +418,12 @@ mod tests {
         assert_eq!(names("/")[0], ("tether-agent".to_string(), false));
         assert!(select(&context, "/missing").is_err());
         assert!(select(&context, "*.txt").is_err());
+    }
+
+    #[test]
+    fn dockerfile_text_splits_into_instructions() {
+        let text = "# a comment\nFROM base:v1\n\nENV A=1 \\\n    B=2\nCMD [\"x\"]\n";
+        assert_eq!(lines(text), ["FROM base:v1", "ENV A=1 B=2", "CMD [\"x\"]"]);
     }
 
     #[test]
