@@ -354,7 +354,7 @@ async fn build_logs(
     Path(id): Path<String>,
     Query(q): Query<Follow>,
 ) -> Response {
-    if let Err(refused) = build_info_of(&fake, &id) {
+    if let Some(refused) = no_build_info(&fake, &id) {
         return refused;
     }
     let follow = q.follow.unwrap_or(false);
@@ -400,7 +400,7 @@ async fn build_logs_url(
     Path(id): Path<String>,
     headers: axum::http::HeaderMap,
 ) -> Response {
-    if let Err(refused) = build_info_of(&fake, &id) {
+    if let Some(refused) = no_build_info(&fake, &id) {
         return refused;
     }
     let host = headers
@@ -410,18 +410,19 @@ async fn build_logs_url(
     Json(json!({ "url": format!("http://{host}{PATH}/{id}/build-logs") })).into_response()
 }
 
-/// The 404 for a snapshot that is not there, or was pulled (no build info).
-fn build_info_of(fake: &Daytona, id: &str) -> Result<(), Response> {
+/// The 404 for a snapshot that is not there, or was pulled (no build info); `None` for one
+/// that was built.
+fn no_build_info(fake: &Daytona, id: &str) -> Option<Response> {
     let path = format!("{PATH}/{id}/build-logs");
     let table = fake.snapshots.table.lock().expect("snapshot table");
     match table.get(id) {
-        Some(s) if s.build_info.is_some() => Ok(()),
-        Some(_) => Err(error(
+        Some(s) if s.build_info.is_some() => None,
+        Some(_) => Some(error(
             StatusCode::NOT_FOUND,
             &path,
             &format!("Snapshot {id} has no build info"),
         )),
-        None => Err(error(
+        None => Some(error(
             StatusCode::NOT_FOUND,
             &path,
             &format!("Snapshot {id} not found"),

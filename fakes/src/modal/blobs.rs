@@ -198,12 +198,33 @@ struct Token {
 }
 
 /// An S3 error: `<Error><Code>..</Code><Message>..</Message></Error>`.
-fn s3_error(status: StatusCode, code: &str, message: &str) -> Response {
-    let body = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{}</Message></Error>",
-        xml_escape(message)
-    );
-    (status, [("content-type", "application/xml")], body).into_response()
+struct S3Error {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl IntoResponse for S3Error {
+    fn into_response(self) -> Response {
+        let body = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message></Error>",
+            self.code,
+            xml_escape(&self.message)
+        );
+        (self.status, [("content-type", "application/xml")], body).into_response()
+    }
+}
+
+fn s3_error_response(status: StatusCode, code: &'static str, message: &str) -> Response {
+    s3_error(status, code, message).into_response()
+}
+
+fn s3_error(status: StatusCode, code: &'static str, message: &str) -> S3Error {
+    S3Error {
+        status,
+        code,
+        message: message.to_string(),
+    }
 }
 
 fn xml_escape(text: &str) -> String {
@@ -217,7 +238,7 @@ fn authorized<'t>(
     table: &'t mut BlobTable,
     id: &str,
     token: &str,
-) -> Result<&'t mut Blob, Response> {
+) -> Result<&'t mut Blob, S3Error> {
     match table.blobs.get_mut(id) {
         Some(blob) if !token.is_empty() && blob.token == token => Ok(blob),
         _ => Err(s3_error(
@@ -228,7 +249,7 @@ fn authorized<'t>(
     }
 }
 
-async fn body_of(req: Request, limit: u64) -> Result<Bytes, Response> {
+async fn body_of(req: Request, limit: u64) -> Result<Bytes, S3Error> {
     axum::body::to_bytes(
         req.into_body(),
         usize::try_from(limit).unwrap_or(usize::MAX),
@@ -248,7 +269,7 @@ fn etag_response(etag: String) -> Response {
 }
 
 /// Checks a `Content-MD5` header against `body`, as S3 does.
-fn check_content_md5(headers: &HeaderMap, body: &[u8]) -> Result<(), Response> {
+fn check_content_md5(headers: &HeaderMap, body: &[u8]) -> Result<(), S3Error> {
     let Some(given) = headers.get("content-md5").and_then(|v| v.to_str().ok()) else {
         return Ok(());
     };
@@ -275,25 +296,25 @@ async fn put_whole(
         let mut table = fake.blobs.lock().expect("blob table");
         match authorized(&mut table, &id, &q.token) {
             Ok(blob) if blob.part_length.is_some() => {
-                return s3_error(
+                return s3_error_response(
                     StatusCode::BAD_REQUEST,
                     "InvalidRequest",
                     "this object is uploaded in parts",
                 )
             }
             Ok(blob) => (blob.length, blob.md5),
-            Err(refused) => return refused,
+            Err(refused) => return refused.into_response(),
         }
     };
     let body = match body_of(req, expected.0).await {
         Ok(body) => body,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     if let Err(refused) = check_content_md5(&headers, &body) {
-        return refused;
+        return refused.into_response();
     }
     if body.len() as u64 != expected.0 {
-        return s3_error(
+        return s3_error_response(
             StatusCode::BAD_REQUEST,
             "IncompleteBody",
             &format!(
@@ -306,7 +327,7 @@ async fn put_whole(
     let md5: [u8; 16] = Md5::digest(&body).into();
     // The URL was signed for the MD5 declared at BlobCreate.
     if md5 != expected.1 {
-        return s3_error(
+        return s3_error_response(
             StatusCode::BAD_REQUEST,
             "BadDigest",
             "The Content-MD5 you specified did not match what we received.",
@@ -333,22 +354,22 @@ async fn put_part(
             Ok(blob) => match blob.part_length {
                 Some(part) if n >= 1 && u64::from(n) <= blob.length.div_ceil(part) => part,
                 _ => {
-                    return s3_error(
+                    return s3_error_response(
                         StatusCode::BAD_REQUEST,
                         "InvalidArgument",
                         &format!("part number {n} is not one of this upload's"),
                     )
                 }
             },
-            Err(refused) => return refused,
+            Err(refused) => return refused.into_response(),
         }
     };
     let body = match body_of(req, part_length).await {
         Ok(body) => body,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     if let Err(refused) = check_content_md5(&headers, &body) {
-        return refused;
+        return refused.into_response();
     }
     let md5: [u8; 16] = Md5::digest(&body).into();
     let mut table = fake.blobs.lock().expect("blob table");
@@ -369,12 +390,12 @@ async fn complete(
 ) -> Response {
     let body = match body_of(req, 1 << 20).await {
         Ok(body) => body,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let listed = match completion_parts(&String::from_utf8_lossy(&body)) {
         Some(listed) if !listed.is_empty() => listed,
         _ => {
-            return s3_error(
+            return s3_error_response(
                 StatusCode::BAD_REQUEST,
                 "MalformedXML",
                 "The XML you provided was not well-formed or did not validate against our published schema",
@@ -384,10 +405,10 @@ async fn complete(
     let mut table = fake.blobs.lock().expect("blob table");
     let blob = match authorized(&mut table, &id, &q.token) {
         Ok(blob) => blob,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let Some(part_length) = blob.part_length else {
-        return s3_error(
+        return s3_error_response(
             StatusCode::NOT_FOUND,
             "NoSuchUpload",
             "The specified multipart upload does not exist",
@@ -397,28 +418,28 @@ async fn complete(
     let mut digests = Vec::new();
     for (i, (number, etag)) in listed.iter().enumerate() {
         if *number != i as u32 + 1 {
-            return s3_error(
+            return s3_error_response(
                 StatusCode::BAD_REQUEST,
                 "InvalidPartOrder",
                 "The list of parts was not in ascending order",
             );
         }
         let Some((data, md5)) = blob.parts.get(number) else {
-            return s3_error(
+            return s3_error_response(
                 StatusCode::BAD_REQUEST,
                 "InvalidPart",
                 &format!("part {number} was not uploaded"),
             );
         };
         if *etag != hex::encode(md5) {
-            return s3_error(
+            return s3_error_response(
                 StatusCode::BAD_REQUEST,
                 "InvalidPart",
                 &format!("part {number}'s ETag is not the one uploaded"),
             );
         }
         if i + 1 < listed.len() && data.len() as u64 != part_length {
-            return s3_error(
+            return s3_error_response(
                 StatusCode::BAD_REQUEST,
                 "EntityTooSmall",
                 "Your proposed upload is smaller than the minimum allowed object size",
@@ -428,7 +449,7 @@ async fn complete(
         digests.extend_from_slice(md5);
     }
     if whole.len() as u64 != blob.length {
-        return s3_error(
+        return s3_error_response(
             StatusCode::BAD_REQUEST,
             "IncompleteBody",
             &format!(
@@ -440,7 +461,7 @@ async fn complete(
     }
     let sha256: [u8; 32] = Sha256::digest(&whole).into();
     if sha256 != blob.sha256 {
-        return s3_error(
+        return s3_error_response(
             StatusCode::BAD_REQUEST,
             "BadDigest",
             "The SHA-256 of the parts is not the one declared",
@@ -512,12 +533,12 @@ async fn download(
             let etag = format!("\"{}\"", hex::encode(md5));
             (StatusCode::OK, [("etag", etag)], Body::from(data.clone())).into_response()
         }
-        Ok(_) => s3_error(
+        Ok(_) => s3_error_response(
             StatusCode::NOT_FOUND,
             "NoSuchKey",
             "The specified key does not exist.",
         ),
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
