@@ -47,6 +47,9 @@ pub(crate) struct ConfigEdit {
     pub entrypoint: Option<Vec<String>>,
     /// The new CMD (`Some(vec![])` clears it).
     pub cmd: Option<Vec<String>>,
+    /// Drop every variable of the base before setting `env` (E2B, whose images carry none
+    /// into a sandbox's processes).
+    pub clear_env: bool,
     /// Variables to set (replacing the base's value of the same name).
     pub env: Vec<(String, String)>,
     /// The new working directory.
@@ -132,6 +135,21 @@ impl Images {
             .with_context(|| format!("creating a directory in {}", self.root.display()))
     }
 
+    /// The variables of the image at `layout` (its config's `Env`), in order. Blocking.
+    pub(crate) fn env_of(layout: &Path) -> anyhow::Result<Vec<(String, String)>> {
+        let scratch = layout.parent().unwrap_or(layout);
+        let source = ImageSource::open(layout, None, scratch)?;
+        Ok(source
+            .config
+            .config
+            .and_then(|run| run.env)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|e| e.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect())
+    }
+
     /// Moves the finished layout `dir` to its place by digest (keeping an existing copy).
     fn keep(&self, dir: &Path, digest_hex: &str) -> anyhow::Result<PathBuf> {
         let place = self.root.join(digest_hex);
@@ -150,6 +168,9 @@ fn apply(edit: &ConfigEdit, run: &mut tether_oci::config::RunConfig) {
     }
     if let Some(cmd) = &edit.cmd {
         run.cmd = (!cmd.is_empty()).then(|| cmd.clone());
+    }
+    if edit.clear_env {
+        run.env = None;
     }
     if !edit.env.is_empty() {
         let env = run.env.get_or_insert_with(Vec::new);

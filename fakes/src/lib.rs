@@ -10,6 +10,8 @@
 //! - `images`: each fake's image store: registry images pulled, and images derived from
 //!   them with added files and config edits (what the fakes' template, snapshot and image
 //!   builds produce).
+//! - `dockerfile`: Dockerfile commands (COPY, ENV, WORKDIR, USER, ENTRYPOINT, CMD) built into
+//!   a new image of a fake's store: Modal's image definitions, Daytona's `buildInfo`.
 //! - `faults`: failures injected on demand (`POST /__fake/faults`): 429 with `Retry-After`,
 //!   503, or any status, for the next N requests.
 //! - [`e2b`]: E2B's control plane, template builds, envd's process API and its
@@ -26,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod daytona;
+mod dockerfile;
 pub mod e2b;
 mod edge;
 mod faults;

@@ -42,6 +42,9 @@ enum Fake {
         /// `POST /v2/sandboxes`, no `connect`.
         #[arg(long)]
         legacy_routes: bool,
+        /// The most sandboxes one list page holds (E2B's largest `limit` is 100).
+        #[arg(long, default_value_t = 100)]
+        page_size: usize,
     },
     /// A fake Daytona: REST API under /api, preview listeners per sandbox port.
     Daytona {
@@ -61,6 +64,9 @@ enum Fake {
         /// route.
         #[arg(long)]
         legacy_routes: bool,
+        /// The most sandboxes one list page holds (Daytona's largest `limit` is 200).
+        #[arg(long, default_value_t = 200)]
+        page_size: usize,
     },
     /// A fake Modal: gRPC (h2c) and /__fake controls on one address, a listener per tunnel.
     Modal {
@@ -72,6 +78,12 @@ enum Fake {
         /// Its secret [env: MODAL_TOKEN_SECRET] [default: as-fake].
         #[arg(long)]
         token_secret: Option<String>,
+        /// Blobs larger than this many bytes are uploaded in parts of this size.
+        #[arg(long, default_value_t = tether_fakes::modal::DEFAULT_BLOB_PART_BYTES)]
+        blob_part_bytes: u64,
+        /// The most sandboxes one SandboxList answer holds.
+        #[arg(long, default_value_t = tether_fakes::modal::DEFAULT_PAGE_SIZE)]
+        page_size: usize,
     },
     /// A fake Runloop: REST API under /v1 and every V2 tunnel (by Host) on one address.
     Runloop {
@@ -142,6 +154,7 @@ fn main() -> anyhow::Result<()> {
                 api_key,
                 domain,
                 legacy_routes,
+                page_size,
             } => {
                 let api_key = api_key
                     .or_else(|| std::env::var("E2B_API_KEY").ok())
@@ -150,6 +163,7 @@ fn main() -> anyhow::Result<()> {
                     api_key,
                     domain,
                     legacy_routes,
+                    page_size: page_size.max(1),
                 };
                 let sandboxes = common.sandboxes()?;
                 let fake = tether_fakes::e2b::E2b::new(config, sandboxes.clone());
@@ -159,15 +173,21 @@ fn main() -> anyhow::Result<()> {
                 common,
                 token_id,
                 token_secret,
+                blob_part_bytes,
+                page_size,
             } => {
                 let env = |var: &str, default: &str| {
                     std::env::var(var).unwrap_or_else(|_| default.to_string())
                 };
-                let config = tether_fakes::modal::Config {
-                    token_id: token_id.unwrap_or_else(|| env("MODAL_TOKEN_ID", "ak-fake")),
-                    token_secret: token_secret
-                        .unwrap_or_else(|| env("MODAL_TOKEN_SECRET", "as-fake")),
-                };
+                let mut config = tether_fakes::modal::Config::new(
+                    token_id.unwrap_or_else(|| env("MODAL_TOKEN_ID", "ak-fake")),
+                    token_secret.unwrap_or_else(|| env("MODAL_TOKEN_SECRET", "as-fake")),
+                );
+                if blob_part_bytes == 0 {
+                    anyhow::bail!("--blob-part-bytes must be at least 1");
+                }
+                config.blob_part_bytes = blob_part_bytes;
+                config.page_size = page_size.max(1);
                 let sandboxes = common.sandboxes()?;
                 let fake = tether_fakes::modal::Modal::new(config, sandboxes.clone());
                 tether_fakes::serve::run(common.listen, fake.router(), sandboxes).await
@@ -187,6 +207,7 @@ fn main() -> anyhow::Result<()> {
                 entrypoint,
                 failed_auth_limit,
                 legacy_routes,
+                page_size,
             } => {
                 let api_key = api_key
                     .or_else(|| std::env::var("DAYTONA_API_KEY").ok())
@@ -196,6 +217,7 @@ fn main() -> anyhow::Result<()> {
                     entrypoint,
                     failed_auth_limit,
                     legacy_routes,
+                    page_size: page_size.max(1),
                 };
                 let sandboxes = common.sandboxes()?;
                 let fake = tether_fakes::daytona::Daytona::new(config, sandboxes.clone());

@@ -2,13 +2,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
+use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -24,6 +25,10 @@ pub(super) const ORGANIZATION: &str = "00000000-0000-4000-8000-00000000fa4e";
 const AUTO_STOP: i64 = 15;
 const AUTO_ARCHIVE: i64 = 10_080;
 const AUTO_DELETE: i64 = -1;
+/// A list page's size when `limit` is not given.
+const DEFAULT_LIST_LIMIT: usize = 100;
+/// The largest `limit` of a list page Daytona takes.
+const MAX_LIST_LIMIT: usize = 200;
 
 /// The routes (without the TTL route for `legacy_routes`, as Daytona's last public server).
 pub(super) fn router(fake: Arc<Daytona>) -> Router {
@@ -216,6 +221,9 @@ fn sandbox_json(s: &Sandbox, full: bool) -> Value {
         "autoStopInterval": s.auto_stop_interval,
         "autoArchiveInterval": s.auto_archive_interval,
         "autoDeleteInterval": s.auto_delete_interval,
+        "autoDestroyAt": s.ttl_minutes.map(|m| {
+            rfc3339(s.created_at + Duration::from_secs(u64::try_from(m).unwrap_or(0) * 60))
+        }),
         "createdAt": rfc3339(s.created_at),
         "updatedAt": rfc3339(s.updated_at),
         "lastActivityAt": rfc3339(s.updated_at),
@@ -230,14 +238,18 @@ fn sandbox_json(s: &Sandbox, full: bool) -> Value {
     v
 }
 
-/// `GET /api/sandbox?labels={"k":"v"}`: `{items, nextCursor}`, all in one page.
+/// `GET /api/sandbox?labels={"k":"v"}&limit=N&cursor=C`: `{items, nextCursor}`, newest first,
+/// at most `limit` (1 to 200, default 100; at most the fake's page size) a page; `nextCursor`
+/// names the next page, `null` after the last.
 async fn list(State(fake): State<Arc<Daytona>>, RawQuery(query): RawQuery) -> Response {
     let pairs: Vec<(String, String)> =
         serde_urlencoded::from_str(query.as_deref().unwrap_or("")).unwrap_or_default();
     let mut wanted = BTreeMap::new();
+    let mut limit = DEFAULT_LIST_LIMIT;
+    let mut after: Option<(u128, String)> = None;
     for (key, value) in pairs {
-        if key == "labels" {
-            match serde_json::from_str::<BTreeMap<String, String>>(&value) {
+        match key.as_str() {
+            "labels" => match serde_json::from_str::<BTreeMap<String, String>>(&value) {
                 Ok(labels) => wanted.extend(labels),
                 Err(_) => {
                     return error(
@@ -246,18 +258,61 @@ async fn list(State(fake): State<Arc<Daytona>>, RawQuery(query): RawQuery) -> Re
                         "labels must be a JSON object",
                     )
                 }
-            }
+            },
+            "limit" => match value.parse::<usize>() {
+                Ok(n) if (1..=MAX_LIST_LIMIT).contains(&n) => limit = n,
+                _ => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        "/api/sandbox",
+                        &format!("limit must not be greater than {MAX_LIST_LIMIT}"),
+                    )
+                }
+            },
+            "cursor" => match decode_cursor(&value) {
+                Some(cursor) => after = Some(cursor),
+                None => return error(StatusCode::BAD_REQUEST, "/api/sandbox", "Invalid cursor"),
+            },
+            _ => {}
         }
     }
-    let items: Vec<Value> = fake
-        .table
-        .lock()
-        .expect("sandbox table")
+    let limit = limit.min(fake.config.page_size.max(1));
+    let table = fake.table.lock().expect("sandbox table");
+    let mut matching: Vec<((u128, String), &Sandbox)> = table
         .values()
         .filter(|s| wanted.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
-        .map(|s| sandbox_json(s, false))
+        .map(|s| ((nanos(s.created_at), s.id.clone()), s))
         .collect();
-    Json(json!({ "items": items, "nextCursor": null })).into_response()
+    matching.sort_by(|a, b| b.0.cmp(&a.0));
+    let rest: Vec<_> = matching
+        .into_iter()
+        .filter(|(key, _)| after.as_ref().is_none_or(|after| key < after))
+        .collect();
+    let page = &rest[..rest.len().min(limit)];
+    let items: Vec<Value> = page.iter().map(|(_, s)| sandbox_json(s, false)).collect();
+    let next = (rest.len() > page.len())
+        .then(|| page.last().map(|(key, _)| encode_cursor(key)))
+        .flatten();
+    Json(json!({ "items": items, "nextCursor": next })).into_response()
+}
+
+fn nanos(at: SystemTime) -> u128 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos()
+}
+
+/// An opaque cursor: the last sandbox served (creation time and id), base64.
+fn encode_cursor((at, id): &(u128, String)) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{at}/{id}"))
+}
+
+fn decode_cursor(cursor: &str) -> Option<(u128, String)> {
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .ok()?;
+    let (at, id) = std::str::from_utf8(&raw).ok()?.split_once('/')?;
+    Some((at.parse().ok()?, id.to_string()))
 }
 
 fn not_found(id: &str) -> Response {
@@ -432,8 +487,9 @@ async fn set_autostop(
     let Some(s) = fake.find(&id) else {
         return not_found(&id);
     };
+    // Daytona answers with the sandbox, as for the TTL.
     match fake.update(&s.id, |s| s.auto_stop_interval = minutes) {
-        Some(_) => StatusCode::OK.into_response(),
+        Some(s) => Json(sandbox_json(&s, true)).into_response(),
         None => not_found(&id),
     }
 }

@@ -55,6 +55,9 @@ pub struct Config {
     /// Serve the older route set of Daytona's last public server (self-hosted): no
     /// `POST /sandbox/{id}/ttl/{minutes}`.
     pub legacy_routes: bool,
+    /// The most sandboxes one list page holds, whatever `limit` asks (Daytona's largest is
+    /// 200); smaller ones make clients page.
+    pub page_size: usize,
 }
 
 /// One fake sandbox.

@@ -1,12 +1,13 @@
 //! The fake's snapshot API (`/api/snapshots`), as Daytona's snapshot controller and service
 //! answer: `POST` from a registry image (`imageName`, with a tag other than `latest` or a
-//! digest; `buildInfo` excluded, as is an `entrypoint` with it; 409 on a taken name), `GET`
-//! by id or name, paged lists, and `DELETE` by id. The snapshots themselves are
-//! [`super::snapshots`].
+//! digest) or a Dockerfile (`buildInfo`, without `imageName` or `entrypoint`; its
+//! `contextHashes` must be empty, as the fake has no object storage for build contexts), 409
+//! on a taken name; `GET` by id or name, paged lists, and `DELETE` by id. The snapshots
+//! themselves are [`super::snapshots`].
 //!
-//! Build logs exist only for snapshots built from a Dockerfile (`buildInfo`), which this fake
-//! does not build: `build-logs` and `build-logs-url` answer 404 "has no build info" for every
-//! snapshot, as Daytona does for pulled ones.
+//! Build logs exist only for snapshots built from a Dockerfile: `build-logs` (`follow=true`
+//! streams until the build ends) and `build-logs-url` (where to read them); pulled snapshots
+//! answer 404 "has no build info", as Daytona does.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -20,7 +21,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::api::ORGANIZATION;
-use super::snapshots::{pull, Snapshot, SnapshotState};
+use super::snapshots::{build, pull, BuildInfo, Snapshot, SnapshotState};
 use super::{error, Daytona};
 use crate::sandboxes::uuid;
 use crate::serve::rfc3339;
@@ -38,7 +39,7 @@ pub(super) fn routes() -> Router<Arc<Daytona>> {
         .route("/api/snapshots", get(list).post(create))
         .route("/api/snapshots/{id}", get(detail).delete(remove))
         .route("/api/snapshots/{id}/build-logs", get(build_logs))
-        .route("/api/snapshots/{id}/build-logs-url", get(build_logs))
+        .route("/api/snapshots/{id}/build-logs-url", get(build_logs_url))
 }
 
 /// `CreateSnapshotDto`.
@@ -52,7 +53,16 @@ struct CreateSnapshot {
     gpu: Option<i64>,
     memory: Option<i64>,
     disk: Option<i64>,
-    build_info: Option<Value>,
+    build_info: Option<CreateBuildInfo>,
+}
+
+/// `CreateBuildInfoDto`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateBuildInfo {
+    dockerfile_content: String,
+    #[serde(default)]
+    context_hashes: Vec<String>,
 }
 
 const PATH: &str = "/api/snapshots";
@@ -70,37 +80,60 @@ async fn create(State(fake): State<Arc<Daytona>>, body: axum::body::Bytes) -> Re
         return bad_request("name must be a string");
     };
     // The controller's checks, then the service's, in Daytona's order.
-    let image_name = match (&req.build_info, req.image_name.clone()) {
+    let source = match (req.build_info, req.image_name.clone()) {
         (Some(_), Some(_)) => {
             return bad_request("Cannot specify an image name when using a build info entry")
         }
         (Some(_), None) if req.entrypoint.is_some() => {
             return bad_request("Cannot specify an entrypoint when using a build info entry")
         }
-        (Some(_), None) => {
+        (Some(info), None) if !info.context_hashes.is_empty() => {
             return bad_request(
-                "this fake builds no Dockerfiles (buildInfo): create the snapshot from a \
-                 registry image with imageName",
-            )
+                "this fake has no object storage for build contexts: build from an Image \
+                 without local files (contextHashes must be empty)",
+            );
+        }
+        (Some(info), None) => {
+            if info.dockerfile_content.trim().is_empty() {
+                return bad_request("dockerfileContent must not be empty");
+            }
+            Source::Dockerfile(info.dockerfile_content)
         }
         (None, None) => {
             return bad_request("Must specify an image name when not using a build info entry")
         }
-        (None, Some(image)) => image,
+        (None, Some(image)) => {
+            if let Some(reason) = invalid_image(&image) {
+                return bad_request(reason);
+            }
+            Source::Image(image)
+        }
     };
     if !valid_name(&name) {
         return bad_request(
             "Invalid snapshot name format. May contain letters, digits, dots, colons, and dashes",
         );
     }
-    if let Some(reason) = invalid_image(&image_name) {
-        return bad_request(reason);
-    }
     let now = SystemTime::now();
+    let (image_name, build_info) = match &source {
+        Source::Image(image) => (image.clone(), None),
+        // Daytona names a built snapshot's image after its Dockerfile.
+        Source::Dockerfile(dockerfile) => {
+            use sha2::Digest;
+            let digest = hex::encode(sha2::Sha256::digest(dockerfile.as_bytes()));
+            let info = BuildInfo {
+                dockerfile: dockerfile.clone(),
+                created_at: now,
+                log: Vec::new(),
+            };
+            (format!("daytona-{}:daytona", &digest[..16]), Some(info))
+        }
+    };
     let snapshot = Snapshot {
         id: uuid(),
         name: name.clone(),
         image_name: image_name.clone(),
+        build_info,
         // Daytona drops empty arguments, and an entrypoint left with none.
         entrypoint: req
             .entrypoint
@@ -136,8 +169,27 @@ async fn create(State(fake): State<Arc<Daytona>>, body: axum::body::Bytes) -> Re
         .lock()
         .expect("removed")
         .remove(&name);
-    tokio::spawn(pull(Arc::downgrade(&fake), snapshot.id.clone(), image_name));
+    match source {
+        Source::Image(image) => {
+            tokio::spawn(pull(Arc::downgrade(&fake), snapshot.id.clone(), image));
+        }
+        Source::Dockerfile(dockerfile) => {
+            tokio::spawn(build(
+                Arc::downgrade(&fake),
+                snapshot.id.clone(),
+                dockerfile,
+            ));
+        }
+    }
     Json(snapshot_json(&snapshot)).into_response()
+}
+
+/// Where a snapshot's image comes from.
+enum Source {
+    /// Pulled from a registry.
+    Image(String),
+    /// Built from this Dockerfile.
+    Dockerfile(String),
 }
 
 /// Daytona's `IMAGE_NAME_REGEX`, which snapshot names must match too: `/`-separated
@@ -198,7 +250,13 @@ fn snapshot_json(s: &Snapshot) -> Value {
         "createdAt": rfc3339(s.created_at),
         "updatedAt": rfc3339(s.updated_at),
         "lastUsedAt": null,
-        "buildInfo": null,
+        "buildInfo": s.build_info.as_ref().map(|b| json!({
+            "dockerfileContent": b.dockerfile,
+            "contextHashes": [],
+            "createdAt": rfc3339(b.created_at),
+            "updatedAt": rfc3339(s.updated_at),
+            "snapshotRef": s.image_name,
+        })),
         "regionIds": ["us"],
         "initialRunnerId": null,
         "ref": null,
@@ -280,21 +338,96 @@ async fn remove(State(fake): State<Arc<Daytona>>, Path(id): Path<String>) -> Res
     }
 }
 
-/// `GET /api/snapshots/{id}/build-logs[-url]` (by id only): pulled snapshots have none.
-async fn build_logs(State(fake): State<Arc<Daytona>>, Path(id): Path<String>) -> Response {
+#[derive(Debug, Deserialize)]
+struct Follow {
+    #[serde(default)]
+    follow: Option<bool>,
+}
+
+/// How often a followed build log is looked at again.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// `GET /api/snapshots/{id}/build-logs[?follow=true]` (by id only): the build log as text, a
+/// line each; followed, it streams until the build ends. Pulled snapshots have none.
+async fn build_logs(
+    State(fake): State<Arc<Daytona>>,
+    Path(id): Path<String>,
+    Query(q): Query<Follow>,
+) -> Response {
+    if let Some(refused) = no_build_info(&fake, &id) {
+        return refused;
+    }
+    let follow = q.follow.unwrap_or(false);
+    let stream = futures_util::stream::unfold(
+        (fake, id, 0_usize, false),
+        move |(fake, id, next, done)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                let (lines, finished) = match fake.snapshots.by_id_or_name(&id) {
+                    Some(s) => (
+                        s.build_info.map(|b| b.log).unwrap_or_default(),
+                        s.state.is_final(),
+                    ),
+                    None => (Vec::new(), true),
+                };
+                if lines.len() > next {
+                    let text: String = lines[next..].iter().map(|l| format!("{l}\n")).collect();
+                    let total = lines.len();
+                    return Some((
+                        Ok::<_, std::io::Error>(bytes::Bytes::from(text)),
+                        (fake, id, total, false),
+                    ));
+                }
+                if finished || !follow {
+                    return None;
+                }
+                tokio::time::sleep(FOLLOW_POLL).await;
+            }
+        },
+    );
+    (
+        [("content-type", "text/plain; charset=utf-8")],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+/// `GET /api/snapshots/{id}/build-logs-url`: where to read the build log.
+async fn build_logs_url(
+    State(fake): State<Arc<Daytona>>,
+    Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    if let Some(refused) = no_build_info(&fake, &id) {
+        return refused;
+    }
+    let host = headers
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1");
+    Json(json!({ "url": format!("http://{host}{PATH}/{id}/build-logs") })).into_response()
+}
+
+/// The 404 for a snapshot that is not there, or was pulled (no build info); `None` for one
+/// that was built.
+fn no_build_info(fake: &Daytona, id: &str) -> Option<Response> {
     let path = format!("{PATH}/{id}/build-logs");
-    let known = fake
-        .snapshots
-        .table
-        .lock()
-        .expect("snapshot table")
-        .contains_key(&id);
-    let message = if known {
-        format!("Snapshot {id} has no build info")
-    } else {
-        format!("Snapshot {id} not found")
-    };
-    error(StatusCode::NOT_FOUND, &path, &message)
+    let table = fake.snapshots.table.lock().expect("snapshot table");
+    match table.get(id) {
+        Some(s) if s.build_info.is_some() => None,
+        Some(_) => Some(error(
+            StatusCode::NOT_FOUND,
+            &path,
+            &format!("Snapshot {id} has no build info"),
+        )),
+        None => Some(error(
+            StatusCode::NOT_FOUND,
+            &path,
+            &format!("Snapshot {id} not found"),
+        )),
+    }
 }
 
 #[cfg(test)]

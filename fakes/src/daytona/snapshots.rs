@@ -1,9 +1,11 @@
 //! The fake's snapshots and their lifecycle, as Daytona's snapshot service keeps them: made
 //! from a registry image, `pending` → `pulling` → `active`, or `error` with `errorReason` when
-//! the pull fails. The pull is real: the image goes into the fake's image store
-//! ([`crate::images`]), and sandboxes made from the snapshot run it ([`Boot`]). The
-//! entrypoint is the one given, else the image's ENTRYPOINT, else `sleep infinity`, as
-//! Daytona decides it. The HTTP side is [`super::snapshot_api`].
+//! the pull fails; or built from a Dockerfile (`buildInfo`, what the SDK's `Image` sends),
+//! `pending` → `building` → `active`, or `build_failed`, with a build log. The pull and the
+//! build are real: the image goes into the fake's image store ([`crate::images`], the build
+//! by [`crate::dockerfile`], which takes no RUN), and sandboxes made from the snapshot run it
+//! ([`Boot`]). The entrypoint is the one given, else the image's ENTRYPOINT, else `sleep
+//! infinity`, as Daytona decides it. The HTTP side is [`super::snapshot_api`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -20,8 +22,10 @@ const FALLBACK_ENTRYPOINT: [&str; 2] = ["sleep", "infinity"];
 pub(super) enum SnapshotState {
     Pending,
     Pulling,
+    Building,
     Active,
     Error,
+    BuildFailed,
 }
 
 impl SnapshotState {
@@ -29,10 +33,29 @@ impl SnapshotState {
         match self {
             SnapshotState::Pending => "pending",
             SnapshotState::Pulling => "pulling",
+            SnapshotState::Building => "building",
             SnapshotState::Active => "active",
             SnapshotState::Error => "error",
+            SnapshotState::BuildFailed => "build_failed",
         }
     }
+
+    /// Whether the snapshot will change no more.
+    pub(super) fn is_final(self) -> bool {
+        matches!(
+            self,
+            SnapshotState::Active | SnapshotState::Error | SnapshotState::BuildFailed
+        )
+    }
+}
+
+/// What a snapshot built from a Dockerfile was built from (Daytona's `BuildInfo`).
+#[derive(Clone, Debug)]
+pub(super) struct BuildInfo {
+    pub(super) dockerfile: String,
+    pub(super) created_at: SystemTime,
+    /// Its log, a line each.
+    pub(super) log: Vec<String>,
 }
 
 /// One snapshot.
@@ -48,8 +71,10 @@ pub(super) struct Snapshot {
     pub(super) disk: i64,
     pub(super) state: SnapshotState,
     pub(super) error_reason: Option<String>,
-    /// The pulled image's layout directory in the fake's store, once pulled.
+    /// The pulled (or built) image's layout directory in the fake's store, once there.
     pub(super) layout: Option<PathBuf>,
+    /// For a snapshot built from a Dockerfile.
+    pub(super) build_info: Option<BuildInfo>,
     pub(super) created_at: SystemTime,
     pub(super) updated_at: SystemTime,
 }
@@ -91,7 +116,7 @@ impl Snapshots {
             .cloned()
     }
 
-    fn update(&self, id: &str, change: impl FnOnce(&mut Snapshot)) {
+    pub(super) fn update(&self, id: &str, change: impl FnOnce(&mut Snapshot)) {
         if let Some(s) = self.table.lock().expect("snapshot table").get_mut(id) {
             change(s);
             s.updated_at = SystemTime::now();
@@ -157,6 +182,52 @@ pub(super) async fn pull(fake: std::sync::Weak<Daytona>, id: String, image_name:
             tracing::info!("snapshot {id}: cannot pull {image_name}: {e:#}");
             s.state = SnapshotState::Error;
             s.error_reason = Some(format!("Failed to pull image {image_name}: {e:#}"));
+        }
+    });
+}
+
+/// Builds the snapshot's Dockerfile into the store and makes it `active` (or `build_failed`
+/// with the reason), logging each step in its build info.
+pub(super) async fn build(fake: std::sync::Weak<Daytona>, id: String, dockerfile: String) {
+    let Some(daytona) = fake.upgrade() else {
+        return;
+    };
+    daytona
+        .snapshots
+        .update(&id, |s| s.state = SnapshotState::Building);
+    let log = |line: String| {
+        daytona.snapshots.update(&id, |s| {
+            if let Some(info) = s.build_info.as_mut() {
+                info.log.push(line);
+            }
+        });
+    };
+    let commands = crate::dockerfile::lines(&dockerfile);
+    let built = crate::dockerfile::run(&daytona.images, &commands, Default::default(), &log).await;
+    let found = match built {
+        Ok(layout) => {
+            let dir = layout.clone();
+            tokio::task::spawn_blocking(move || image_entrypoint(&dir))
+                .await
+                .map_err(anyhow::Error::new)
+                .and_then(|e| e)
+                .map(|e| (layout, e))
+        }
+        Err(e) => Err(e),
+    };
+    match &found {
+        Ok(_) => log("Snapshot built".into()),
+        Err(e) => log(format!("Build failed: {e:#}")),
+    }
+    daytona.snapshots.update(&id, |s| match found {
+        Ok((layout, image_entrypoint)) => {
+            s.entrypoint = image_entrypoint.or_else(|| Some(fallback_entrypoint()));
+            s.layout = Some(layout);
+            s.state = SnapshotState::Active;
+        }
+        Err(e) => {
+            s.state = SnapshotState::BuildFailed;
+            s.error_reason = Some(format!("{e:#}"));
         }
     });
 }

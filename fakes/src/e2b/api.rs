@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -30,6 +31,8 @@ pub(super) const ENVD_VERSION: &str = "0.6.13";
 const CPU_COUNT: u32 = 2;
 const MEMORY_MB: u32 = 1024;
 pub(super) const DISK_SIZE_MB: u32 = 4096;
+/// The largest `limit` of a list page (E2B's API allows 1 to 100).
+const MAX_LIST_LIMIT: usize = 100;
 
 /// The routes: E2B's current set, or (`legacy_routes`) the older one of its public infra,
 /// which has v1 create (secured only with `"secure": true`) and `resume`, but neither
@@ -39,14 +42,14 @@ pub(super) const DISK_SIZE_MB: u32 = 4096;
 pub(super) fn router(fake: Arc<E2b>) -> Router {
     let legacy = fake.config.legacy_routes;
     let mut routes = Router::new()
-        .route("/sandboxes", post(create_v1).get(list))
+        .route("/sandboxes", post(create_v1).get(list_v1))
         .route("/sandboxes/{id}", get(detail).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
         .route("/sandboxes/{id}/pause", post(pause))
         .route("/sandboxes/{id}/resume", post(resume));
     if !legacy {
         routes = routes
-            .route("/v2/sandboxes", post(create_v2).get(list))
+            .route("/v2/sandboxes", post(create_v2).get(list_v2))
             .route("/sandboxes/{id}/connect", post(connect))
             .route("/v2/sandboxes/{id}/connect", post(connect));
     }
@@ -269,42 +272,116 @@ fn listed_json(id: &str, s: &Sandbox) -> Value {
     })
 }
 
-/// `GET /sandboxes` and `GET /v2/sandboxes?metadata=k%3Dv&state=running`.
-async fn list(State(fake): State<Arc<E2b>>, RawQuery(query): RawQuery) -> Response {
-    let pairs: Vec<(String, String)> =
-        serde_urlencoded::from_str(query.as_deref().unwrap_or("")).unwrap_or_default();
-    let mut wanted_meta: BTreeMap<String, String> = BTreeMap::new();
-    let mut states: Vec<String> = Vec::new();
-    for (key, value) in pairs {
-        match key.as_str() {
-            // `metadata` is itself a URL-encoded query of (URL-encoded) keys and values.
-            "metadata" => {
-                let inner: Vec<(String, String)> =
-                    serde_urlencoded::from_str(&value).unwrap_or_default();
-                wanted_meta.extend(inner);
-            }
-            "state" => states.extend(value.split(',').map(str::to_string)),
-            _ => {}
-        }
-    }
+/// `GET /sandboxes` (v1: every running sandbox, in one answer).
+async fn list_v1(State(fake): State<Arc<E2b>>, RawQuery(query): RawQuery) -> Response {
+    let (wanted_meta, _) = list_filters(query.as_deref());
     let table = fake.table.lock().expect("sandbox table");
     let items: Vec<Value> = table
         .iter()
-        .filter(|(_, s)| {
-            wanted_meta
-                .iter()
-                .all(|(k, v)| s.metadata.get(k) == Some(v))
-        })
+        .filter(|(_, s)| !s.paused && matches_meta(s, &wanted_meta))
+        .map(|(id, s)| listed_json(id, s))
+        .collect();
+    Json(items).into_response()
+}
+
+/// `GET /v2/sandboxes?metadata=k%3Dv&state=running&limit=N&nextToken=T`: a page of at most
+/// `limit` (1 to 100, default 100; at most the fake's page size) sandboxes, newest first,
+/// and `x-next-token` when more follow.
+async fn list_v2(State(fake): State<Arc<E2b>>, RawQuery(query): RawQuery) -> Response {
+    let (wanted_meta, pairs) = list_filters(query.as_deref());
+    let mut states: Vec<String> = Vec::new();
+    let mut limit = MAX_LIST_LIMIT;
+    let mut after: Option<(u128, String)> = None;
+    for (key, value) in pairs {
+        match key.as_str() {
+            "state" => states.extend(value.split(',').map(str::to_string)),
+            "limit" => match value.parse::<usize>() {
+                Ok(n) if (1..=MAX_LIST_LIMIT).contains(&n) => limit = n,
+                _ => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        &format!("limit must be between 1 and {MAX_LIST_LIMIT}"),
+                    )
+                }
+            },
+            "nextToken" => match decode_token(&value) {
+                Some(cursor) => after = Some(cursor),
+                None => return error(StatusCode::BAD_REQUEST, "Invalid next token"),
+            },
+            _ => {}
+        }
+    }
+    let limit = limit.min(fake.config.page_size.max(1));
+    let table = fake.table.lock().expect("sandbox table");
+    let mut matching: Vec<((u128, String), &Sandbox)> = table
+        .iter()
+        .filter(|(_, s)| matches_meta(s, &wanted_meta))
         .filter(|(_, s)| {
             let state = if s.paused { "paused" } else { "running" };
             states.is_empty() || states.iter().any(|w| w == state)
         })
-        .map(|(id, s)| listed_json(id, s))
+        .map(|(id, s)| ((nanos(s.started_at), id.clone()), s))
         .collect();
+    // Newest first; the token is the last key served, the next page what comes after it.
+    matching.sort_by(|a, b| b.0.cmp(&a.0));
+    let rest: Vec<_> = matching
+        .into_iter()
+        .filter(|(key, _)| after.as_ref().is_none_or(|after| key < after))
+        .collect();
+    let page = &rest[..rest.len().min(limit)];
+    let items: Vec<Value> = page.iter().map(|((_, id), s)| listed_json(id, s)).collect();
     let running = table.values().filter(|s| !s.paused).count();
     let mut resp = Json(items).into_response();
     resp.headers_mut().insert("x-total-running", running.into());
+    if rest.len() > page.len() {
+        if let Some((key, _)) = page.last() {
+            let token = encode_token(key);
+            resp.headers_mut().insert(
+                "x-next-token",
+                token.parse().expect("base64 is a header value"),
+            );
+        }
+    }
     resp
+}
+
+/// The `metadata` filter (itself a URL-encoded query of URL-encoded keys and values) and
+/// every query pair.
+fn list_filters(query: Option<&str>) -> (BTreeMap<String, String>, Vec<(String, String)>) {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.unwrap_or("")).unwrap_or_default();
+    let mut wanted = BTreeMap::new();
+    for (key, value) in &pairs {
+        if key == "metadata" {
+            let inner: Vec<(String, String)> =
+                serde_urlencoded::from_str(value).unwrap_or_default();
+            wanted.extend(inner);
+        }
+    }
+    (wanted, pairs)
+}
+
+fn matches_meta(s: &Sandbox, wanted: &BTreeMap<String, String>) -> bool {
+    wanted.iter().all(|(k, v)| s.metadata.get(k) == Some(v))
+}
+
+fn nanos(at: SystemTime) -> u128 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos()
+}
+
+/// An opaque page token: the last sandbox served (start time and id), base64.
+fn encode_token((at, id): &(u128, String)) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{at}/{id}"))
+}
+
+fn decode_token(token: &str) -> Option<(u128, String)> {
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .ok()?;
+    let (at, id) = std::str::from_utf8(&raw).ok()?.split_once('/')?;
+    Some((at.parse().ok()?, id.to_string()))
 }
 
 /// `GET /sandboxes/{id}`.

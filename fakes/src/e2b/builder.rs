@@ -1,7 +1,10 @@
 //! The fake E2B's template builder: the base (`fromImage` pulled into the fake's image store,
 //! or `fromTemplate`'s image), then the steps as E2B's builder applies them (COPY unpacks the
-//! uploaded tar and puts its source at the destination, ENV, WORKDIR and USER change the
-//! run settings), one new image in the store, and a log entry per step. A failure ends the
+//! uploaded tar and puts its source at the destination, WORKDIR and USER change the run
+//! settings, ENV the template's metadata), one new image in the store, and a log entry per
+//! step. As with E2B, the variables (the base image's and the ENV steps') are the build's:
+//! the ready command runs with them, a `fromTemplate` build starts from them, and no
+//! sandbox's process gets them (the image keeps no `Env`). A failure ends the
 //! build in `error` with E2B's `reason` (the message and the failed step: `base` or the
 //! step's number).
 //!
@@ -204,7 +207,11 @@ async fn steps(
         })
         .map_err(|e| fail("base", format!("cannot make a build directory: {e}")))?;
     let mut files: Vec<AddFile> = Vec::new();
-    let mut edit = ConfigEdit::default();
+    let mut edit = ConfigEdit {
+        clear_env: true,
+        ..ConfigEdit::default()
+    };
+    let mut env = base_env(fake, &base).await;
     let total = start.steps.len();
     for (i, step) in start.steps.iter().enumerate() {
         let n = (i + 1).to_string();
@@ -236,7 +243,8 @@ async fn steps(
             }
             "ENV" => {
                 for pair in step.args.chunks(2) {
-                    edit.env.push((pair[0].clone(), pair[1].clone()));
+                    env.retain(|(k, _)| *k != pair[0]);
+                    env.push((pair[0].clone(), pair[1].clone()));
                 }
             }
             "WORKDIR" => edit.workdir = Some(resolve(&workdir, &step.args[0])),
@@ -271,11 +279,30 @@ async fn steps(
             format!("Running ready command: {cmd}"),
         );
         let output = |line: String| log("info", Some("finalize"), line);
-        super::ready::check(fake, &image, cmd, &output)
+        let ready_env = env.iter().cloned().collect();
+        super::ready::check(fake, &image, cmd, ready_env, &output)
             .await
             .map_err(|e| fail("finalize", e))?;
     }
+    fake.templates
+        .lock()
+        .expect("template table")
+        .env
+        .insert(image.clone(), env);
     Ok(image)
+}
+
+/// The variables a build starts with: a template's metadata ones, else the base image's.
+async fn base_env(fake: &E2b, base: &Path) -> Vec<(String, String)> {
+    if let Some(env) = fake.templates.lock().expect("template table").env.get(base) {
+        return env.clone();
+    }
+    let layout = base.to_path_buf();
+    tokio::task::spawn_blocking(move || crate::images::Images::env_of(&layout))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default()
 }
 
 /// COPY `args` (`src dest [owner [mode]]`) out of the (gzipped) tar at `tar`, unpacked into

@@ -1,7 +1,9 @@
-//! The fake envd (port 49983 of every sandbox): `GET /health` and `process.Process/Start`
-//! over the Connect protocol with the JSON codec, as E2B's SDKs call it. The process runs in
-//! the local sandbox through its agent, in the background, so it outlives the stream as it
-//! does under envd; its output is streamed while the client listens.
+//! The fake envd (port 49983 of every sandbox): `GET /health`, `GET /files` (a file's bytes,
+//! as `sandbox.files.read` asks) and `process.Process/Start` over the Connect protocol with the
+//! JSON codec, as E2B's SDKs call it. The process runs in the local sandbox through its agent,
+//! in the background, so it outlives the stream as it does under envd; its output is streamed
+//! while the client listens. Its environment is envd's: the sandbox's envVars, then the
+//! request's envs, over the sandbox's base (`PATH`); a template's ENV steps are not in it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +17,8 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
-use tether_client::{Process, ProcessEvent};
+use tether_client::{ClientError, Process, ProcessEvent};
+use tether_proto::ErrorCode;
 
 use super::{error, E2b};
 
@@ -49,6 +52,15 @@ pub(super) async fn serve(fake: Arc<E2b>, id: String, req: Request) -> Response 
     let path = req.uri().path().to_string();
     if req.method() == "GET" && path == "/health" {
         return StatusCode::NO_CONTENT.into_response();
+    }
+    if req.method() == "GET" && path == "/files" {
+        let given = req
+            .headers()
+            .get("x-access-token")
+            .and_then(|t| t.to_str().ok())
+            .map(str::to_string);
+        let query = req.uri().query().unwrap_or("").to_string();
+        return read_file(&fake, &id, &sandbox.envd_access_token, given, &query).await;
     }
     if !sandbox.envd_access_token.is_empty() {
         let given = req
@@ -118,6 +130,82 @@ pub(super) async fn serve(fake: Arc<E2b>, id: String, req: Request) -> Response 
     streaming(futures_util::stream::iter(
         events.into_iter().map(Ok::<_, std::io::Error>),
     ))
+}
+
+#[derive(Debug, Deserialize)]
+struct FilesQuery {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    signature: Option<String>,
+}
+
+/// `GET /files?path=&username=`: the file's bytes. Exempt from envd's general token check,
+/// it takes the token in `X-Access-Token` or a signature (which this fake does not make, so
+/// it refuses them); a missing file is 404, a directory 400, in envd's words.
+async fn read_file(
+    fake: &E2b,
+    id: &str,
+    token: &str,
+    given: Option<String>,
+    query: &str,
+) -> Response {
+    let query: FilesQuery = serde_urlencoded::from_str(query).unwrap_or(FilesQuery {
+        path: String::new(),
+        signature: None,
+    });
+    if !token.is_empty() {
+        let refused = match (given.as_deref(), &query.signature) {
+            (Some(given), _) if given == token => None,
+            (Some(_), _) => Some("access token present in header but does not match"),
+            (None, None) => Some("missing signature query parameter"),
+            (None, Some(_)) => Some("invalid signature"),
+        };
+        if let Some(why) = refused {
+            return error(StatusCode::UNAUTHORIZED, why);
+        }
+    }
+    // Relative paths are the default user's home, as envd resolves them.
+    let path = if query.path.starts_with('/') {
+        query.path.clone()
+    } else {
+        format!("/home/user/{}", query.path)
+    };
+    let read = async {
+        let session = fake.sandboxes.session(id).await?;
+        session
+            .read_file(path.as_str())
+            .await
+            .map_err(anyhow::Error::new)
+    };
+    match read.await {
+        Ok(bytes) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/octet-stream")],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => {
+            let code = e.downcast_ref::<ClientError>().and_then(|e| match e {
+                ClientError::Remote { code, .. } => Some(*code),
+                _ => None,
+            });
+            match code {
+                Some(ErrorCode::NotFound) => error(
+                    StatusCode::NOT_FOUND,
+                    &format!("path '{path}' does not exist"),
+                ),
+                Some(ErrorCode::IsDirectory) => error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("path '{path}' is a directory"),
+                ),
+                _ => error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("error opening file '{path}': {e:#}"),
+                ),
+            }
+        }
+    }
 }
 
 /// The `StartResponse` stream of a running process: start, data, end, then end-of-stream.

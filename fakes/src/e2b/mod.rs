@@ -55,6 +55,9 @@ pub struct Config {
     /// Serve only the older route set of E2B's public (self-hosted) infra: no
     /// `POST /v2/sandboxes` and no `/connect`; unknown routes answer 404 as the API does.
     pub legacy_routes: bool,
+    /// The most sandboxes one `GET /v2/sandboxes` page holds, whatever `limit` asks (E2B's
+    /// largest is 100); smaller ones make clients page.
+    pub page_size: usize,
 }
 
 /// One fake sandbox.

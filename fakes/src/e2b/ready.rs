@@ -22,12 +22,14 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// The most of its output kept as log lines.
 const MAX_OUTPUT: usize = 4096; // bytes
 
-/// Runs `cmd` in a sandbox of `image`; its output becomes log lines through `log`. Fails with
-/// E2B's kind of reason when it cannot run or exits non-zero.
+/// Runs `cmd` with `env` (the template's build variables) in a sandbox of `image`; its
+/// output becomes log lines through `log`. Fails with E2B's kind of reason when it cannot run
+/// or exits non-zero.
 pub(super) async fn check(
     fake: &E2b,
     image: &Path,
     cmd: &str,
+    env: BTreeMap<String, String>,
     log: &(dyn Fn(String) + Send + Sync),
 ) -> Result<(), String> {
     let id = random_id(ID_LEN, ID_ALPHABET);
@@ -35,7 +37,7 @@ pub(super) async fn check(
         .create_from(&id, Some(image))
         .await
         .map_err(|e| format!("cannot start the template to run its ready command: {e:#}"))?;
-    let outcome = tokio::time::timeout(READY_TIMEOUT, run(fake, &id, cmd, log)).await;
+    let outcome = tokio::time::timeout(READY_TIMEOUT, run(fake, &id, cmd, env, log)).await;
     if let Err(e) = fake.sandboxes.delete(&id).await {
         tracing::warn!("cannot remove the build sandbox {id}: {e}");
     }
@@ -56,12 +58,13 @@ async fn run(
     fake: &E2b,
     id: &str,
     cmd: &str,
+    env: BTreeMap<String, String>,
     log: &(dyn Fn(String) + Send + Sync),
 ) -> Result<i32, String> {
     let argv = vec!["/bin/sh".to_string(), "-c".to_string(), cmd.to_string()];
     let mut process = fake
         .sandboxes
-        .start(id, argv, BTreeMap::new(), None)
+        .start(id, argv, env, None)
         .await
         .map_err(|e| format!("{e:#}"))?;
     let mut output = Vec::new();

@@ -76,6 +76,10 @@ pub(super) struct Template {
 #[derive(Debug, Default)]
 pub(super) struct Table {
     pub(super) templates: BTreeMap<String, Template>,
+    /// A built template image → its metadata's variables (the base's and the ENV steps'):
+    /// what build steps and the ready command run with, and a `fromTemplate` build starts
+    /// from. Never in a sandbox's processes, as with E2B.
+    pub(super) env: HashMap<PathBuf, Vec<(String, String)>>,
     /// Files hash → the uploaded tar.
     pub(super) files: HashMap<String, PathBuf>,
     /// Files hash → the token its upload URL carries.

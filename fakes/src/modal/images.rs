@@ -7,7 +7,9 @@
 //! provider sends for a registry `--image`) is not pulled, since the fake has no internet: it
 //! "builds" at once, and its sandboxes run on the fake's default file system. It is pulled
 //! when a later definition builds on it (`FROM base`). Any other definition is built for real
-//! by [`super::build`]: its base is pulled from the (local) registry it names.
+//! by [`crate::dockerfile`]: its base is pulled from the (local) registry it names, and its
+//! `COPY` commands take files from its context mount (`context_mount_id`, [`super::mounts`])
+//! or its inline `context_files`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,11 +21,11 @@ use prost::Message;
 use tether_oci::digest::Digest;
 use tonic::Status;
 
-use super::build::{self, Inputs};
 use super::pb::generic_result::GenericStatus;
 use super::pb::*;
 use super::service::{long_poll, Service, BASE62};
 use super::{result, Modal};
+use crate::dockerfile::{self as build, ContextEntry, Inputs};
 use crate::sandboxes::random_id;
 
 /// The environment a name without one is published in (what `EnvironmentGetOrCreate` calls
@@ -91,6 +93,15 @@ impl Service {
         let image = req
             .image
             .ok_or_else(|| Status::invalid_argument("image is required"))?;
+        let context = match image.context_mount_id.as_str() {
+            "" => HashMap::new(),
+            id => fake
+                .mounts
+                .lock()
+                .expect("mount table")
+                .context(id)
+                .ok_or_else(|| Status::not_found(format!("Mount {id} not found")))?,
+        };
         let key = Digest::of(&image.encode_to_vec()).to_string();
         let mut table = fake.images.lock().expect("image table");
         if let Some(id) = table.by_definition.get(&key) {
@@ -107,10 +118,15 @@ impl Service {
             }
         }
         let only_tag = match image.dockerfile_commands.as_slice() {
-            [from] if image.base_images.is_empty() && image.context_files.is_empty() => from
-                .trim()
-                .strip_prefix("FROM ")
-                .map(|tag| tag.trim().to_string()),
+            [from]
+                if image.base_images.is_empty()
+                    && image.context_files.is_empty()
+                    && context.is_empty() =>
+            {
+                from.trim()
+                    .strip_prefix("FROM ")
+                    .map(|tag| tag.trim().to_string())
+            }
             _ => None,
         };
         let bases = image
@@ -143,7 +159,13 @@ impl Service {
             table.builds.insert(image_id.clone(), build);
         } else {
             table.builds.insert(image_id.clone(), build);
-            tokio::spawn(run_build(fake.clone(), image_id.clone(), image, bases));
+            tokio::spawn(run_build(
+                fake.clone(),
+                image_id.clone(),
+                image,
+                bases,
+                context,
+            ));
         }
         // New: the client waits on ImageJoinStreaming, as with a real build.
         Ok(ImageGetOrCreateResponse {
@@ -282,12 +304,14 @@ fn tag_key(tag: &str, environment_name: &str) -> Result<String, Status> {
     Ok(format!("{environment}/{name}:{version}"))
 }
 
-/// Runs the build of `image_id`, logging as it goes, and records how it ended.
+/// Runs the build of `image_id` with `context` (its mount's files; inline context files are
+/// added), logging as it goes, and records how it ended.
 async fn run_build(
     fake: Arc<Modal>,
     image_id: String,
     image: Image,
     bases: Vec<(String, Contents)>,
+    mut context: HashMap<String, ContextEntry>,
 ) {
     let log = |line: String| {
         if let Some(build) = fake
@@ -310,13 +334,16 @@ async fn run_build(
             };
             layouts.insert(docker_tag, layout);
         }
+        for file in image.context_files {
+            let entry = ContextEntry {
+                data: file.data.into(),
+                mode: None,
+            };
+            context.insert(file.filename, entry);
+        }
         let inputs = Inputs {
             bases: layouts,
-            context: image
-                .context_files
-                .into_iter()
-                .map(|f| (f.filename, f.data))
-                .collect(),
+            context,
         };
         build::run(&fake.store, &image.dockerfile_commands, inputs, &log).await
     }
@@ -359,10 +386,7 @@ mod tests {
     async fn the_build_log_resumes_after_the_last_entry_id() {
         let dir = tempfile::tempdir().unwrap();
         let sandboxes = Arc::new(Sandboxes::new(dir.path().into(), "/nonexistent".into()));
-        let config = super::super::Config {
-            token_id: "ak".into(),
-            token_secret: "as".into(),
-        };
+        let config = super::super::Config::new("ak", "as");
         let service = Service(Modal::new(config, sandboxes));
         let image = Image {
             dockerfile_commands: vec!["FROM alpine:3.21".into()],

@@ -15,7 +15,7 @@ use super::pb::generic_result::GenericStatus;
 use super::pb::{SandboxGetTaskIdResponse, SandboxTag, TunnelData};
 use super::service::{Service, BASE62};
 use super::{result, Modal, Sandbox};
-use crate::edge::{self, PortListener};
+use crate::edge::{self, Activity, PortListener};
 use crate::sandboxes::random_id;
 
 /// Refuses a `network_access` Modal would not run: allowlists outside `ALLOWLIST`, a CIDR
@@ -73,6 +73,7 @@ impl Service {
         check_network(&def)?;
         let root = super::images::sandbox_root(fake, &def.image_id)?;
         let id = format!("sb-{}", random_id(22, BASE62));
+        let activity = Activity::new();
         {
             let mut table = fake.table.lock().expect("sandbox table");
             if let Some(name) = &def.name {
@@ -101,6 +102,8 @@ impl Service {
                     } else {
                         def.timeout_secs
                     },
+                    idle_timeout_secs: def.idle_timeout_secs.filter(|secs| *secs > 0),
+                    activity: activity.clone(),
                     result: None,
                     tunnels: Vec::new(),
                     network_access: def.network_access.clone(),
@@ -120,7 +123,8 @@ impl Service {
             let port = u16::try_from(spec.port)
                 .map_err(|_| Status::invalid_argument("port out of range"))?;
             let target = (Arc::downgrade(fake), id.clone(), port);
-            let listener = PortListener::bind(Router::new().fallback(tunnel).with_state(target))
+            let router = Router::new().fallback(tunnel).with_state(target);
+            let listener = PortListener::bind_counted(router, activity.clone())
                 .await
                 .map_err(|e| Status::internal(format!("cannot open a tunnel: {e}")))?;
             let data = TunnelData {

@@ -6,15 +6,21 @@
 //! takes them inline) in a local sandbox
 //! (on its image's file system, or the fake's default one for an image that only names a
 //! registry tag), and finishes when that process exits (SUCCESS or FAILURE with its code),
-//! when terminated (TERMINATED) or when `timeout_secs` passes (TIMEOUT). Images: `images`
-//! (ids, builds and their logs, published names) and `build` (running a definition's
-//! Dockerfile commands). Calls need the token id and secret headers; an auth token, when
-//! sent, must be one `AuthTokenGet` issued. `Sandbox.environment_variables` (field 40) is not
+//! when terminated (TERMINATED), when `timeout_secs` passes (TIMEOUT) or when no tunnel
+//! connection has been open for `idle_timeout_secs` (IDLE_TIMEOUT). Images: `images`
+//! (ids, builds and their logs, published names; the definition's Dockerfile commands run by
+//! the fakes' Dockerfile builder). Calls need the token id and secret headers; an auth token, when
+//! sent, must be one `AuthTokenGet` issued. `SandboxList` answers a page at a time, newest
+//! first, the next page asked for with `before_timestamp`. Image builds' files come as mounts
+//! (`mounts`) whose large files went through blob storage (`blobs`); `limits` refuses
+//! messages over gRPC's 4 MiB. `Sandbox.environment_variables` (field 40) is not
 //! read: no official client sets it, so nothing says the service honours it.
 
-mod build;
+mod blobs;
 mod images;
 mod lifecycle;
+mod limits;
+mod mounts;
 mod secrets;
 mod service;
 
@@ -26,7 +32,7 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use axum::{Json, Router};
 
-use crate::edge::PortListener;
+use crate::edge::{Activity, PortListener};
 use crate::faults::Faults;
 use crate::images::Images;
 use crate::sandboxes::Sandboxes;
@@ -46,9 +52,10 @@ pub mod pb {
 
 /// How often expired sandboxes are looked for.
 const REAP_INTERVAL: Duration = Duration::from_secs(1);
-/// The largest message accepted: Modal's limit, which an image definition carrying its
-/// context files inline must fit in.
-const MAX_MESSAGE_BYTES: usize = 100 << 20; // 100 MiB
+/// Blobs larger than this are uploaded in parts of this size, unless told otherwise.
+pub const DEFAULT_BLOB_PART_BYTES: u64 = 64 << 20; // 64 MiB
+/// The most sandboxes one `SandboxList` answer holds, unless told otherwise.
+pub const DEFAULT_PAGE_SIZE: usize = 100;
 
 /// How the fake is set up.
 #[derive(Clone, Debug)]
@@ -57,6 +64,24 @@ pub struct Config {
     pub token_id: String,
     /// Its secret.
     pub token_secret: String,
+    /// Blobs larger than this are uploaded in parts of this many bytes (Modal decides when
+    /// an upload is multipart; the SDK follows).
+    pub blob_part_bytes: u64,
+    /// The most sandboxes one `SandboxList` answer holds (the client pages on with
+    /// `before_timestamp`).
+    pub page_size: usize,
+}
+
+impl Config {
+    /// A fake accepting `token_id` and `token_secret`, with the defaults otherwise.
+    pub fn new(token_id: impl Into<String>, token_secret: impl Into<String>) -> Config {
+        Config {
+            token_id: token_id.into(),
+            token_secret: token_secret.into(),
+            blob_part_bytes: DEFAULT_BLOB_PART_BYTES,
+            page_size: DEFAULT_PAGE_SIZE,
+        }
+    }
 }
 
 /// One fake sandbox.
@@ -67,6 +92,11 @@ struct Sandbox {
     tags: BTreeMap<String, String>,
     created_at: SystemTime,
     timeout_secs: u32,
+    /// Modal's idle timeout: the sandbox ends after this long without an open tunnel
+    /// connection.
+    idle_timeout_secs: Option<u32>,
+    /// Its tunnels' connections.
+    activity: Arc<Activity>,
     /// Set once it has finished.
     result: Option<pb::GenericResult>,
     tunnels: Vec<(pb::TunnelData, PortListener)>,
@@ -91,6 +121,10 @@ pub struct Modal {
     auth_tokens: Mutex<HashSet<String>>,
     /// Secrets: the env a sandbox gets, by id.
     secrets: Mutex<secrets::SecretTable>,
+    /// Blob storage.
+    blobs: Mutex<blobs::BlobTable>,
+    /// Files by content, and the mounts naming them.
+    mounts: Mutex<mounts::MountTable>,
 }
 
 impl Modal {
@@ -108,17 +142,19 @@ impl Modal {
             table: Mutex::new(BTreeMap::new()),
             auth_tokens: Mutex::new(HashSet::new()),
             secrets: Mutex::new(secrets::SecretTable::default()),
+            blobs: Mutex::new(blobs::BlobTable::default()),
+            mounts: Mutex::new(mounts::MountTable::default()),
         })
     }
 
-    /// The gRPC service plus `/__fake/faults` and `/__fake/sandboxes` (what each sandbox was
-    /// created with, which Modal's API does not read back), and the reaper of timed-out
-    /// sandboxes.
+    /// The gRPC service (behind gRPC's 4 MiB receive limit, [`limits`]), the blob storage
+    /// bucket, `/__fake/faults` and `/__fake/sandboxes` (what each sandbox was created with,
+    /// which Modal's API does not read back), and the reaper of timed-out sandboxes.
     pub fn router(self: &Arc<Self>) -> Router {
         tokio::spawn(reap(Arc::downgrade(self)));
         let grpc = tonic::service::Routes::new(
             pb::modal_client_server::ModalClientServer::new(service::Service(self.clone()))
-                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(limits::MAX_MESSAGE_BYTES),
         )
         .into_axum_router();
         let controls = Router::new()
@@ -127,8 +163,10 @@ impl Modal {
                 axum::routing::post(control).delete(control),
             )
             .route("/__fake/sandboxes", axum::routing::get(inspect))
+            .merge(blobs::routes())
             .with_state(self.clone());
         grpc.merge(controls)
+            .layer(axum::middleware::from_fn(limits::check))
     }
 
     /// Ends sandbox `id` with `result` (if it is still running) and removes its local sandbox.
@@ -188,30 +226,37 @@ fn result(
     }
 }
 
-/// Times out sandboxes whose `timeout_secs` have passed, until the fake is dropped.
+/// Ends sandboxes whose `timeout_secs` have passed (TIMEOUT), or that have had no tunnel
+/// connection open for their idle timeout (IDLE_TIMEOUT), until the fake is dropped.
 async fn reap(fake: std::sync::Weak<Modal>) {
+    use pb::generic_result::GenericStatus;
     loop {
         tokio::time::sleep(REAP_INTERVAL).await;
         let Some(fake) = fake.upgrade() else { return };
         let now = SystemTime::now();
-        let expired: Vec<String> = fake
+        let ended: Vec<(String, pb::GenericResult)> = fake
             .table
             .lock()
             .expect("sandbox table")
             .iter()
-            .filter(|(_, s)| {
-                s.result.is_none()
-                    && s.created_at + Duration::from_secs(u64::from(s.timeout_secs)) <= now
+            .filter(|(_, s)| s.result.is_none())
+            .filter_map(|(id, s)| {
+                let timeout = Duration::from_secs(u64::from(s.timeout_secs));
+                if s.created_at + timeout <= now {
+                    return Some((
+                        id.clone(),
+                        result(GenericStatus::Timeout, 0, "Sandbox timed out"),
+                    ));
+                }
+                let idle = Duration::from_secs(u64::from(s.idle_timeout_secs?));
+                (s.activity.idle_for()? >= idle).then(|| {
+                    let why = format!("Sandbox was idle for {} seconds", idle.as_secs());
+                    (id.clone(), result(GenericStatus::IdleTimeout, 0, &why))
+                })
             })
-            .map(|(id, _)| id.clone())
             .collect();
-        for id in expired {
-            let timeout = result(
-                pb::generic_result::GenericStatus::Timeout,
-                0,
-                "Sandbox timed out",
-            );
-            fake.finish(&id, timeout).await;
+        for (id, why) in ended {
+            fake.finish(&id, why).await;
         }
     }
 }

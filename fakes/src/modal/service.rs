@@ -377,7 +377,10 @@ impl ModalClient for Service {
             })
             .filter(|info| req.before_timestamp <= 0.0 || info.created_at < req.before_timestamp)
             .collect();
+        // Newest first, a page at a time: the client asks for the next one with the last
+        // one's `created_at` as `before_timestamp`.
         sandboxes.sort_by(|a, b| b.created_at.total_cmp(&a.created_at));
+        sandboxes.truncate(self.0.config.page_size.max(1));
         Ok(GrpcResponse::new(SandboxListResponse { sandboxes }))
     }
 
@@ -409,6 +412,52 @@ impl ModalClient for Service {
     ) -> Result<GrpcResponse<SecretGetOrCreateResponse>, Status> {
         self.check(req.metadata(), "SecretGetOrCreate")?;
         self.secret_get_or_create_in(req.into_inner())
+            .map(GrpcResponse::new)
+    }
+
+    async fn blob_create(
+        &self,
+        req: Request<BlobCreateRequest>,
+    ) -> Result<GrpcResponse<BlobCreateResponse>, Status> {
+        self.check(req.metadata(), "BlobCreate")?;
+        let origin = super::blobs::origin(&req);
+        self.blob_create_in(&origin, req.into_inner())
+            .map(GrpcResponse::new)
+    }
+
+    async fn blob_get(
+        &self,
+        req: Request<BlobGetRequest>,
+    ) -> Result<GrpcResponse<BlobGetResponse>, Status> {
+        self.check(req.metadata(), "BlobGet")?;
+        let origin = super::blobs::origin(&req);
+        self.blob_get_in(&origin, req.into_inner())
+            .map(GrpcResponse::new)
+    }
+
+    async fn mount_batched_check_existence(
+        &self,
+        req: Request<MountBatchedCheckExistenceRequest>,
+    ) -> Result<GrpcResponse<MountBatchedCheckExistenceResponse>, Status> {
+        self.check(req.metadata(), "MountBatchedCheckExistence")?;
+        self.mount_check_in(req.into_inner()).map(GrpcResponse::new)
+    }
+
+    async fn mount_put_file(
+        &self,
+        req: Request<MountPutFileRequest>,
+    ) -> Result<GrpcResponse<MountPutFileResponse>, Status> {
+        self.check(req.metadata(), "MountPutFile")?;
+        self.mount_put_file_in(req.into_inner())
+            .map(GrpcResponse::new)
+    }
+
+    async fn mount_get_or_create(
+        &self,
+        req: Request<MountGetOrCreateRequest>,
+    ) -> Result<GrpcResponse<MountGetOrCreateResponse>, Status> {
+        self.check(req.metadata(), "MountGetOrCreate")?;
+        self.mount_get_or_create_in(req.into_inner())
             .map(GrpcResponse::new)
     }
 

@@ -125,17 +125,40 @@ async fn a_template_built_on_e2b_runs_its_image() {
         !bin_dir.contains("bash"),
         "the host-like default, not the image: {bin_dir}"
     );
+    // E2B keeps a template's ENV for its build; the relay gives it to the agent, and so to
+    // every process, from the file the build baked.
     let mark = tether(
         &relay,
         &["exec", &id, "--", "sh", "-c", "echo $TETHER_MARK"],
     );
     assert_eq!(mark.trim(), "built-on-e2b");
+    // The sandbox's own --env wins over the template's.
+    let own = tether(
+        &relay,
+        &[
+            "create",
+            "--provider",
+            "e2b",
+            "--image",
+            "tether-busybox:v1",
+            "--env",
+            "TETHER_MARK=given-at-create",
+        ],
+    )
+    .trim()
+    .to_string();
+    let mark = tether(
+        &relay,
+        &["exec", &own, "--", "sh", "-c", "echo $TETHER_MARK"],
+    );
+    assert_eq!(mark.trim(), "given-at-create");
+    tether(&relay, &["rm", &own]);
     let agent_file = tether(
         &relay,
         &["exec", &id, "--", "ls", "-l", "/usr/local/bin/tether-agent"],
     );
     assert!(agent_file.starts_with("-rwxr-xr-x"), "{agent_file}");
-    assert_eq!(templates(&fake)[0]["spawnCount"], 1);
+    assert_eq!(templates(&fake)[0]["spawnCount"], 2);
 
     // Built again (same agent), E2B already has the files: a second build of the same name.
     let out = build_on(

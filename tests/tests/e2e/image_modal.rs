@@ -1,7 +1,11 @@
 //! `tether image build --target modal` end to end: a real registry holding a busybox base,
 //! `tether-fake modal` building on it (pulling the base, copying the agent in from the
-//! build's context files, streaming its log) and publishing the image under a name, then a
+//! build's context mount, streaming its log) and publishing the image under a name, then a
 //! relay whose Modal is that fake creating a sandbox from the name and running commands in it.
+//!
+//! The agent (4.7 MiB) goes up as the SDK sends such a file: through Modal's blob storage,
+//! in one PUT or in parts as the fake asks, never inline in a gRPC message, which the fake
+//! refuses over gRPC's 4 MiB limit as a gRPC server does.
 //!
 //! Needs the Debian packages docker-registry and busybox-static (see tether_e2e::images).
 
@@ -19,10 +23,13 @@ const MARKER: &str = "marker.txt";
 const MARKER_TEXT: &str = "baked for modal\n";
 
 fn fake() -> Fake {
-    Fake::start(
-        "modal",
-        &["--token-id", TOKEN_ID, "--token-secret", TOKEN_SECRET],
-    )
+    fake_with(&[])
+}
+
+fn fake_with(extra: &[&str]) -> Fake {
+    let mut args = vec!["--token-id", TOKEN_ID, "--token-secret", TOKEN_SECRET];
+    args.extend_from_slice(extra);
+    Fake::start("modal", &args)
 }
 
 /// Pushes a busybox root file system with [`MARKER`] to `registry` as `base:v1`; returns
@@ -137,6 +144,39 @@ fn a_modal_build_is_published_and_runs_under_its_name() {
         ],
     );
     assert!(agent.starts_with("-rwxr-xr-x"), "{agent}");
+    tether(&relay, &["rm", &id]);
+}
+
+#[test]
+fn the_agent_goes_up_in_parts_when_modal_asks_for_a_multipart_upload() {
+    let registry = RegistryServer::start();
+    let base = push_base(&registry);
+    // Blobs over 1 MiB in parts of 1 MiB: the agent in five or more.
+    let fake = fake_with(&["--blob-part-bytes", "1048576"]);
+    let out = modal_build(&fake.url, &["--name", "in-parts", "--from", &base]);
+    assert!(
+        out.status.success(),
+        "the build failed: {}",
+        text(&out.stderr)
+    );
+
+    let relay = Relay::start_with_env(&[
+        ("MODAL_TOKEN_ID", TOKEN_ID),
+        ("MODAL_TOKEN_SECRET", TOKEN_SECRET),
+        ("MODAL_SERVER_URL", &fake.url),
+    ]);
+    let id = tether(
+        &relay,
+        &["create", "--provider", "modal", "--image", "in-parts"],
+    )
+    .trim()
+    .to_string();
+    // The agent serving this exec is the one that went up in parts.
+    let marker = tether(
+        &relay,
+        &["exec", &id, "--", "busybox", "cat", &format!("/{MARKER}")],
+    );
+    assert_eq!(marker, MARKER_TEXT);
     tether(&relay, &["rm", &id]);
 }
 

@@ -38,6 +38,8 @@ pub(crate) struct ControlPlane {
 pub(crate) struct Answer {
     /// Its body.
     pub body: Bytes,
+    /// Its headers (a list's next-page token, for one).
+    pub headers: reqwest::header::HeaderMap,
 }
 
 impl Answer {
@@ -194,16 +196,17 @@ impl ControlPlane {
             if let Some(body) = body {
                 req = req.json(body);
             }
-            let (status, wait_hint, auth_block, bytes) = match req.send().await {
+            let (status, wait_hint, auth_block, answer_headers, bytes) = match req.send().await {
                 Ok(resp) => {
                     let status = resp.status().as_u16();
                     let hint = retry::retry_after(resp.headers());
                     let auth_block = status == 429 && retry::is_failed_auth_block(resp.headers());
+                    let answer_headers = resp.headers().clone();
                     let bytes = resp
                         .bytes()
                         .await
                         .map_err(|source| self.network(what, &url, source))?;
-                    (status, hint, auth_block, bytes)
+                    (status, hint, auth_block, answer_headers, bytes)
                 }
                 // Nothing was sent: trying again cannot do anything twice.
                 Err(e) if e.is_connect() => match backoff.next(None) {
@@ -220,7 +223,10 @@ impl ControlPlane {
                 Err(e) => return Err(self.network(what, &url, e)),
             };
             if (200..300).contains(&status) {
-                return Ok(Answer { body: bytes });
+                return Ok(Answer {
+                    body: bytes,
+                    headers: answer_headers,
+                });
             }
             if retry::is_retryable(status) && !auth_block {
                 if let Some(wait) = backoff.next(wait_hint) {

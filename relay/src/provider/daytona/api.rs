@@ -9,6 +9,11 @@ use serde::{Deserialize, Serialize};
 use crate::provider::cloud::http::{CallError, ControlPlane};
 use crate::provider::ProviderError;
 
+/// Sandboxes asked for per list page (Daytona takes up to 200).
+const LIST_PAGE: usize = 100;
+/// The most list pages read for one listing.
+const MAX_LIST_PAGES: usize = 1000;
+
 /// `POST /sandbox`.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -107,22 +112,62 @@ pub(super) struct Listed {
 }
 
 /// Every sandbox (`GET /sandbox`): Daytona's `labels` filter matches whole key-value pairs,
-/// so sandboxes with a label of any value are picked out by the caller. The answer is a bare
-/// array (older servers) or `{items, nextCursor}`.
+/// so sandboxes with a label of any value are picked out by the caller. The answer is a page
+/// `{items, nextCursor}` (the next one asked for with `cursor`, as the SDK pages), or a bare
+/// array from older servers, which answer everything at once. At most [`MAX_LIST_PAGES`]
+/// pages of [`LIST_PAGE`]; a cursor that repeats is an error rather than a loop.
 pub(super) async fn list(api: &ControlPlane) -> Result<Vec<Listed>, ProviderError> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Page {
         Bare(Vec<Listed>),
-        Paged { items: Vec<Listed> },
+        Paged {
+            items: Vec<Listed>,
+            #[serde(rename = "nextCursor", default)]
+            next_cursor: Option<String>,
+        },
     }
-    let page: Page = api
-        .call(Method::GET, "/sandbox", None, "a sandbox list")
-        .await?
-        .json("a sandbox list")?;
-    Ok(match page {
-        Page::Bare(items) | Page::Paged { items } => items,
-    })
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let mut query = vec![("limit", LIST_PAGE.to_string())];
+        if let Some(cursor) = &cursor {
+            query.push(("cursor", cursor.clone()));
+        }
+        let query = serde_urlencoded::to_string(&query).map_err(anyhow::Error::new)?;
+        let page: Page = api
+            .call(
+                Method::GET,
+                &format!("/sandbox?{query}"),
+                None,
+                "a sandbox list",
+            )
+            .await?
+            .json("a sandbox list")?;
+        let next = match page {
+            Page::Bare(items) => {
+                all.extend(items);
+                return Ok(all);
+            }
+            Page::Paged { items, next_cursor } => {
+                all.extend(items);
+                next_cursor.filter(|c| !c.is_empty())
+            }
+        };
+        match next {
+            None => return Ok(all),
+            Some(next) if Some(&next) == cursor.as_ref() => {
+                return Err(ProviderError::Other(anyhow::anyhow!(
+                    "Daytona answered the same cursor twice while listing sandboxes"
+                )))
+            }
+            Some(next) => cursor = Some(next),
+        }
+    }
+    Err(ProviderError::Other(anyhow::anyhow!(
+        "Daytona's sandbox list went on past {MAX_LIST_PAGES} pages of {LIST_PAGE}; not all \
+         sandboxes were read"
+    )))
 }
 
 /// `GET /sandbox/{idOrName}`: `None` when Daytona does not know it.

@@ -9,6 +9,11 @@ use serde::{Deserialize, Serialize};
 use crate::provider::cloud::http::{CallError, ControlPlane};
 use crate::provider::ProviderError;
 
+/// Sandboxes asked for per list page: E2B's largest `limit`.
+const LIST_PAGE: usize = 100;
+/// The most list pages read for one listing.
+const MAX_LIST_PAGES: usize = 1000;
+
 /// `POST /v2/sandboxes` (always secured: envd demands its access token), or v1
 /// `POST /sandboxes` with `"secure": true` added, where a deployment has no v2.
 #[derive(Debug, Serialize)]
@@ -92,25 +97,62 @@ pub(super) struct Listed {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// Every running or paused sandbox of the team: `GET /v2/sandboxes`, or v1 `GET /sandboxes`
-/// (running ones) where a deployment has no v2.
+/// Every running or paused sandbox of the team: `GET /v2/sandboxes` a page at a time (at most
+/// [`LIST_PAGE`] each, the next asked for with the `x-next-token` the last one answered, as
+/// the SDK's paginator does), or v1 `GET /sandboxes` (running ones, in one answer) where a
+/// deployment has no v2. At most [`MAX_LIST_PAGES`] pages; a token that repeats is an error
+/// rather than a loop.
 pub(super) async fn list(api: &ControlPlane) -> Result<Vec<Listed>, ProviderError> {
-    let v2 = api
-        .call(
-            Method::GET,
-            "/v2/sandboxes?state=running%2Cpaused",
-            None,
-            "a sandbox list",
-        )
-        .await;
-    let answer = match v2 {
-        Err(e) if e.status() == Some(404) => {
-            api.call(Method::GET, "/sandboxes", None, "a sandbox list")
-                .await?
+    let mut all = Vec::new();
+    let mut token: Option<String> = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let mut query = vec![
+            ("state", "running,paused".to_string()),
+            ("limit", LIST_PAGE.to_string()),
+        ];
+        if let Some(token) = &token {
+            query.push(("nextToken", token.clone()));
         }
-        other => other?,
-    };
-    answer.json("a sandbox list")
+        let query = serde_urlencoded::to_string(&query).map_err(anyhow::Error::new)?;
+        let answer = match api
+            .call(
+                Method::GET,
+                &format!("/v2/sandboxes?{query}"),
+                None,
+                "a sandbox list",
+            )
+            .await
+        {
+            Err(e) if e.status() == Some(404) && token.is_none() => {
+                let v1 = api
+                    .call(Method::GET, "/sandboxes", None, "a sandbox list")
+                    .await?;
+                return v1.json("a sandbox list");
+            }
+            other => other?,
+        };
+        let page: Vec<Listed> = answer.json("a sandbox list")?;
+        all.extend(page);
+        let next = answer
+            .headers
+            .get("x-next-token")
+            .and_then(|t| t.to_str().ok())
+            .filter(|t| !t.is_empty())
+            .map(str::to_string);
+        match next {
+            None => return Ok(all),
+            Some(next) if Some(&next) == token.as_ref() => {
+                return Err(ProviderError::Other(anyhow::anyhow!(
+                    "E2B answered the same next-page token twice while listing sandboxes"
+                )))
+            }
+            Some(next) => token = Some(next),
+        }
+    }
+    Err(ProviderError::Other(anyhow::anyhow!(
+        "E2B's sandbox list went on past {MAX_LIST_PAGES} pages of {LIST_PAGE}; not all \
+         sandboxes were read"
+    )))
 }
 
 /// `GET /sandboxes/{id}`: `None` when E2B does not know it.

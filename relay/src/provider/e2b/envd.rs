@@ -4,11 +4,17 @@
 //! codec, as E2B's SDKs speak it) to run `tether-agent serve` as root with the token in its
 //! environment, and read the process's output until the agent says it is listening.
 //!
+//! A template's ENV steps hold at build time only (envd starts processes with `PATH`, `HOME`,
+//! `USER`, `LOGNAME`, the sandbox's envVars and the request's envs, nothing of the image), so
+//! `tether image build --target e2b --env` also bakes its variables into
+//! [`IMAGE_ENV_FILE`]; [`image_env`] reads it through envd's file API (`GET /files`) and they
+//! join the agent's environment, and so every process it starts, under the sandbox's own.
+//!
 //! Connect server streaming: the request body is one envelope, the response a sequence of
 //! them; an envelope is a flags byte, a big-endian u32 length and a JSON message. Flag `0x02`
 //! marks the last one, which holds `{"error": ...}` if the call failed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::anyhow;
 use base64::Engine;
@@ -17,13 +23,20 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 
 use crate::provider::cloud::constants::{
-    AGENT_ARGS, AGENT_PROGRAM, AGENT_START_TIMEOUT, AGENT_TOKEN_ENV,
+    AGENT_ARGS, AGENT_PROGRAM, AGENT_START_TIMEOUT, AGENT_TOKEN_ENV, REQUEST_TIMEOUT,
 };
 use crate::provider::cloud::http::{message_of, quote};
 use crate::provider::ProviderError;
 
 /// envd's RPC path that starts a process.
 const START_PATH: &str = "/process.Process/Start";
+/// envd's file download path.
+const FILES_PATH: &str = "/files";
+/// Where a template built by `tether image build --target e2b` keeps the variables its
+/// `--env` gave: a JSON object of strings.
+pub(super) const IMAGE_ENV_FILE: &str = "/etc/tether/image-env.json";
+/// The largest image env file read (it is the sandbox's: a hostile one could be huge).
+const MAX_IMAGE_ENV: usize = 64 << 10; // 64 KiB
 /// `Authorization: Basic base64("root:")`: envd runs the process as this user. The agent runs
 /// as root so that it can start processes as any user.
 const ROOT_USER: &str = "Basic cm9vdDo=";
@@ -77,18 +90,82 @@ struct End {
     error: Option<String>,
 }
 
-/// Starts `tether-agent serve` with `agent_token` and returns once it listens. The process
-/// outlives this call: envd keeps it when the stream closes.
+/// The variables the template's image env file holds ([`IMAGE_ENV_FILE`]), less those in
+/// `overridden` (the sandbox's own, which win); none when the template has no such file.
+pub(super) async fn image_env(
+    http: &reqwest::Client,
+    envd: &Envd,
+    overridden: &BTreeSet<String>,
+) -> Result<BTreeMap<String, String>, ProviderError> {
+    let url = format!("{}{FILES_PATH}", envd.url);
+    let mut headers = envd.headers.clone();
+    headers.insert("authorization", HeaderValue::from_static(ROOT_USER));
+    let resp = http
+        .get(&url)
+        .query(&[("path", IMAGE_ENV_FILE), ("username", "root")])
+        .headers(headers)
+        .timeout(REQUEST_TIMEOUT)
+        .send()
+        .await
+        .map_err(|e| anyhow!("cannot reach envd at {url} to read {IMAGE_ENV_FILE}: {e}"))?;
+    let status = resp.status().as_u16();
+    if status == 404 {
+        return Ok(BTreeMap::new());
+    }
+    let body = read_bounded(resp, MAX_IMAGE_ENV).await?;
+    if status != 200 {
+        return Err(ProviderError::Other(anyhow!(
+            "envd refused to read {IMAGE_ENV_FILE} (HTTP {status}: {})",
+            message_of(&body)
+        )));
+    }
+    let env: BTreeMap<String, String> = serde_json::from_slice(&body).map_err(|e| {
+        anyhow!(
+            "the template's {IMAGE_ENV_FILE} is not a JSON object of strings ({e}); rebuild \
+             the template with `tether image build --target e2b`"
+        )
+    })?;
+    Ok(env
+        .into_iter()
+        .filter(|(key, _)| key != AGENT_TOKEN_ENV && !overridden.contains(key))
+        .filter(|(key, _)| !key.is_empty() && !key.contains(['=', '\0']))
+        .collect())
+}
+
+/// The body of `resp`, refused past `limit` bytes.
+async fn read_bounded(mut resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, ProviderError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| anyhow!("the connection to envd broke: {e}"))?
+    {
+        if body.len() + chunk.len() > limit {
+            return Err(ProviderError::Other(anyhow!(
+                "envd sent more than {limit} bytes for {IMAGE_ENV_FILE}"
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Starts `tether-agent serve` with `agent_token` and `env` (the image's variables) and
+/// returns once it listens. The process outlives this call: envd keeps it when the stream
+/// closes.
 pub(super) async fn start_agent(
     http: &reqwest::Client,
     envd: &Envd,
     agent_token: &str,
+    env: &BTreeMap<String, String>,
 ) -> Result<(), ProviderError> {
+    let mut envs = env.clone();
+    envs.insert(AGENT_TOKEN_ENV.to_string(), agent_token.to_string());
     let request = serde_json::json!({
         "process": {
             "cmd": AGENT_PROGRAM,
             "args": AGENT_ARGS,
-            "envs": BTreeMap::from([(AGENT_TOKEN_ENV, agent_token)]),
+            "envs": envs,
         },
         "stdin": false,
     });

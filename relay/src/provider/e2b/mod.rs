@@ -3,7 +3,9 @@
 //!
 //! - Create: `POST /v2/sandboxes` (idempotent by the relay's id, labels as metadata, the TTL
 //!   as E2B's timeout), then start the agent through envd with its token ([`envd`]), since a
-//!   template's start command cannot see per-sandbox values.
+//!   template's start command cannot see per-sandbox values, and with the variables the
+//!   template was built with (`tether image build --env`), which E2B keeps for build steps
+//!   only.
 //! - Connect: a WebSocket to the agent's port through the edge, with the traffic access token
 //!   when the sandbox has one. A paused sandbox is resumed (`/connect`), and an agent that is
 //!   not listening (after a reboot) is started again. A sandbox without a TTL has its timeout
@@ -20,7 +22,7 @@ mod egress;
 mod envd;
 pub(crate) mod template;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::anyhow;
@@ -78,6 +80,10 @@ struct Meta {
     timeout_secs: u64,
     /// No TTL was asked for: extend E2B's timeout on every connect.
     keep_alive: bool,
+    /// The names of the sandbox's own env (its envVars): they win over the template's image
+    /// env when the agent is started again.
+    #[serde(default)]
+    env_keys: BTreeSet<String>,
 }
 
 impl E2bProvider {
@@ -159,6 +165,19 @@ impl Endpoints {
             headers.insert("x-access-token", header(token));
         }
         envd::Envd { url, headers }
+    }
+
+    /// Starts the agent in sandbox `id` with its token and the template's image env (less
+    /// the sandbox's own variables, which envd gives every process already).
+    async fn start_agent(
+        &self,
+        id: &str,
+        meta: &Meta,
+        agent_token: &str,
+    ) -> Result<(), ProviderError> {
+        let envd = self.envd(id, meta);
+        let env = envd::image_env(self.api.http(), &envd, &meta.env_keys).await?;
+        envd::start_agent(self.api.http(), &envd, agent_token, &env).await
     }
 
     async fn open_agent(
@@ -249,11 +268,10 @@ impl Provider for E2bProvider {
             traffic_access_token: created.traffic_access_token,
             timeout_secs: timeout,
             keep_alive: spec.ttl.is_none(),
+            env_keys: spec.env.keys().cloned().collect(),
         };
         let sandbox_id = created.sandbox_id;
-        if let Err(e) =
-            envd::start_agent(e2b.api.http(), &e2b.envd(&sandbox_id, &meta), agent_token).await
-        {
+        if let Err(e) = e2b.start_agent(&sandbox_id, &meta, agent_token).await {
             // Nobody can reach a sandbox without its agent: do not leave it running.
             if let Err(kill) = api::kill(&e2b.api, &sandbox_id).await {
                 tracing::warn!(
@@ -311,7 +329,7 @@ impl Provider for E2bProvider {
             Err(EdgeError::Refused { status: 502, .. }) => {}
             Err(e) => return Err(edge_failure(id, e)),
         }
-        envd::start_agent(e2b.api.http(), &e2b.envd(id, &meta), &sandbox.agent_token).await?;
+        e2b.start_agent(id, &meta, &sandbox.agent_token).await?;
         e2b.open_agent(id, &meta, &sandbox.agent_token)
             .await
             .map_err(|e| edge_failure(id, e))

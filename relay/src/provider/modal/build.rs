@@ -1,9 +1,10 @@
 //! `tether image build --target modal`: a Modal image built by Modal's own builder, then
 //! published under `--name` so that `tether create --provider modal --image NAME` finds it.
 //!
-//! The definition is what the SDK sends for `Image.from_registry(FROM).dockerfile_commands(
-//! ..., context_files=...)`: `FROM <--from>`, the agent sent inline as a context file and
-//! copied to [`AGENT_PATH`], the `--env`, `--workdir` and `--user` settings, then
+//! The definition is what the SDK sends for `Image.from_registry(FROM)` with
+//! `dockerfile_commands(...)` whose `COPY` takes a file of its context: `FROM <--from>`, the
+//! agent uploaded as the build's context mount (through Modal's blob storage: at 4.7 MiB it
+//! is over what the SDK ever sends inline) and copied to [`AGENT_PATH`], the `--env`, `--workdir` and `--user` settings, then
 //! `ENTRYPOINT []` and the agent's command line as `CMD`. No `RUN` step: the whole build is
 //! declarative, so it needs nothing from the base but a file system.
 //!
@@ -21,7 +22,7 @@
 //! finds the image already built and only publishes it again.
 
 use crate::provider::cloud::settings::Settings;
-use crate::provider::modal::{BuildError, Definition, ImageName, ModalProvider};
+use crate::provider::modal::{BuildError, ContextFile, Definition, ImageName, ModalProvider};
 use crate::provider::ProviderError;
 use tether_client::local::data_dir as default_data_dir;
 use tether_oci::agent;
@@ -35,7 +36,7 @@ const PROVIDER: &str = "modal";
 /// The agent's name among the build's context files (what the `COPY` names).
 const AGENT_CONTEXT_FILE: &str = "/tether-agent";
 /// The agent's permissions in the image: executable by every user.
-const AGENT_MODE: &str = "755";
+const AGENT_MODE: u32 = 0o755;
 
 /// Builds `req` on Modal and publishes it under `req.name`.
 pub(crate) async fn build(
@@ -72,10 +73,16 @@ pub(crate) async fn build(
     })?;
     let definition = Definition {
         commands,
-        context_files: vec![(AGENT_CONTEXT_FILE.to_string(), bytes)],
+        files: vec![ContextFile {
+            path: AGENT_CONTEXT_FILE.to_string(),
+            data: bytes.into(),
+            mode: AGENT_MODE,
+        }],
     };
 
-    events(Event::Step(format!("building {name} on Modal from {from}")));
+    events(Event::Step(format!(
+        "building {name} on Modal from {from} (the agent goes up as the build's context)"
+    )));
     let log = |line: String| events(Event::Log(line));
     let image_id = provider
         .build_image(definition, &log)
@@ -133,7 +140,7 @@ fn dockerfile_commands(from: &str, overrides: &Overrides) -> Result<Vec<String>,
     }
     let mut commands = vec![
         format!("FROM {from}"),
-        format!("COPY --chmod={AGENT_MODE} {AGENT_CONTEXT_FILE} {AGENT_PATH}"),
+        format!("COPY --chmod={AGENT_MODE:o} {AGENT_CONTEXT_FILE} {AGENT_PATH}"),
     ];
     for (key, value) in &overrides.env {
         let bad_key = key.is_empty()

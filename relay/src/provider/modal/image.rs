@@ -1,5 +1,6 @@
-//! Modal images: building one (`ImageGetOrCreate`, then `ImageJoinStreaming` while Modal
-//! builds it, as the SDKs do), publishing it under a name (`ImagePublish`), and resolving a
+//! Modal images: building one (its context files as a mount, [`super::mount`];
+//! `ImageGetOrCreate`, then `ImageJoinStreaming` while Modal builds it, as the SDKs do),
+//! publishing it under a name (`ImagePublish`), and resolving a
 //! sandbox's `--image` (a published name through `ImageGetByTag`, else a registry tag built
 //! as `FROM <tag>`, which is Modal's `Image.from_registry`).
 
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 use tonic::Code;
 
 use super::client::Modal;
+use super::mount::{self, ContextFile};
 use super::names::ImageName;
 use super::pb;
 use super::pb::generic_result::GenericStatus;
@@ -23,8 +25,8 @@ const LONG_POLL_SECS: f32 = 55.0;
 pub(crate) struct Definition {
     /// `FROM ...` first, then one Dockerfile instruction each.
     pub(crate) commands: Vec<String>,
-    /// `(filename, bytes)`: sent inline with the definition.
-    pub(crate) context_files: Vec<(String, Vec<u8>)>,
+    /// The build context: sent as a mount (never inline, whatever their size).
+    pub(crate) files: Vec<ContextFile>,
 }
 
 /// Why an image was not built.
@@ -57,20 +59,22 @@ pub(crate) enum BuildError {
 /// log to `on_log`; returns the image id.
 pub(super) async fn build(
     modal: &Modal,
+    http: &reqwest::Client,
     app_id: &str,
     builder_version: &str,
     definition: Definition,
     on_log: &(dyn Fn(String) + Send + Sync),
 ) -> Result<String, BuildError> {
+    let context_mount_id = match definition.files.as_slice() {
+        [] => String::new(),
+        files => mount::create(modal, http, app_id, files).await?,
+    };
     let req = pb::ImageGetOrCreateRequest {
         image: Some(pb::Image {
             base_images: vec![],
             dockerfile_commands: definition.commands,
-            context_files: definition
-                .context_files
-                .into_iter()
-                .map(|(filename, data)| pb::ImageContextFile { filename, data })
-                .collect(),
+            context_files: vec![],
+            context_mount_id,
         }),
         app_id: app_id.to_string(),
         builder_version: builder_version.to_string(),
@@ -178,6 +182,7 @@ pub(super) async fn publish(
 /// registry image of that tag, built if Modal has not built it yet.
 pub(super) async fn resolve(
     modal: &Modal,
+    http: &reqwest::Client,
     app_id: &str,
     builder_version: &str,
     environment: &str,
@@ -203,10 +208,10 @@ pub(super) async fn resolve(
     }
     let definition = Definition {
         commands: vec![format!("FROM {image}")],
-        context_files: vec![],
+        files: vec![],
     };
     let quiet = |_line: String| {};
-    build(modal, app_id, builder_version, definition, &quiet)
+    build(modal, http, app_id, builder_version, definition, &quiet)
         .await
         .map_err(|e| match e {
             BuildError::Call(e) => e,

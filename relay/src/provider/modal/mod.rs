@@ -13,7 +13,9 @@
 //!   and wait for the agent to answer through it.
 //! - Connect: a WebSocket to the tunnel (`wss://host:port`), bearer agent token.
 //! - Files: [`client`] (the gRPC session, auth and retries), [`image`] (building, publishing
-//!   and resolving images), [`names`] (Modal's image names), [`tunnel`] (finding and opening
+//!   and resolving images), [`mount`] and [`blob`] (an image build's files, uploaded as the
+//!   SDK uploads them: a mount, large files through blob storage), [`names`] (Modal's image
+//!   names), [`tunnel`] (finding and opening
 //!   the agent's tunnel), `modal.proto` and `messages.proto` (the part of Modal's API we use,
 //!   compiled by `build.rs`).
 //! - Network: `--network` and allowlists as Modal's `network_access` ([`egress`]).
@@ -25,14 +27,17 @@
 //!   `https://api.modal.com`; a plain `http://` server, such as the fake, also means plain
 //!   tunnels); `MODAL_ENVIRONMENT`; `MODAL_APP`.
 
+mod blob;
 pub(crate) mod build;
 mod client;
 mod egress;
 mod image;
+mod mount;
 mod names;
 mod tunnel;
 
 pub(crate) use self::image::{BuildError, Definition};
+pub(crate) use self::mount::ContextFile;
 pub(crate) use self::names::ImageName;
 
 /// The messages and client generated from `modal.proto`.
@@ -77,6 +82,8 @@ const DEFAULT_APP: &str = "tether";
 const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// The tag holding the relay's sandbox id.
 const ID_TAG: &str = "tether.sandbox";
+/// The most `SandboxList` pages read for one listing (each holds what Modal chooses).
+const MAX_LIST_PAGES: usize = 1000;
 
 /// Runs sandboxes on Modal.
 pub(crate) struct ModalProvider {
@@ -202,7 +209,15 @@ impl ModalProvider {
     ) -> Result<String, BuildError> {
         let modal = self.modal()?;
         let app = self.app(modal).await?;
-        image::build(modal, &app.id, &app.builder_version, definition, on_log).await
+        image::build(
+            modal,
+            self.http()?,
+            &app.id,
+            &app.builder_version,
+            definition,
+            on_log,
+        )
+        .await
     }
 
     /// Publishes image `image_id` as `name`, in `MODAL_ENVIRONMENT` unless the name says;
@@ -299,6 +314,7 @@ impl Provider for ModalProvider {
         let app_id = app.id.clone();
         let image_id = image::resolve(
             modal,
+            self.http()?,
             &app_id,
             &app.builder_version,
             &self.environment,
@@ -471,20 +487,9 @@ impl Provider for ModalProvider {
     async fn labelled(&self) -> Result<Option<Vec<Labelled>>, ProviderError> {
         let modal = self.modal()?;
         let app = self.app(modal).await?;
-        let req = pb::SandboxListRequest {
-            app_id: app.id.clone(),
-            environment_name: self.environment.clone(),
-            include_finished: false,
-            ..Default::default()
-        };
-        let listed = modal
-            .call("SandboxList", req, |mut c, r| async move {
-                c.sandbox_list(r).await
-            })
-            .await?;
+        let listed = list_running(modal, &app.id, &self.environment).await?;
         Ok(Some(
             listed
-                .sandboxes
                 .into_iter()
                 .filter_map(|s| {
                     let id = s
@@ -501,6 +506,48 @@ impl Provider for ModalProvider {
                 .collect(),
         ))
     }
+}
+
+/// Every running sandbox of app `app_id`: `SandboxList` answers a page at a time, newest
+/// first, and the next page is the one before the last sandbox's `created_at`, as the SDK
+/// pages (`Sandbox.list`). At most [`MAX_LIST_PAGES`] pages; a page that does not move back
+/// in time is an error rather than a loop.
+async fn list_running(
+    modal: &Modal,
+    app_id: &str,
+    environment: &str,
+) -> Result<Vec<pb::SandboxInfo>, ProviderError> {
+    let mut all = Vec::new();
+    let mut before = 0.0_f64;
+    for _ in 0..MAX_LIST_PAGES {
+        let req = pb::SandboxListRequest {
+            app_id: app_id.to_string(),
+            before_timestamp: before,
+            environment_name: environment.to_string(),
+            include_finished: false,
+            tags: vec![],
+        };
+        let page = modal
+            .call("SandboxList", req, |mut c, r| async move {
+                c.sandbox_list(r).await
+            })
+            .await?
+            .sandboxes;
+        let Some(last) = page.last().map(|s| s.created_at) else {
+            return Ok(all);
+        };
+        if before > 0.0 && last >= before {
+            return Err(ProviderError::Other(anyhow!(
+                "Modal's sandbox list did not move back in time (a page ended at {last}, \
+                 asked for before {before})"
+            )));
+        }
+        before = last;
+        all.extend(page);
+    }
+    Err(ProviderError::Other(anyhow!(
+        "Modal's sandbox list went on past {MAX_LIST_PAGES} pages; not all sandboxes were read"
+    )))
 }
 
 #[cfg(test)]

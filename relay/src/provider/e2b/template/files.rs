@@ -1,11 +1,12 @@
-//! The agent as a COPY step's files: the gzipped tar E2B's builder unpacks, and the files hash
-//! it is stored under, computed as E2B's SDK computes it (`calculate_files_hash` in
-//! `e2b/template/utils.py`): SHA-256 over `COPY {src} {dest}`, then for each file its path
-//! relative to the context, its `st_mode` and size in decimal, and its bytes.
+//! A COPY step's files (the agent, the image env file): the gzipped tar E2B's builder
+//! unpacks, and the files hash it is stored under, computed as E2B's SDK computes it
+//! (`calculate_files_hash` in `e2b/template/utils.py`): SHA-256 over `COPY {src} {dest}`, then
+//! for each file its path relative to the context, its `st_mode` and size in decimal, and its
+//! bytes.
 //!
-//! Our "context" is the tar itself: one regular file named [`AGENT_SOURCE`] with mode 0755,
-//! so the hash depends on the agent's bytes and destination only, not on where the binary
-//! happens to sit or its mode on this disk. The same agent is then uploaded once per
+//! Our "context" is the tar itself: one regular file (the agent: [`AGENT_SOURCE`], mode
+//! 0755), so the hash depends on the file's bytes and destination only, not on where the
+//! binary happens to sit or its mode on this disk. The same agent is then uploaded once per
 //! template, as E2B intends.
 
 use std::io::Write;
@@ -24,54 +25,74 @@ pub(super) const AGENT_MODE: u32 = 0o755;
 /// `S_IFREG`: the file-type bits of a regular file in `st_mode`.
 const S_IFREG: u32 = 0o100000;
 
-/// The agent, ready to upload.
-pub(super) struct AgentFiles {
+/// The name of the image env file in its tar, i.e. its COPY step's source.
+pub(super) const ENV_SOURCE: &str = "tether-image-env.json";
+/// The image env file's permissions: readable by all (it holds what `--env` gave the image,
+/// as an image's ENV does).
+pub(super) const ENV_MODE: u32 = 0o644;
+
+/// One file, ready to upload for a COPY step.
+pub(super) struct Packed {
     /// The COPY step's `filesHash` (lowercase hex SHA-256).
     pub hash: String,
-    /// The gzipped tar holding [`AGENT_SOURCE`].
+    /// The gzipped tar holding the file.
     pub tar_gz: Vec<u8>,
 }
 
-/// Reads the agent at `agent` and packs it for a COPY to `dest`; `mtime` is the tar entry's
-/// timestamp (the build's SOURCE_DATE_EPOCH), seconds.
-pub(super) fn pack(agent: &Path, dest: &str, mtime: u64) -> Result<AgentFiles, TargetError> {
+/// Reads the agent at `agent` and packs it as [`AGENT_SOURCE`] for a COPY to `dest`; `mtime`
+/// is the tar entry's timestamp (the build's SOURCE_DATE_EPOCH), seconds.
+pub(super) fn pack(agent: &Path, dest: &str, mtime: u64) -> Result<Packed, TargetError> {
     let bytes = std::fs::read(agent).map_err(|error| tether_oci::ImageError::Io {
         what: format!("cannot read the agent {}", agent.display()),
         error,
     })?;
-    Ok(AgentFiles {
-        hash: files_hash(dest, &bytes),
-        tar_gz: tar_gz(&bytes, mtime).map_err(|error| tether_oci::ImageError::Io {
-            what: "cannot pack the agent".into(),
-            error,
+    pack_bytes(AGENT_SOURCE, AGENT_MODE, &bytes, dest, mtime)
+}
+
+/// Packs `content` as `source` with `mode` for a COPY to `dest`.
+pub(super) fn pack_bytes(
+    source: &str,
+    mode: u32,
+    content: &[u8],
+    dest: &str,
+    mtime: u64,
+) -> Result<Packed, TargetError> {
+    Ok(Packed {
+        hash: files_hash(source, mode, dest, content),
+        tar_gz: tar_gz(source, mode, content, mtime).map_err(|error| {
+            tether_oci::ImageError::Io {
+                what: format!("cannot pack {source}"),
+                error,
+            }
         })?,
     })
 }
 
-/// The SDK's hash of a COPY of one file named [`AGENT_SOURCE`] with `content` to `dest`.
-fn files_hash(dest: &str, content: &[u8]) -> String {
+/// The SDK's hash of a COPY of one file named `source` (with `mode`) holding `content` to
+/// `dest`.
+fn files_hash(source: &str, mode: u32, dest: &str, content: &[u8]) -> String {
     let mut hash = Sha256::new();
-    hash.update(format!("COPY {AGENT_SOURCE} {dest}").as_bytes());
-    hash.update(AGENT_SOURCE.as_bytes());
-    hash.update((S_IFREG | AGENT_MODE).to_string().as_bytes());
+    hash.update(format!("COPY {source} {dest}").as_bytes());
+    hash.update(source.as_bytes());
+    hash.update((S_IFREG | mode).to_string().as_bytes());
     hash.update(content.len().to_string().as_bytes());
     hash.update(content);
     hex::encode(hash.finalize())
 }
 
-/// A gzipped tar of `content` as [`AGENT_SOURCE`], owned by root.
-fn tar_gz(content: &[u8], mtime: u64) -> std::io::Result<Vec<u8>> {
+/// A gzipped tar of `content` as `name` with `mode`, owned by root.
+fn tar_gz(name: &str, mode: u32, content: &[u8], mtime: u64) -> std::io::Result<Vec<u8>> {
     let gz = GzEncoder::new(Vec::new(), flate2::Compression::new(GZIP_LEVEL));
     let mut tar = tar::Builder::new(gz);
     let mut header = tar::Header::new_ustar();
     header.set_entry_type(tar::EntryType::Regular);
-    header.set_mode(AGENT_MODE);
+    header.set_mode(mode);
     header.set_uid(0);
     header.set_gid(0);
     header.set_mtime(mtime);
     header.set_size(content.len() as u64);
     header.set_cksum();
-    tar.append_data(&mut header, AGENT_SOURCE, content)?;
+    tar.append_data(&mut header, name, content)?;
     let mut gz = tar.into_inner()?;
     gz.flush()?;
     gz.finish()
@@ -86,13 +107,14 @@ mod tests {
         // E2B's Python SDK (2.x) on a context holding `tether-agent` = "hi", mode 0755:
         // `calculate_files_hash("tether-agent", "/usr/local/bin/tether-agent", ctx, [], False, None)`.
         let sdk = "b69ddc959a34274e8b25a065c9865feb87d8a0217aa8b26aa80c4cf69ce7e1bd";
-        assert_eq!(files_hash("/usr/local/bin/tether-agent", b"hi"), sdk);
-        assert_ne!(files_hash("/bin/tether-agent", b"hi"), sdk);
+        let hash = |dest| files_hash(AGENT_SOURCE, AGENT_MODE, dest, b"hi");
+        assert_eq!(hash("/usr/local/bin/tether-agent"), sdk);
+        assert_ne!(hash("/bin/tether-agent"), sdk);
     }
 
     #[test]
     fn the_tar_holds_the_agent_executable() {
-        let packed = tar_gz(b"#!agent", 7).unwrap();
+        let packed = tar_gz(AGENT_SOURCE, AGENT_MODE, b"#!agent", 7).unwrap();
         let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(&packed[..]));
         let mut entries = archive.entries().unwrap();
         let mut entry = entries.next().unwrap().unwrap();

@@ -9,6 +9,11 @@
 //! new log entry, until it is ready or failed. Everything that can be checked here (the name,
 //! the agent, the key, the base's existence) is checked before anything is uploaded.
 //!
+//! `--env` is an ENV step (the build and its ready command see it), and, since E2B keeps a
+//! template's ENV for its build only, also a file COPY'd to the provider's image env file,
+//! which the relay reads when it starts the agent in a sandbox of the template: the variables
+//! then reach every process there, as an image's ENV does on the other providers.
+//!
 //! `--start` and `--insecure` do not apply: E2B ignores an image's ENTRYPOINT and CMD, and
 //! pulls the base itself.
 
@@ -17,7 +22,9 @@ mod files;
 
 use std::time::{Duration, Instant};
 
+use crate::provider::cloud::constants::AGENT_TOKEN_ENV;
 use crate::provider::cloud::settings::{Settings, CONFIG_FILE};
+use crate::provider::e2b::envd::IMAGE_ENV_FILE;
 use crate::provider::image::{Event, RemoteBuild, RemoteBuilt, TargetError};
 use tether_oci::constants::AGENT_PATH;
 use tether_oci::reference::Reference;
@@ -79,6 +86,7 @@ pub(crate) async fn build(
     let packed = tokio::task::spawn_blocking(move || files::pack(&agent, AGENT_PATH, epoch))
         .await
         .map_err(|e| TargetError::Usage(format!("packing the agent failed: {e}")))??;
+    let env_file = image_env(&req.overrides.env, epoch)?;
 
     events(Event::Step(format!("requesting template {}", req.name)));
     let requested = api::request_build(
@@ -91,23 +99,20 @@ pub(crate) async fn build(
     )
     .await?;
     let template = &requested.template_id;
-    let link = api::file_upload_link(&api, template, &packed.hash).await?;
-    if !link.present {
-        let Some(url) = link.url else {
-            return Err(TargetError::Api {
-                provider: PROVIDER,
-                message: "E2B gave no upload link for the agent's files".into(),
-            });
-        };
-        events(Event::Step("uploading the agent".into()));
-        api::upload(api.http(), &url, &link.headers, packed.tar_gz).await?;
+    upload(&api, template, &packed, "the agent", events).await?;
+    if let Some(env_file) = &env_file {
+        upload(&api, template, env_file, "the image env", events).await?;
     }
 
     events(Event::Step(format!("starting the build from {from}")));
     let start = api::BuildStart {
         from_image: Some(from),
         force: false,
-        steps: steps(req, &packed.hash),
+        steps: steps(
+            req,
+            &packed.hash,
+            env_file.as_ref().map(|f| f.hash.as_str()),
+        ),
         ready_cmd: Some(READY_CMD.into()),
     };
     api::start_build(&api, template, &requested.build_id, &start).await?;
@@ -120,9 +125,60 @@ pub(crate) async fn build(
     })
 }
 
-/// The steps on top of the base: the agent, then the environment, working directory and
-/// user, the last of which become the sandboxes' defaults.
-fn steps(req: &RemoteBuild, files_hash: &str) -> Vec<api::Step> {
+/// Uploads `packed` (`what`, in messages) for a COPY step unless E2B has it already.
+async fn upload(
+    api: &crate::provider::cloud::http::ControlPlane,
+    template: &str,
+    packed: &files::Packed,
+    what: &str,
+    events: &(dyn Fn(Event) + Send + Sync),
+) -> Result<(), TargetError> {
+    let link = api::file_upload_link(api, template, &packed.hash).await?;
+    if link.present {
+        return Ok(());
+    }
+    let Some(url) = link.url else {
+        return Err(TargetError::Api {
+            provider: PROVIDER,
+            message: format!("E2B gave no upload link for {what}'s files"),
+        });
+    };
+    events(Event::Step(format!("uploading {what}")));
+    api::upload(api.http(), &url, &link.headers, packed.tar_gz.clone()).await
+}
+
+/// `--env` as the image env file (a JSON object), packed for its COPY step; `None` without
+/// `--env`.
+fn image_env(env: &[(String, String)], epoch: u64) -> Result<Option<files::Packed>, TargetError> {
+    if env.is_empty() {
+        return Ok(None);
+    }
+    if let Some((key, _)) = env
+        .iter()
+        .find(|(k, _)| k.is_empty() || k.contains(['=', '\0']) || k == AGENT_TOKEN_ENV)
+    {
+        return Err(TargetError::Usage(format!(
+            "--env {key:?}: a variable name cannot be empty, hold '=' or NUL, or be \
+             {AGENT_TOKEN_ENV}"
+        )));
+    }
+    let map: std::collections::BTreeMap<&str, &str> =
+        env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let json = serde_json::to_vec(&map).expect("strings serialize");
+    files::pack_bytes(
+        files::ENV_SOURCE,
+        files::ENV_MODE,
+        &json,
+        IMAGE_ENV_FILE,
+        epoch,
+    )
+    .map(Some)
+}
+
+/// The steps on top of the base: the agent, then the environment (an ENV step, and the image
+/// env file when `env_hash` says it was uploaded), working directory and user, the last of
+/// which become the sandboxes' defaults.
+fn steps(req: &RemoteBuild, files_hash: &str, env_hash: Option<&str>) -> Vec<api::Step> {
     let step = |kind: &'static str, args: Vec<String>| api::Step {
         kind,
         args,
@@ -149,6 +205,20 @@ fn steps(req: &RemoteBuild, files_hash: &str) -> Vec<api::Step> {
             .flat_map(|(k, v)| [k.clone(), v.clone()])
             .collect();
         steps.push(step("ENV", args));
+    }
+    if let Some(hash) = env_hash {
+        steps.push(api::Step {
+            files_hash: Some(hash.to_string()),
+            ..step(
+                "COPY",
+                vec![
+                    files::ENV_SOURCE.into(),
+                    IMAGE_ENV_FILE.into(),
+                    "root".into(),
+                    format!("{:04o}", files::ENV_MODE),
+                ],
+            )
+        });
     }
     if let Some(dir) = &overrides.workdir {
         steps.push(step("WORKDIR", vec![dir.clone()]));
@@ -283,16 +353,37 @@ mod tests {
             },
             epoch: 0,
         };
-        let steps = serde_json::to_value(steps(&req, "abc")).unwrap();
+        let steps = serde_json::to_value(steps(&req, "abc", Some("def"))).unwrap();
         assert_eq!(
             steps,
             serde_json::json!([
                 {"type": "COPY", "args": ["tether-agent", AGENT_PATH, "root", "0755"],
                  "filesHash": "abc", "force": false},
                 {"type": "ENV", "args": ["A", "1", "B", "2"], "force": false},
+                {"type": "COPY",
+                 "args": ["tether-image-env.json", "/etc/tether/image-env.json", "root", "0644"],
+                 "filesHash": "def", "force": false},
                 {"type": "WORKDIR", "args": ["/work"], "force": false},
                 {"type": "USER", "args": ["user"], "force": false},
             ])
         );
+    }
+
+    #[test]
+    fn the_image_env_file_is_json_and_refuses_what_env_cannot_hold() {
+        assert!(image_env(&[], 0).unwrap().is_none());
+        let env = vec![("A".to_string(), "x y \"z\"".to_string())];
+        let packed = image_env(&env, 0).unwrap().unwrap();
+        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(&packed.tar_gz[..]));
+        let mut entry = archive.entries().unwrap().next().unwrap().unwrap();
+        let mut body = String::new();
+        std::io::Read::read_to_string(&mut entry, &mut body).unwrap();
+        assert_eq!(body, r#"{"A":"x y \"z\""}"#);
+        for bad in ["", "A=B", "TETHER_AGENT_TOKEN"] {
+            assert!(
+                image_env(&[(bad.to_string(), "v".to_string())], 0).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

@@ -1,14 +1,17 @@
-//! The fake's image builder: an image definition's Dockerfile commands run against the
-//! fake's image store. `FROM` pulls a registry image (or takes a `base_images` entry), `COPY`
-//! takes files from the definition's `context_files`, and `ENV`, `WORKDIR`, `USER`,
+//! The fakes' Dockerfile builder (Modal's image definitions, Daytona's `buildInfo`
+//! snapshots): Dockerfile commands run against a fake's image store. `FROM` pulls a registry image (or takes a `base_images` entry), `COPY`
+//! takes files from the build context (the definition's mount and `context_files`: a file,
+//! a directory, or `.` for all of it, keeping each file's mode unless `--chmod` says), and `ENV`, `WORKDIR`, `USER`,
 //! `ENTRYPOINT` and `CMD` edit the config; everything lands as one new image. The fake has no
 //! container to run commands in, so `RUN` (and any other instruction) fails the build, with
-//! the reason in the build log and the result's exception, as a failing step does on Modal.
+//! the reason in the build log and the result, as a failing step does on the provider.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context};
+
+use bytes::Bytes;
 
 use crate::images::{AddFile, ConfigEdit, Images};
 
@@ -23,7 +26,8 @@ enum Instruction {
     Copy {
         sources: Vec<String>,
         dest: String,
-        mode: u32,
+        /// `--chmod`, else each file's own mode.
+        mode: Option<u32>,
     },
     Env(Vec<(String, String)>),
     Workdir(String),
@@ -32,16 +36,51 @@ enum Instruction {
     Cmd(Vec<String>),
 }
 
+/// A file of a build context: its bytes and, when it has one, its mode.
+#[derive(Clone, Debug)]
+pub(crate) struct ContextEntry {
+    pub data: Bytes,
+    pub mode: Option<u32>,
+}
+
 /// What a build needs besides its commands.
-pub(super) struct Inputs {
+#[derive(Default)]
+pub(crate) struct Inputs {
     /// `docker_tag` → the layout of that (built) image, for `FROM <docker_tag>`.
     pub bases: HashMap<String, PathBuf>,
-    /// `filename` → bytes.
-    pub context: HashMap<String, Vec<u8>>,
+    /// Path in the context → the file.
+    pub context: HashMap<String, ContextEntry>,
+}
+
+/// The instructions of a Dockerfile's text: one per line, `\` continuing a line, comments
+/// and blank lines dropped.
+pub(crate) fn lines(dockerfile: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in dockerfile.lines() {
+        let trimmed = line.trim();
+        if current.is_empty() && (trimmed.is_empty() || trimmed.starts_with('#')) {
+            continue;
+        }
+        match trimmed.strip_suffix('\\') {
+            Some(head) => {
+                current.push_str(head.trim_end());
+                current.push(' ');
+            }
+            None => {
+                current.push_str(trimmed);
+                out.push(std::mem::take(&mut current));
+            }
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push(current);
+    }
+    out
 }
 
 /// Builds `commands`, logging each step to `log`; returns the new image's layout.
-pub(super) async fn run(
+pub(crate) async fn run(
     images: &Images,
     commands: &[String],
     inputs: Inputs,
@@ -75,25 +114,21 @@ pub(super) async fn run(
                 mode,
             } => {
                 for source in sources {
-                    let data = inputs.context.get(source).ok_or_else(|| {
-                        anyhow!(
-                            "COPY source {source} is not among the image's context files; \
-                             send it in context_files"
-                        )
-                    })?;
-                    let local = scratch.path().join(files.len().to_string());
-                    std::fs::write(&local, data).context("writing a context file")?;
-                    let path = if dest.ends_with('/') || sources.len() > 1 {
-                        let name = source.rsplit('/').next().unwrap_or(source);
-                        format!("{}/{name}", dest.trim_end_matches('/'))
-                    } else {
-                        dest.clone()
-                    };
-                    files.push(AddFile {
-                        path,
-                        source: local,
-                        mode: *mode,
-                    });
+                    let selected = select(&inputs.context, source)?;
+                    for (name, entry, whole) in selected {
+                        let local = scratch.path().join(files.len().to_string());
+                        std::fs::write(&local, &entry.data).context("writing a context file")?;
+                        let path = if !whole || dest.ends_with('/') || sources.len() > 1 {
+                            format!("{}/{name}", dest.trim_end_matches('/'))
+                        } else {
+                            dest.clone()
+                        };
+                        files.push(AddFile {
+                            path,
+                            source: local,
+                            mode: mode.or(entry.mode).unwrap_or(DEFAULT_MODE),
+                        });
+                    }
                 }
             }
             Instruction::Env(pairs) => edit.env.extend(pairs.iter().cloned()),
@@ -136,18 +171,28 @@ fn parse(command: &str) -> anyhow::Result<Instruction> {
             }
         }
         "COPY" => {
-            let mut mode = DEFAULT_MODE;
-            let mut paths = Vec::new();
-            for word in words(args)? {
-                if let Some(m) = word.strip_prefix("--chmod=") {
-                    mode = u32::from_str_radix(m, 8)
-                        .map_err(|_| anyhow!("--chmod={m} is not an octal mode"))?;
-                } else if word.starts_with("--") {
-                    bail!("the fake does not support COPY {word}");
-                } else {
-                    paths.push(word);
+            let mut mode = None;
+            let mut rest = args;
+            // Flags first (`--chmod=755`), then the paths: words, or a JSON array.
+            while let Some(flag) = rest.strip_prefix("--") {
+                let (word, after) = flag.split_once(char::is_whitespace).unwrap_or((flag, ""));
+                match word.strip_prefix("chmod=") {
+                    Some(m) => {
+                        mode = Some(
+                            u32::from_str_radix(m, 8)
+                                .map_err(|_| anyhow!("--chmod={m} is not an octal mode"))?,
+                        )
+                    }
+                    None => bail!("the fake does not support COPY --{word}"),
                 }
+                rest = after.trim_start();
             }
+            let mut paths = if rest.starts_with('[') {
+                serde_json::from_str::<Vec<String>>(rest)
+                    .map_err(|e| anyhow!("not a JSON array of strings: {e}"))?
+            } else {
+                words(rest)?
+            };
             let Some(dest) = paths.pop().filter(|_| !paths.is_empty()) else {
                 bail!("COPY needs a source and a destination");
             };
@@ -184,11 +229,59 @@ fn parse(command: &str) -> anyhow::Result<Instruction> {
         "ENTRYPOINT" => Instruction::Entrypoint(argv(args)?),
         "CMD" => Instruction::Cmd(argv(args)?),
         "RUN" => bail!(
-            "the fake Modal has no image builder to run commands in; build with COPY, ENV, \
+            "the fake has no image builder to run RUN commands in; build with COPY, ENV, \
              WORKDIR, USER, ENTRYPOINT and CMD only"
         ),
-        other => bail!("the fake Modal cannot build {other} instructions"),
+        other => bail!("the fake cannot build {other} instructions"),
     })
+}
+
+/// The context files a COPY `source` names, each with its name under the destination and
+/// whether the source named that one file: a file by its path (a leading `/` or `./` is the
+/// context's root), or a directory (`.` or `/` for the whole context) for every file under
+/// it, named by its path below. Wildcards are not supported.
+fn select<'a>(
+    context: &'a HashMap<String, ContextEntry>,
+    source: &str,
+) -> anyhow::Result<Vec<(String, &'a ContextEntry, bool)>> {
+    fn clean(path: &str) -> &str {
+        let mut path = path.trim_end_matches('/');
+        loop {
+            let next = path
+                .strip_prefix("./")
+                .or_else(|| path.strip_prefix('/'))
+                .unwrap_or(path);
+            if next == path {
+                return if path == "." { "" } else { path };
+            }
+            path = next;
+        }
+    }
+    if source.contains(['*', '?', '[']) {
+        bail!("the fake does not expand wildcards in COPY sources ({source})");
+    }
+    let wanted = clean(source);
+    let mut found: Vec<(String, &ContextEntry, bool)> = Vec::new();
+    for (path, entry) in context {
+        let path = clean(path);
+        if path == wanted {
+            let name = path.rsplit('/').next().unwrap_or(path).to_string();
+            return Ok(vec![(name, entry, true)]);
+        }
+        let under = if wanted.is_empty() {
+            Some(path)
+        } else {
+            path.strip_prefix(wanted).and_then(|p| p.strip_prefix('/'))
+        };
+        if let Some(name) = under {
+            found.push((name.to_string(), entry, false));
+        }
+    }
+    if found.is_empty() {
+        bail!("COPY source {source} is not in the build context (the files sent with the build)");
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(found)
 }
 
 /// An ENTRYPOINT's or CMD's argv: the exec form (a JSON array) or the shell form.
@@ -265,7 +358,15 @@ mod tests {
             Instruction::Copy {
                 sources: vec!["/tether-agent".into()],
                 dest: "/usr/local/bin/tether-agent".into(),
-                mode: 0o755,
+                mode: Some(0o755),
+            }
+        );
+        assert_eq!(
+            parse(r#"COPY ["a b", "/opt/c"]"#).unwrap(),
+            Instruction::Copy {
+                sources: vec!["a b".into()],
+                dest: "/opt/c".into(),
+                mode: None,
             }
         );
         assert_eq!(
@@ -287,6 +388,42 @@ mod tests {
             parse("WORKDIR /work dir").unwrap(),
             Instruction::Workdir("/work dir".into())
         );
+    }
+
+    #[test]
+    fn copy_sources_name_files_directories_or_everything() {
+        let entry = |mode| ContextEntry {
+            data: Bytes::from_static(b"x"),
+            mode,
+        };
+        let context = HashMap::from([
+            ("/tether-agent".to_string(), entry(Some(0o755))),
+            ("/usr/local/bin/tool".to_string(), entry(None)),
+            ("/usr/share/doc".to_string(), entry(None)),
+        ]);
+        let names = |source: &str| -> Vec<(String, bool)> {
+            select(&context, source)
+                .unwrap()
+                .into_iter()
+                .map(|(n, _, whole)| (n, whole))
+                .collect()
+        };
+        assert_eq!(names("/tether-agent"), [("tether-agent".to_string(), true)]);
+        assert_eq!(
+            names("./tether-agent"),
+            [("tether-agent".to_string(), true)]
+        );
+        assert_eq!(names("usr/local"), [("bin/tool".to_string(), false)]);
+        assert_eq!(names(".").len(), 3);
+        assert_eq!(names("/")[0], ("tether-agent".to_string(), false));
+        assert!(select(&context, "/missing").is_err());
+        assert!(select(&context, "*.txt").is_err());
+    }
+
+    #[test]
+    fn dockerfile_text_splits_into_instructions() {
+        let text = "# a comment\nFROM base:v1\n\nENV A=1 \\\n    B=2\nCMD [\"x\"]\n";
+        assert_eq!(lines(text), ["FROM base:v1", "ENV A=1 B=2", "CMD [\"x\"]"]);
     }
 
     #[test]
