@@ -21,11 +21,11 @@
 mod activity;
 mod admission;
 mod auth;
+mod cluster;
 mod constants;
 mod error;
 mod fds;
 mod http;
-mod locks;
 mod orphans;
 mod policy;
 mod preview;
@@ -70,7 +70,7 @@ use state::Relay;
 
 use crate::egress::{Egress, EgressConfig, TrustShelf};
 use crate::provider::{self, Provider, ProviderContext};
-use crate::store::Registry;
+use crate::store::{NodeId, Registry};
 
 /// How to run a relay.
 #[derive(Clone, Debug)]
@@ -151,12 +151,12 @@ async fn start_serving(
         None => http::default_max_connections(fd_limit),
     };
     let data_dir = config.data_dir.clone();
-    let (registry, dir_lock) = tokio::task::spawn_blocking(move || open_data_dir(&data_dir))
+    let (registry, node, dir_lock) = tokio::task::spawn_blocking(move || open_data_dir(&data_dir))
         .await
         .context("the task opening the data directory failed")??;
     // Under the directory's lock and before any create: a bound secret without its sandbox
     // is left from a create that failed (or a relay that stopped) after binding it.
-    let swept = registry.sweep_unbound_secrets().await?;
+    let swept = registry.sweep_unbound_secrets(&node).await?;
     if swept > 0 {
         info!("forgot {swept} secrets bound to sandboxes that were never created");
     }
@@ -188,6 +188,7 @@ async fn start_serving(
 
     let relay = Arc::new(Relay {
         registry,
+        node,
         providers,
         tunnels: Default::default(),
         create_locks: Default::default(),
@@ -299,8 +300,9 @@ impl Drop for RunningRelay {
     }
 }
 
-/// Creates the data directory (mode 0700), takes its lock, and opens the registry.
-fn open_data_dir(dir: &Path) -> anyhow::Result<(Registry, Flock<File>)> {
+/// Creates the data directory (mode 0700), takes its lock, reads this relay's node id, and
+/// opens the registry.
+fn open_data_dir(dir: &Path) -> anyhow::Result<(Registry, NodeId, Flock<File>)> {
     DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -318,8 +320,9 @@ fn open_data_dir(dir: &Path) -> anyhow::Result<(Registry, Flock<File>)> {
             dir.display()
         )
     })?;
+    let node = cluster::node::load_or_create(dir)?;
     let registry = Registry::open(&dir.join(DB_FILE))?;
-    Ok((registry, lock))
+    Ok((registry, node, lock))
 }
 
 async fn shutdown_signal() -> anyhow::Result<()> {

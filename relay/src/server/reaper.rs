@@ -183,7 +183,7 @@ async fn destroy_unasked(
     }
     relay.egress.detach(&sandbox.id);
     let evidence = entry.evidence.clone();
-    relay.registry.remove_journaled(entry).await?;
+    relay.registry.remove_journaled(entry, None).await?;
     info!(
         sandbox = %sandbox.id,
         tenant = %sandbox.tenant,

@@ -193,6 +193,7 @@ async fn create_new(
             provider_ref: None,
             labels: spec.labels.clone(),
             started_ms: now_ms(),
+            node: Some(relay.node.clone()),
         })
         .await?;
     let egress = match prepare_egress(relay, &*provider, &tenant, &id, &mut spec).await {
@@ -232,6 +233,7 @@ async fn create_new(
         expires_ms: Some(now.saturating_add(millis(ttl))),
         idle_timeout: spec.idle_timeout,
         state: SandboxState::Running,
+        node: Some(relay.node.clone()),
         spec,
     };
     // Nothing inside may run unconfined: the proxy is attached before anyone can reach the

@@ -16,15 +16,16 @@ use tracing::warn;
 
 use super::activity::Tunnels;
 use super::error::ApiError;
-use super::locks::KeyedLocks;
 use super::policy::Policy;
 use crate::provider::{Provider, ProviderError, SandboxState};
-use crate::store::{Registry, SandboxRecord};
+use crate::store::{KeyedLocks, NodeId, Registry, SandboxRecord};
 
 /// One running relay's shared state.
 pub(super) struct Relay {
     /// Sandboxes and tokens.
     pub registry: Registry,
+    /// This relay among those sharing its database: its data directory's `node.id`.
+    pub node: NodeId,
     /// Every configured provider, by name.
     pub providers: BTreeMap<&'static str, Arc<dyn Provider>>,
     /// Open tunnels per sandbox.

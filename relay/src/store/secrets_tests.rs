@@ -68,6 +68,7 @@ fn sandbox(tenant_name: &str) -> SandboxRecord {
         expires_ms: None,
         idle_timeout: None,
         state: crate::provider::SandboxState::Running,
+        node: None,
     }
 }
 
@@ -182,7 +183,7 @@ async fn bound_secrets_are_sealed_and_go_with_their_sandbox_on_every_delete() {
     assert!(reg.remove(&asked.id).await.unwrap());
     assert!(reg.bound_secrets(&asked.id).await.unwrap().is_empty());
     let entry = Destroyed::of(&reaped, 2, DestroyReason::Ttl, "test".into());
-    assert!(reg.remove_journaled(entry).await.unwrap());
+    assert_eq!(reg.remove_journaled(entry, None).await.unwrap(), Some(true));
     assert!(reg.bound_secrets(&reaped.id).await.unwrap().is_empty());
     let raw = rusqlite::Connection::open(&path).unwrap();
     let left: i64 = raw
@@ -202,7 +203,7 @@ async fn secrets_bound_to_a_sandbox_never_recorded_are_swept() {
             .await
             .unwrap();
     }
-    assert_eq!(reg.sweep_unbound_secrets().await.unwrap(), 1);
+    assert_eq!(reg.sweep_unbound_secrets(&NodeId::parse("node-a").unwrap()).await.unwrap(), 1);
     assert!(reg.bound_secrets(&never).await.unwrap().is_empty());
     assert_eq!(reg.bound_secrets(&kept.id).await.unwrap().len(), 1);
 

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::schema::SCHEMA_VERSION;
+use super::sqlite::schema::{self, SCHEMA_VERSION};
 use super::*;
 use crate::provider::{NetworkPolicy, SandboxSpec, SandboxState};
 
@@ -43,6 +43,7 @@ fn record(tenant: &str, created_ms: i64, pairs: &[(&str, &str)]) -> SandboxRecor
         expires_ms: Some(created_ms + 60_000),
         idle_timeout: Some(Duration::from_millis(1500)),
         state: SandboxState::Running,
+        node: Some(NodeId::parse("node-a").unwrap()),
     }
 }
 
