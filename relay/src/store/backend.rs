@@ -92,7 +92,7 @@ impl Lease {
 }
 
 /// What must still hold, in the same statement, for a reaper to claim a sandbox.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Due {
     /// Its TTL ran out at this time (ms).
     Expired(i64),

@@ -42,30 +42,3 @@ impl Registry {
         self.backend.remove_egress_ca(id.to_string()).await
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_ca_round_trips_sealed_and_goes_away() {
-        let registry = Registry::open_in_memory().unwrap();
-        let id = SandboxId::from("sb-ca".to_string());
-        let ca = SandboxCa::generate(id.as_str()).unwrap();
-        registry.put_egress_ca(&id, &ca).await.unwrap();
-        let back = registry.egress_ca(&id).await.unwrap().unwrap();
-        assert_eq!(back, ca);
-        let (_, stored) = registry
-            .backend
-            .egress_ca(id.to_string())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(
-            !stored.contains("PRIVATE KEY"),
-            "the key is stored in the clear"
-        );
-        registry.remove_egress_ca(&id).await.unwrap();
-        assert_eq!(registry.egress_ca(&id).await.unwrap(), None);
-    }
-}

@@ -17,12 +17,11 @@ mod create_journal;
 mod egress_ca;
 mod journal;
 mod locks;
+mod postgres;
 mod record;
 mod secret;
 mod secrets;
 mod sqlite;
-#[cfg(test)]
-mod secrets_tests;
 #[cfg(test)]
 mod tests;
 
@@ -80,6 +79,17 @@ pub enum RegistryError {
     /// A query failed.
     #[error("the relay database failed: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The PostgreSQL database cannot be reached.
+    #[error(
+        "cannot reach the relay database ({target}): {reason}; check that PostgreSQL runs \
+         there and that the URL's user, password and database are right"
+    )]
+    Connect {
+        /// Where (never the password).
+        target: String,
+        /// What the connection said.
+        reason: String,
+    },
     /// A PostgreSQL connection or query failed.
     #[error("the relay database (PostgreSQL) failed: {0}")]
     Postgres(String),
@@ -155,6 +165,32 @@ impl Registry {
             backend: Arc::new(backend),
             key: Arc::new(key),
         })
+    }
+
+    /// Connects to the PostgreSQL database at `url` (`postgres://user:password@host/db`) and
+    /// migrates it, sealing with the key in `key_file`: every relay sharing the database must
+    /// have the same one. The first relay of an empty database creates the file when it is
+    /// missing; a relay joining one that others use refuses to start without it.
+    pub async fn open_postgres(url: &str, key_file: &Path) -> Result<Registry, RegistryError> {
+        let backend = postgres::PostgresBackend::connect(url).await?;
+        let key = match SecretKey::load(key_file)? {
+            Some(key) => key,
+            None if backend.has_key_check().await? => {
+                return Err(RegistryError::WrongKey {
+                    kind: "PostgreSQL",
+                    key_file: key_file.to_path_buf(),
+                    hint: "that file does not exist, and other relays already seal this \
+                           database's values under theirs; copy their key file to it",
+                })
+            }
+            None => SecretKey::create(key_file)?,
+        };
+        let registry = Registry {
+            backend: Arc::new(backend),
+            key: Arc::new(key),
+        };
+        registry.check_key(key_file).await?;
+        Ok(registry)
     }
 
     /// A registry that lives in memory only, for tests.
