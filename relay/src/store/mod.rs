@@ -35,7 +35,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub(crate) use backend::{Due, LabelLock, Lease, NodeRow};
 pub(crate) use create_journal::PendingCreate;
 pub(crate) use journal::{DestroyReason, Destroyed};
-pub(crate) use locks::KeyedLocks;
 pub(crate) use record::{millis, parse_state, state_name};
 pub(crate) use record::{Role, SandboxId, SandboxRecord, Tenant, TokenRecord};
 pub use record::{InvalidNodeId, NodeId};

@@ -1,7 +1,7 @@
 //! The create journal and the destroy journal in SQLite.
 
 use async_trait::async_trait;
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
 use super::{json_text, SqliteBackend};
 use crate::store::backend::Journals;
@@ -74,7 +74,7 @@ impl Journals for SqliteBackend {
 
     async fn finish_create(&self, id: String) -> Result<(), RegistryError> {
         self.call(move |db| {
-            let tx = db.transaction()?;
+            let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let registered: bool = tx.query_row(
                 "SELECT EXISTS (SELECT 1 FROM sandboxes WHERE id = ?1)",
                 [&id],
@@ -98,7 +98,7 @@ impl Journals for SqliteBackend {
     ) -> Result<Option<bool>, RegistryError> {
         let labels = serde_json::to_string(&entry.labels)?;
         self.call(move |db| {
-            let tx = db.transaction()?;
+            let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
             if let Some(claim) = &claim {
                 let held: bool = tx.query_row(
                     "SELECT EXISTS (SELECT 1 FROM sandboxes WHERE id = ?1 AND reaping = ?2)",

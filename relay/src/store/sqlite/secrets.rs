@@ -1,7 +1,7 @@
 //! Tenants' secrets, sandboxes' bound secrets and egress CAs in SQLite.
 
 use async_trait::async_trait;
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
 use super::SqliteBackend;
 use crate::store::backend::{BoundRow, Secrets};
@@ -19,7 +19,7 @@ impl Secrets for SqliteBackend {
         max: usize,
     ) -> Result<Option<(StoredSecret, bool)>, RegistryError> {
         self.call(move |db| {
-            let tx = db.transaction()?;
+            let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let created: Option<i64> = tx
                 .query_row(
                     "SELECT created_ms FROM secrets WHERE tenant = ?1 AND name = ?2",
@@ -102,7 +102,7 @@ impl Secrets for SqliteBackend {
 
     async fn bind_secrets(&self, id: String, rows: Vec<BoundRow>) -> Result<(), RegistryError> {
         self.call(move |db| {
-            let tx = db.transaction()?;
+            let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
             tx.execute("DELETE FROM sandbox_secrets WHERE sandbox_id = ?1", [&id])?;
             for row in &rows {
                 tx.execute(
