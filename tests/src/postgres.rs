@@ -127,7 +127,15 @@ impl PgServer {
             NEXT.fetch_add(1, Ordering::SeqCst)
         );
         let out = Command::new(self.bin.join("createdb"))
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", USER, &name])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                USER,
+                &name,
+            ])
             .output()
             .expect("run createdb");
         assert!(

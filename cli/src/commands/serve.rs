@@ -75,7 +75,12 @@ pub(super) struct ServeArgs {
     /// Keep the registry in this PostgreSQL database (postgres://USER:PASSWORD@HOST:PORT/DB),
     /// shared with other relays as replicas, instead of SQLite in the data directory; better
     /// given in the environment, which `ps` does not show.
-    #[arg(long, value_name = "URL", env = "TETHER_DATABASE", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "TETHER_DATABASE",
+        hide_env_values = true
+    )]
     database: Option<String>,
     /// With --database: the key file every relay of the database shares (it seals tokens and
     /// secrets, and authenticates relays to each other) [default: DATA_DIR/relay.key].

@@ -371,7 +371,10 @@ impl Drop for RunningRelay {
 
 /// Creates the data directory (mode 0700), takes its lock, reads this relay's node id, and
 /// opens the SQLite registry in it when `sqlite`.
-fn open_data_dir(dir: &Path, sqlite: bool) -> anyhow::Result<(Option<Registry>, NodeId, Flock<File>)> {
+fn open_data_dir(
+    dir: &Path,
+    sqlite: bool,
+) -> anyhow::Result<(Option<Registry>, NodeId, Flock<File>)> {
     DirBuilder::new()
         .recursive(true)
         .mode(0o700)

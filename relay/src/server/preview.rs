@@ -317,12 +317,15 @@ async fn forward(
         .registry
         .touch(vec![sandbox.id.clone()], now_ms())
         .await;
-    let agent = relay.connect_agent(&*provider, sandbox).await.map_err(|e| {
-        bad_gateway(format!(
-            "cannot reach the agent of sandbox {}: {e}",
-            sandbox.id
-        ))
-    })?;
+    let agent = relay
+        .connect_agent(&*provider, sandbox)
+        .await
+        .map_err(|e| {
+            bad_gateway(format!(
+                "cannot reach the agent of sandbox {}: {e}",
+                sandbox.id
+            ))
+        })?;
     let session = Session::handshake(agent).await.map_err(|e| {
         bad_gateway(format!(
             "the agent of sandbox {} did not answer: {e}",

@@ -100,7 +100,9 @@ async fn acquire(relay: &Relay) -> Option<Lease> {
 async fn release(relay: &Relay, lease: Option<Lease>) {
     if let Some(lease) = lease {
         if let Err(e) = relay.registry.release_lease(&lease).await {
-            warn!("cannot release the reaper's lease: {e}; another relay takes it when it runs out");
+            warn!(
+                "cannot release the reaper's lease: {e}; another relay takes it when it runs out"
+            );
         }
     }
 }
@@ -253,7 +255,12 @@ async fn reap_one(
 }
 
 /// Claims `sandbox` for deletion under `lease` if it is still `due`.
-async fn claim(relay: &Relay, lease: &Lease, sandbox: &SandboxRecord, due: Due) -> Result<bool, String> {
+async fn claim(
+    relay: &Relay,
+    lease: &Lease,
+    sandbox: &SandboxRecord,
+    due: Due,
+) -> Result<bool, String> {
     relay
         .registry
         .claim(&sandbox.id, lease, REAPER_LEASE_MARGIN, due)

@@ -111,8 +111,11 @@ pub(super) trait Sandboxes: Send + Sync + 'static {
     /// Stores a new sandbox and, in the same transaction, deletes its create-journal row.
     async fn insert(&self, row: SandboxRow) -> Result<(), RegistryError>;
     /// Sandbox `id`, of `tenant` when one is given.
-    async fn get(&self, tenant: Option<String>, id: String)
-        -> Result<Option<SandboxRow>, RegistryError>;
+    async fn get(
+        &self,
+        tenant: Option<String>,
+        id: String,
+    ) -> Result<Option<SandboxRow>, RegistryError>;
     /// The sandboxes `select` names, oldest first (by creation, then id).
     async fn select(&self, select: Select) -> Result<Vec<SandboxRow>, RegistryError>;
     /// Every sandbox's id.
@@ -126,8 +129,12 @@ pub(super) trait Sandboxes: Send + Sync + 'static {
     /// Records a state.
     async fn set_state(&self, id: String, state: String) -> Result<(), RegistryError>;
     /// Sets a new TTL; `false` (nothing changed) when a reaper has claimed the sandbox.
-    async fn set_ttl(&self, id: String, ttl_ms: i64, expires_ms: i64)
-        -> Result<bool, RegistryError>;
+    async fn set_ttl(
+        &self,
+        id: String,
+        ttl_ms: i64,
+        expires_ms: i64,
+    ) -> Result<bool, RegistryError>;
     /// Stores a token's grant by its hash, replacing one with the same hash.
     async fn insert_token(
         &self,
@@ -163,8 +170,11 @@ pub(super) trait Journals: Send + Sync + 'static {
         claim: Option<String>,
     ) -> Result<Option<bool>, RegistryError>;
     /// The latest destroy-journal entry of the tenant's sandbox `id`.
-    async fn destroyed(&self, tenant: String, id: String)
-        -> Result<Option<Destroyed>, RegistryError>;
+    async fn destroyed(
+        &self,
+        tenant: String,
+        id: String,
+    ) -> Result<Option<Destroyed>, RegistryError>;
 }
 
 /// Tenants' secrets, sandboxes' bound secrets, and their egress CAs.
@@ -183,8 +193,11 @@ pub(super) trait Secrets: Send + Sync + 'static {
     /// The tenant's secrets by name, without values.
     async fn secrets(&self, tenant: String) -> Result<Vec<StoredSecret>, RegistryError>;
     /// The sealed value of a tenant's secret.
-    async fn secret_value(&self, tenant: String, name: String)
-        -> Result<Option<String>, RegistryError>;
+    async fn secret_value(
+        &self,
+        tenant: String,
+        name: String,
+    ) -> Result<Option<String>, RegistryError>;
     /// Deletes a tenant's secret; whether it was there.
     async fn remove_secret(&self, tenant: String, name: String) -> Result<bool, RegistryError>;
     /// Replaces sandbox `id`'s bound secrets.

@@ -36,8 +36,8 @@ pub(crate) use backend::{Due, LabelLock, Lease, NodeRow};
 pub(crate) use create_journal::PendingCreate;
 pub(crate) use journal::{DestroyReason, Destroyed};
 pub(crate) use record::{millis, parse_state, state_name};
-pub(crate) use record::{Role, SandboxId, SandboxRecord, Tenant, TokenRecord};
 pub use record::{InvalidNodeId, NodeId};
+pub(crate) use record::{Role, SandboxId, SandboxRecord, Tenant, TokenRecord};
 pub(crate) use secret::{SecretError, KEY_FILE};
 pub(crate) use secrets::StoredSecret;
 
@@ -114,9 +114,7 @@ pub enum RegistryError {
         path: PathBuf,
     },
     /// The database's values were sealed under another key than this relay's.
-    #[error(
-        "the relay database ({kind}) was sealed under another key than {key_file}: {hint}"
-    )]
+    #[error("the relay database ({kind}) was sealed under another key than {key_file}: {hint}")]
     WrongKey {
         /// Which database.
         kind: &'static str,
@@ -474,7 +472,8 @@ impl Registry {
 
     /// The sandbox of `row`, its secret columns opened.
     fn from_row(&self, row: SandboxRow) -> Result<SandboxRecord, RegistryError> {
-        let open = |column: &str, sealed: &str| self.key.open(&seal_context(&row.id, column), sealed);
+        let open =
+            |column: &str, sealed: &str| self.key.open(&seal_context(&row.id, column), sealed);
         let spec = open("spec", &row.spec)?;
         let agent_token = open("agent_token", &row.agent_token)?;
         let meta = open("meta", &row.meta)?;

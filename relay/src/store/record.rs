@@ -117,9 +117,7 @@ pub struct NodeId(String);
 
 /// Why a node id was refused.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "invalid relay node id {0:?}: use 1 to 64 letters, digits, `-`, `_` or `.`, e.g. `node-a`"
-)]
+#[error("invalid relay node id {0:?}: use 1 to 64 letters, digits, `-`, `_` or `.`, e.g. `node-a`")]
 pub struct InvalidNodeId(pub String);
 
 impl NodeId {

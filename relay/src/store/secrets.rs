@@ -151,7 +151,10 @@ impl Registry {
     /// `node` is creating: creates that failed (or a relay that stopped) between binding and
     /// recording. Only for relay `node` starting up, when it runs no create. Returns how many
     /// it forgot.
-    pub(crate) async fn sweep_unbound_secrets(&self, node: &NodeId) -> Result<usize, RegistryError> {
+    pub(crate) async fn sweep_unbound_secrets(
+        &self,
+        node: &NodeId,
+    ) -> Result<usize, RegistryError> {
         self.backend.sweep_unbound_secrets(node.clone()).await
     }
 }

@@ -31,6 +31,7 @@ mod providers_e2b;
 mod providers_fidelity;
 mod providers_modal;
 mod providers_orphans;
+mod replicas;
 mod secrets;
 mod sync;
 mod tls;

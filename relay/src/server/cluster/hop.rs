@@ -17,9 +17,9 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
-use super::grant::{Op, GRANT_HEADER};
 use super::super::constants::{HOP_CONNECT_TIMEOUT, HOP_REQUEST_TIMEOUT, MAX_MESSAGE};
 use super::super::state::{now_ms, Relay};
+use super::grant::{Op, GRANT_HEADER};
 use crate::provider::{AgentIo, AgentSocket, ProviderError};
 use crate::store::{NodeId, SandboxRecord};
 
@@ -95,7 +95,12 @@ pub(super) async fn session(
         let name = ServerName::try_from(host.clone())
             .map_err(|e| anyhow!("relay {node}'s address {address} names no valid host: {e}"))?;
         let connector = tokio_rustls::TlsConnector::from(relay.cluster.tls.clone());
-        Box::pin(connector.connect(name, tcp).await.map_err(|e| unreachable(&e))?)
+        Box::pin(
+            connector
+                .connect(name, tcp)
+                .await
+                .map_err(|e| unreachable(&e))?,
+        )
     } else {
         Box::pin(tcp)
     };

@@ -14,11 +14,11 @@ use axum::routing::get;
 use axum::Router;
 use tracing::debug;
 
-use super::grant::{Grant, Op, GRANT_HEADER};
 use super::super::constants::MAX_MESSAGE;
 use super::super::error::ApiError;
 use super::super::state::{now_ms, Relay};
 use super::super::tunnel::{forward, CLIENT_READ_BUFFER};
+use super::grant::{Grant, Op, GRANT_HEADER};
 use crate::provider::{ProviderError, SandboxState};
 use crate::store::{SandboxId, SandboxRecord, Tenant};
 
@@ -26,10 +26,7 @@ use crate::store::{SandboxId, SandboxRecord, Tenant};
 pub(in crate::server) fn routes() -> Router<Arc<Relay>> {
     Router::new()
         .route("/v1/cluster/sandboxes/{id}/ws", get(session))
-        .route(
-            "/v1/cluster/sandboxes/{id}",
-            axum::routing::delete(delete),
-        )
+        .route("/v1/cluster/sandboxes/{id}", axum::routing::delete(delete))
 }
 
 /// Checks the request's grant for `op` on sandbox `id`.
@@ -98,7 +95,10 @@ async fn session(
             )))
         }
     };
-    debug!("tunnel from relay {} to sandbox {} open", grant.from, sandbox.id);
+    debug!(
+        "tunnel from relay {} to sandbox {} open",
+        grant.from, sandbox.id
+    );
     let task = relay.tasks.token();
     Ok(upgrade
         .max_message_size(MAX_MESSAGE)
@@ -107,7 +107,11 @@ async fn session(
         .on_upgrade(move |peer| async move {
             // The peer relay pings and times out its client; this side watches the peer.
             forward(peer, agent, relay.peer_timeout, relay.shutdown.clone()).await;
-            debug!("tunnel from relay {} to sandbox {} closed", grant.from, guard.id());
+            debug!(
+                "tunnel from relay {} to sandbox {} closed",
+                grant.from,
+                guard.id()
+            );
             drop((guard, task));
         }))
 }

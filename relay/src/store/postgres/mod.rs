@@ -61,9 +61,7 @@ impl PostgresBackend {
     pub(super) async fn connect(url: &str) -> Result<PostgresBackend, RegistryError> {
         let config = tokio_postgres::Config::from_str(url).map_err(|e| RegistryError::Connect {
             target: "the --database URL".into(),
-            reason: format!(
-                "{e}; it must look like postgres://USER:PASSWORD@HOST:PORT/DATABASE"
-            ),
+            reason: format!("{e}; it must look like postgres://USER:PASSWORD@HOST:PORT/DATABASE"),
         })?;
         let target = describe(&config);
         let tls = tokio_postgres_rustls::MakeRustlsConnect::new(client_tls());
@@ -88,10 +86,14 @@ impl PostgresBackend {
             pool,
             label_locks: Arc::default(),
         };
-        let client = backend.pool.get().await.map_err(|e| RegistryError::Connect {
-            target: target.clone(),
-            reason: e.to_string(),
-        })?;
+        let client = backend
+            .pool
+            .get()
+            .await
+            .map_err(|e| RegistryError::Connect {
+                target: target.clone(),
+                reason: e.to_string(),
+            })?;
         migrate(client).await?;
         Ok(backend)
     }
@@ -173,13 +175,11 @@ fn client_tls() -> rustls::ClientConfig {
     for cert in rustls_native_certs::load_native_certs().certs {
         let _ = roots.add(cert);
     }
-    rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("ring supports the default protocol versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth()
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
 }
 
 /// A failed PostgreSQL call, as a registry error.

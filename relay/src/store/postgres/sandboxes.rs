@@ -38,9 +38,12 @@ impl Sandboxes for PostgresBackend {
         )
         .await
         .map_err(pg)?;
-        tx.execute("DELETE FROM create_journal WHERE sandbox_id = $1", &[&row.id])
-            .await
-            .map_err(pg)?;
+        tx.execute(
+            "DELETE FROM create_journal WHERE sandbox_id = $1",
+            &[&row.id],
+        )
+        .await
+        .map_err(pg)?;
         tx.commit().await.map_err(pg)
     }
 
@@ -55,10 +58,7 @@ impl Sandboxes for PostgresBackend {
              WHERE id = $1 AND ($2::text IS NULL OR tenant = $2)"
         );
         let stmt = client.prepare_cached(&sql).await.map_err(pg)?;
-        let row = client
-            .query_opt(&stmt, &[&id, &tenant])
-            .await
-            .map_err(pg)?;
+        let row = client.query_opt(&stmt, &[&id, &tenant]).await.map_err(pg)?;
         row.as_ref().map(read_sandbox).transpose()
     }
 
@@ -78,7 +78,8 @@ impl Sandboxes for PostgresBackend {
                 vec![Box::new(tenant), Box::new(labels)],
             ),
         };
-        let sql = format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes {filter} ORDER BY created_ms, id");
+        let sql =
+            format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes {filter} ORDER BY created_ms, id");
         let stmt = client.prepare_cached(&sql).await.map_err(pg)?;
         let params: Vec<&(dyn ToSql + Sync)> = args
             .iter()
@@ -178,7 +179,13 @@ impl Sandboxes for PostgresBackend {
                  ON CONFLICT (hash) DO UPDATE SET tenant = excluded.tenant, \
                  admin = excluded.admin, relay_admin = excluded.relay_admin, \
                  created_ms = excluded.created_ms",
-                &[&hash, &token.tenant.as_str(), &admin, &relay_admin, &created_ms],
+                &[
+                    &hash,
+                    &token.tenant.as_str(),
+                    &admin,
+                    &relay_admin,
+                    &created_ms,
+                ],
             )
             .await
             .map_err(pg)?;

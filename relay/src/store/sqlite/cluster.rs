@@ -158,9 +158,11 @@ impl Cluster for SqliteBackend {
                 "INSERT OR IGNORE INTO settings (name, value) VALUES (?1, ?2)",
                 params![name, value],
             )?;
-            Ok(db.query_row("SELECT value FROM settings WHERE name = ?1", [name], |row| {
-                row.get(0)
-            })?)
+            Ok(db.query_row(
+                "SELECT value FROM settings WHERE name = ?1",
+                [name],
+                |row| row.get(0),
+            )?)
         })
         .await
     }

@@ -20,9 +20,9 @@ use rusqlite::types::Type;
 use rusqlite::{params, Connection, Row};
 
 use super::backend::{Backend, SandboxRow};
+use super::locks::KeyedLocks;
 use super::secret::{self, SecretKey};
 use super::{RegistryError, KEY_CHECK};
-use super::locks::KeyedLocks;
 
 /// How long a statement waits for another connection's lock (a second process reading the
 /// file, say) before failing.

@@ -39,7 +39,10 @@ impl Sandboxes for SqliteBackend {
                     row.node,
                 ],
             )?;
-            tx.execute("DELETE FROM create_journal WHERE sandbox_id = ?1", [&row.id])?;
+            tx.execute(
+                "DELETE FROM create_journal WHERE sandbox_id = ?1",
+                [&row.id],
+            )?;
             tx.commit()?;
             Ok(())
         })

@@ -35,14 +35,30 @@ async fn a_lease_has_one_holder_and_changes_hands_with_a_new_epoch(db: Db) {
     // Renewing keeps the epoch; another lease name is another lease.
     let renewed = db.reg.acquire_lease("reaper", &a, SHORT).await.unwrap();
     assert_eq!(renewed.map(|l| l.epoch), Some(1));
-    assert!(other.acquire_lease("other", &b, LONG).await.unwrap().is_some());
+    assert!(other
+        .acquire_lease("other", &b, LONG)
+        .await
+        .unwrap()
+        .is_some());
     let_it_run_out().await;
-    let taken = other.acquire_lease("reaper", &b, LONG).await.unwrap().unwrap();
+    let taken = other
+        .acquire_lease("reaper", &b, LONG)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((taken.holder.clone(), taken.epoch), (b.clone(), 2));
-    assert_eq!(db.reg.acquire_lease("reaper", &a, LONG).await.unwrap(), None);
+    assert_eq!(
+        db.reg.acquire_lease("reaper", &a, LONG).await.unwrap(),
+        None
+    );
     // Released, it is free at once, and changes hands again.
     other.release_lease(&taken).await.unwrap();
-    let back = db.reg.acquire_lease("reaper", &a, LONG).await.unwrap().unwrap();
+    let back = db
+        .reg
+        .acquire_lease("reaper", &a, LONG)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(back.epoch, 3);
 }
 
@@ -53,26 +69,66 @@ async fn a_reaper_that_lost_its_lease_can_neither_claim_nor_journal(db: Db) {
     sb.expires_ms = Some(10);
     db.reg.insert(sb.clone()).await.unwrap();
     let now = 1_000;
-    let old = db.reg.acquire_lease("reaper", &a, SHORT).await.unwrap().unwrap();
+    let old = db
+        .reg
+        .acquire_lease("reaper", &a, SHORT)
+        .await
+        .unwrap()
+        .unwrap();
     // A claim needs the lease to last at least the margin.
     let margin = Duration::from_secs(5);
-    assert!(!db.reg.claim(&sb.id, &old, margin, Due::Expired(now)).await.unwrap());
-    let old = db.reg.acquire_lease("reaper", &a, LONG).await.unwrap().unwrap();
-    assert!(db.reg.claim(&sb.id, &old, margin, Due::Expired(now)).await.unwrap());
+    assert!(!db
+        .reg
+        .claim(&sb.id, &old, margin, Due::Expired(now))
+        .await
+        .unwrap());
+    let old = db
+        .reg
+        .acquire_lease("reaper", &a, LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(db
+        .reg
+        .claim(&sb.id, &old, margin, Due::Expired(now))
+        .await
+        .unwrap());
     // Then the holder stalls (a paused process) past its lease, and another relay takes it.
-    db.reg.acquire_lease("reaper", &a, SHORT).await.unwrap().unwrap();
+    db.reg
+        .acquire_lease("reaper", &a, SHORT)
+        .await
+        .unwrap()
+        .unwrap();
     let_it_run_out().await;
-    let new = other.acquire_lease("reaper", &b, LONG).await.unwrap().unwrap();
+    let new = other
+        .acquire_lease("reaper", &b, LONG)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(new.epoch, old.epoch + 1);
     // The stalled one wakes up: it can claim nothing, and its claim no longer holds.
-    assert!(!db.reg.claim(&sb.id, &old, margin, Due::Expired(now)).await.unwrap());
-    assert!(other.claim(&sb.id, &new, margin, Due::Expired(now)).await.unwrap());
+    assert!(!db
+        .reg
+        .claim(&sb.id, &old, margin, Due::Expired(now))
+        .await
+        .unwrap());
+    assert!(other
+        .claim(&sb.id, &new, margin, Due::Expired(now))
+        .await
+        .unwrap());
     let entry = |by: &str| Destroyed::of(&sb, now, DestroyReason::Ttl, by.to_string());
-    let stale = db.reg.remove_journaled(entry("old"), Some(&old.claim())).await;
+    let stale = db
+        .reg
+        .remove_journaled(entry("old"), Some(&old.claim()))
+        .await;
     assert_eq!(stale.unwrap(), None, "a lost claim journals nothing");
-    let done = other.remove_journaled(entry("new"), Some(&new.claim())).await;
+    let done = other
+        .remove_journaled(entry("new"), Some(&new.claim()))
+        .await;
     assert_eq!(done.unwrap(), Some(true));
-    let again = other.remove_journaled(entry("new"), Some(&new.claim())).await;
+    let again = other
+        .remove_journaled(entry("new"), Some(&new.claim()))
+        .await;
     assert_eq!(again.unwrap(), None, "deleted once");
     let journaled = db
         .count(&format!(
@@ -98,27 +154,41 @@ async fn a_claim_needs_the_sandbox_still_due_and_blocks_renewal(db: Db) {
     sb.idle_timeout = Some(Duration::from_secs(1));
     db.reg.insert(sb.clone()).await.unwrap();
     // Not expired yet; idle by its timeout but not for the quiet period relays need.
-    assert!(!db.reg.claim(&sb.id, &lease, margin, Due::Expired(4_999)).await.unwrap());
+    assert!(!db
+        .reg
+        .claim(&sb.id, &lease, margin, Due::Expired(4_999))
+        .await
+        .unwrap());
     let quiet = Due::Idle {
         now_ms: 2_500,
         quiet_ms: 2_000,
     };
     assert!(!db.reg.claim(&sb.id, &lease, margin, quiet).await.unwrap());
-    assert!(!db.reg.claim(&sb.id, &lease, margin, Due::Gone).await.unwrap());
+    assert!(!db
+        .reg
+        .claim(&sb.id, &lease, margin, Due::Gone)
+        .await
+        .unwrap());
     let idle = Due::Idle {
         now_ms: 3_000,
         quiet_ms: 2_000,
     };
     assert!(db.reg.claim(&sb.id, &lease, margin, idle).await.unwrap());
     // Claimed: a renew is refused, and the sandbox stays due until the reaper acts.
-    let renewed = db.reg.set_ttl(&sb.id, Duration::from_secs(60), 99_000).await;
+    let renewed = db
+        .reg
+        .set_ttl(&sb.id, Duration::from_secs(60), 99_000)
+        .await;
     assert!(!renewed.unwrap());
     assert_eq!(db.reg.due(0).await.unwrap().len(), 1);
     // A client came back meanwhile: the claim no longer holds, and is cleared.
     db.reg.touch(vec![sb.id.clone()], 2_900).await.unwrap();
     assert!(!db.reg.claim(&sb.id, &lease, margin, idle).await.unwrap());
     assert!(db.reg.due(0).await.unwrap().is_empty());
-    let renewed = db.reg.set_ttl(&sb.id, Duration::from_secs(60), 99_000).await;
+    let renewed = db
+        .reg
+        .set_ttl(&sb.id, Duration::from_secs(60), 99_000)
+        .await;
     assert!(renewed.unwrap());
 }
 

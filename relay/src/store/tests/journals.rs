@@ -137,7 +137,11 @@ async fn the_journal_survives_a_crash(db: Db) {
 
 async fn each_relay_recovers_only_its_own_creates(db: Db) {
     let reg = db.reg;
-    let (mine, theirs, old) = (SandboxId::generate(), SandboxId::generate(), SandboxId::generate());
+    let (mine, theirs, old) = (
+        SandboxId::generate(),
+        SandboxId::generate(),
+        SandboxId::generate(),
+    );
     reg.begin_create(pending(&mine)).await.unwrap();
     let mut other = pending(&theirs);
     other.node = Some(node("node-b"));
@@ -152,6 +156,9 @@ async fn each_relay_recovers_only_its_own_creates(db: Db) {
     };
     let mut want = vec![mine.clone(), old.clone()];
     want.sort();
-    assert_eq!(ids(reg.pending_creates(Some(&node("node-a"))).await.unwrap()), want);
+    assert_eq!(
+        ids(reg.pending_creates(Some(&node("node-a"))).await.unwrap()),
+        want
+    );
     assert_eq!(reg.pending_creates(None).await.unwrap().len(), 3);
 }

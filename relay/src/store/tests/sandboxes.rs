@@ -202,8 +202,17 @@ async fn a_database_sealed_under_another_key_is_refused(db: Db) {
     let other_key = other.path().join(KEY_FILE);
     // A key of its own, as a relay given the wrong file (or none) would make.
     drop(Registry::open(&other.path().join("relay.db")).unwrap());
-    let err = db.open_with_key(&other_key).await.err().unwrap().to_string();
-    assert!(err.contains("sealed under another key"), "{}: {err}", db.kind());
+    let err = db
+        .open_with_key(&other_key)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("sealed under another key"),
+        "{}: {err}",
+        db.kind()
+    );
 }
 
 #[test]
@@ -235,10 +244,8 @@ async fn postgres_joins_a_database_only_with_its_key() {
     let keys = tempfile::tempdir().unwrap();
     let key = keys.path().join("relay.key");
     let first = Registry::open_postgres(&url, &key).await.unwrap();
-    let together = futures_util::future::join_all(
-        (0..3).map(|_| Registry::open_postgres(&url, &key)),
-    )
-    .await;
+    let together =
+        futures_util::future::join_all((0..3).map(|_| Registry::open_postgres(&url, &key))).await;
     assert!(together.iter().all(Result::is_ok));
     drop(first);
     // A relay without the key file may not join: it would seal under a key nobody else has.
@@ -251,14 +258,23 @@ async fn postgres_joins_a_database_only_with_its_key() {
     assert!(err.contains("copy their key file"), "{err}");
     assert!(!missing.exists(), "no stray key file is left behind");
     // A bad URL names the problem, and a dead server too, without a password.
-    let err = Registry::open_postgres("mysql://x", &key).await.err().unwrap();
-    assert!(err.to_string().contains("postgres://USER:PASSWORD@HOST"), "{err}");
+    let err = Registry::open_postgres("mysql://x", &key)
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("postgres://USER:PASSWORD@HOST"),
+        "{err}"
+    );
     let err = Registry::open_postgres("postgres://u:hunter2@127.0.0.1:1/db", &key)
         .await
         .err()
         .unwrap()
         .to_string();
-    assert!(err.contains("cannot reach the relay database") && !err.contains("hunter2"), "{err}");
+    assert!(
+        err.contains("cannot reach the relay database") && !err.contains("hunter2"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -177,7 +177,11 @@ async fn secrets_bound_to_a_sandbox_never_recorded_are_swept(db: Db) {
     let reg = db.reg;
     let kept = sandbox("a");
     reg.insert(kept.clone()).await.unwrap();
-    let (never, theirs, ours) = (SandboxId::generate(), SandboxId::generate(), SandboxId::generate());
+    let (never, theirs, ours) = (
+        SandboxId::generate(),
+        SandboxId::generate(),
+        SandboxId::generate(),
+    );
     // Another relay is creating `theirs` right now; `ours` was this relay's, before a crash.
     for (id, by) in [(&theirs, "node-b"), (&ours, "node-a")] {
         reg.begin_create(PendingCreate {
@@ -265,7 +269,11 @@ async fn concurrent_puts_never_overfill_a_store(db: Db) {
     let other = db.open_again().await.unwrap();
     let a = tenant("a");
     let puts = (0..8).map(|i| {
-        let reg = if i % 2 == 0 { db.reg.clone() } else { other.clone() };
+        let reg = if i % 2 == 0 {
+            db.reg.clone()
+        } else {
+            other.clone()
+        };
         let a = a.clone();
         async move {
             reg.put_secret(&a, &format!("K{i}"), &SecretValue::new("v"), 1, 3)
