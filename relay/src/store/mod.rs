@@ -202,15 +202,6 @@ impl Registry {
         })
     }
 
-    /// A registry over `backend` with a fresh key, for the store tests of both backends.
-    #[cfg(test)]
-    fn with_backend(backend: Arc<dyn Backend>) -> Registry {
-        Registry {
-            backend,
-            key: Arc::new(SecretKey::random()),
-        }
-    }
-
     /// Which database this is, for messages: `SQLite` or `PostgreSQL`.
     pub(crate) fn kind(&self) -> &'static str {
         self.backend.kind()
@@ -235,7 +226,7 @@ impl Registry {
     /// Stores a new sandbox and, in the same transaction, completes its create in the create
     /// journal: from then on the sandbox is the registry's, never a half-made create.
     pub(crate) async fn insert(&self, sandbox: SandboxRecord) -> Result<(), RegistryError> {
-        let row = self.to_row(&sandbox)?;
+        let row = self.seal_row(&sandbox)?;
         self.backend.insert(row).await
     }
 
@@ -249,7 +240,7 @@ impl Registry {
             .backend
             .get(Some(tenant.to_string()), id.to_string())
             .await?;
-        row.map(|row| self.from_row(row)).transpose()
+        row.map(|row| self.open_row(row)).transpose()
     }
 
     /// Sandbox `id` whoever owns it (for previews, whose token is the sandbox's own).
@@ -258,7 +249,7 @@ impl Registry {
         id: &SandboxId,
     ) -> Result<Option<SandboxRecord>, RegistryError> {
         let row = self.backend.get(None, id.to_string()).await?;
-        row.map(|row| self.from_row(row)).transpose()
+        row.map(|row| self.open_row(row)).transpose()
     }
 
     /// The tenant's sandboxes carrying every label in `labels` (and maybe more), oldest first.
@@ -444,11 +435,11 @@ impl Registry {
 
     async fn select(&self, select: Select) -> Result<Vec<SandboxRecord>, RegistryError> {
         let rows = self.backend.select(select).await?;
-        rows.into_iter().map(|row| self.from_row(row)).collect()
+        rows.into_iter().map(|row| self.open_row(row)).collect()
     }
 
     /// The row of `sandbox`, its secret columns sealed.
-    fn to_row(&self, sandbox: &SandboxRecord) -> Result<SandboxRow, RegistryError> {
+    fn seal_row(&self, sandbox: &SandboxRecord) -> Result<SandboxRow, RegistryError> {
         let id = sandbox.id.as_str();
         let seal = |column: &str, value: &str| self.key.seal(&seal_context(id, column), value);
         Ok(SandboxRow {
@@ -471,7 +462,7 @@ impl Registry {
     }
 
     /// The sandbox of `row`, its secret columns opened.
-    fn from_row(&self, row: SandboxRow) -> Result<SandboxRecord, RegistryError> {
+    fn open_row(&self, row: SandboxRow) -> Result<SandboxRecord, RegistryError> {
         let open =
             |column: &str, sealed: &str| self.key.open(&seal_context(&row.id, column), sealed);
         let spec = open("spec", &row.spec)?;

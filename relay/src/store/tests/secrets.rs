@@ -71,13 +71,13 @@ async fn a_tenant_secret_round_trips_and_is_sealed_at_rest(db: Db) {
     let a = tenant("team-a");
     {
         let reg = &db.reg;
-        let (first, created) = put(&reg, &a, "OPENAI_API_KEY", "old", 10).await;
+        let (first, created) = put(reg, &a, "OPENAI_API_KEY", "old", 10).await;
         assert!(created);
         assert_eq!((first.created_ms, first.updated_ms), (10, 10));
-        let (second, created) = put(&reg, &a, "OPENAI_API_KEY", VALUE, 20).await;
+        let (second, created) = put(reg, &a, "OPENAI_API_KEY", VALUE, 20).await;
         assert!(!created, "a second put replaces");
         assert_eq!((second.created_ms, second.updated_ms), (10, 20));
-        put(&reg, &a, "ANOTHER", "x", 30).await;
+        put(reg, &a, "ANOTHER", "x", 30).await;
         let names: Vec<String> = reg
             .secrets(&a)
             .await
@@ -121,9 +121,9 @@ async fn a_tenant_sees_and_touches_only_its_own_secrets(db: Db) {
 async fn a_sealed_value_copied_to_another_row_does_not_open(db: Db) {
     let reg = &db.reg;
     let (a, b) = (tenant("a"), tenant("b"));
-    put(&reg, &a, "KEY", VALUE, 1).await;
-    put(&reg, &b, "KEY", "b", 1).await;
-    put(&reg, &a, "OTHER", "o", 1).await;
+    put(reg, &a, "KEY", VALUE, 1).await;
+    put(reg, &b, "KEY", "b", 1).await;
+    put(reg, &a, "OTHER", "o", 1).await;
     // What someone with write access to the file (not the key) could do.
     db.exec(
         "UPDATE secrets SET value = (SELECT value FROM secrets WHERE tenant = 'a' AND \
