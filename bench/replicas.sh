@@ -20,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-creates=60 execs=300 concurrency=8 hops=100 cp_mib=256
+creates=40 execs=300 concurrency=8 hops=100 cp_mib=256
 if [[ "${1:-}" == "--quick" ]]; then creates=8 execs=30 hops=10 cp_mib=16; fi
 
 target=${CARGO_TARGET_DIR:-$PWD/target}
@@ -39,7 +39,16 @@ work=$(mktemp -d /var/tmp/tether-replicas-bench.XXXXXX)
 chown postgres "$work"
 pids=()
 cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    # Every relay first removes what is left of the load (a failed run leaves sandboxes).
+    for out in "$work"/*.out; do
+        local name dir url
+        name=$(basename "$out" .out) dir=$work/$(basename "$out" .out)
+        url=$(grep -m1 -o 'http://[0-9.:]*' "$out" 2>/dev/null) || continue
+        [[ -f "$dir/admin.token" ]] || continue
+        TETHER_RELAY=$url TETHER_TOKEN=$(cat "$dir/admin.token") "$TETHER_BIN" rm --all \
+            >/dev/null 2>&1 || true
+    done
+    for pid in "${pids[@]}" $(cat "$work"/*.pid 2>/dev/null); do kill "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
     echo "raw figures: $work/*.json" >&2
 }
@@ -73,12 +82,16 @@ pids+=($!)
 fake=$(listening "$work/fake.out")
 export E2B_API_KEY=e2b_fake_key E2B_API_URL=$fake E2B_SANDBOX_URL=$fake TETHER_LOG=warn
 
+# Room for every sandbox a load keeps at once (the built-in policy allows 32 per tenant).
+printf '[defaults]\nmax_sandboxes = 1000\n' >"$work/policy.toml"
+
 # start_relay NAME [serve args...]: prints its URL.
 start_relay() {
     local name=$1; shift
-    "$TETHER_BIN" serve --listen 127.0.0.1:0 --data-dir "$work/$name" "$@" \
+    "$TETHER_BIN" serve --listen 127.0.0.1:0 --data-dir "$work/$name" --config "$work/policy.toml" "$@" \
         >"$work/$name.out" 2>"$work/$name.log" &
-    pids+=($!)
+    # Called in $(...): the pid goes to a file, which the cleanup reads.
+    echo $! >"$work/$name.pid"
     listening "$work/$name.out"
 }
 
@@ -92,7 +105,9 @@ measure() {
     for provider in local e2b; do
         echo "$config: $creates creates ($provider), $concurrency at a time" >&2
         load creates "$creates" "$concurrency" "$provider" "$relays" >"$work/$config-creates-$provider.json"
-        id=$(TETHER_RELAY=$first "$TETHER_BIN" create --provider "$provider" --ttl 30m)
+        image=()
+        [[ $provider == local ]] || image=(--image base)
+        id=$(TETHER_RELAY=$first "$TETHER_BIN" create --provider "$provider" "${image[@]}" --ttl 30m)
         echo "$config: $execs execs ($provider), $concurrency at a time" >&2
         load execs "$execs" "$concurrency" "$id" "$relays" >"$work/$config-execs-$provider.json"
         TETHER_RELAY=$first "$TETHER_BIN" rm "$id" >/dev/null

@@ -3,7 +3,7 @@
 the relays named, CONCURRENCY at a time, N in all; prints one JSON object.
 
   replicas_load.py creates N CONCURRENCY PROVIDER RELAY_URL[,RELAY_URL...]
-      POST /v1/sandboxes (the provider's default sandbox) N times; each create is timed to its
+      POST /v1/sandboxes (the provider's default sandbox; template `base` for a cloud one) N times; each create is timed to its
       201; the sandboxes are deleted afterwards, untimed.
   replicas_load.py execs N CONCURRENCY ID RELAY_URL[,RELAY_URL...]
       `tether exec ID -- true` N times (TETHER_BIN), each a new client process, as agents'
@@ -60,7 +60,10 @@ def creates(n, concurrency, provider, relays, token):
     def one(i):
         base = relays[i % len(relays)]
         t = time.monotonic()
-        info = request("POST", base + "/v1/sandboxes", token, {"provider": provider, "ttl": 600})
+        body = {"provider": provider, "ttl": 600}
+        if provider != "local":
+            body["image"] = "base"  # a cloud provider needs a template; the fake takes any
+        info = request("POST", base + "/v1/sandboxes", token, body)
         took = time.monotonic() - t
         made.append((base, info["id"]))
         return took
