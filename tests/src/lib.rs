@@ -18,6 +18,7 @@ use tether_client::{RelayClient, Session};
 pub mod cloud;
 pub mod images;
 pub mod liar;
+pub mod postgres;
 pub mod require;
 pub mod signals;
 

@@ -86,6 +86,8 @@ impl Embedded {
             egress: Default::default(),
             docker_host: None,
             connections: Default::default(),
+            database: Default::default(),
+            advertise: None,
         };
         let relay = server::start(config)
             .await

@@ -11,7 +11,7 @@ use clap::Args;
 use tether_client::local::data_dir as default_data_dir;
 use tether_relay::egress::EgressConfig;
 use tether_relay::server::{
-    self, ConnectionLimits, PolicyConfig, RelayConfig, TlsFiles, DEFAULT_HEADER_TIMEOUT,
+    self, ConnectionLimits, Database, PolicyConfig, RelayConfig, TlsFiles, DEFAULT_HEADER_TIMEOUT,
     DEFAULT_LISTEN, DEFAULT_PEER_TIMEOUT, DEFAULT_REAP_INTERVAL,
 };
 
@@ -82,6 +82,24 @@ pub(super) struct ServeArgs {
     /// open, less a reserve].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     max_connections: Option<u64>,
+    /// Keep the registry in this PostgreSQL database (postgres://USER:PASSWORD@HOST:PORT/DB),
+    /// shared with other relays as replicas, instead of SQLite in the data directory; better
+    /// given in the environment, which `ps` does not show.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "TETHER_DATABASE",
+        hide_env_values = true
+    )]
+    database: Option<String>,
+    /// With --database: the key file every relay of the database shares (it seals tokens and
+    /// secrets, and authenticates relays to each other) [default: DATA_DIR/relay.key].
+    #[arg(long, value_name = "FILE", requires = "database")]
+    key_file: Option<PathBuf>,
+    /// The URL other relays of the database reach this one at, e.g. http://10.0.0.5:7420
+    /// [default: the address it listens on].
+    #[arg(long, value_name = "URL")]
+    advertise: Option<String>,
 }
 
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -112,6 +130,14 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .max_connections
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         },
+        database: match args.database {
+            Some(url) => Database::Postgres {
+                url,
+                key_file: args.key_file,
+            },
+            None => Database::Sqlite,
+        },
+        advertise: args.advertise,
     };
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     rt.block_on(async {

@@ -122,6 +122,12 @@ pub trait Provider: Send + Sync + 'static {
     fn runs_here(&self) -> bool {
         false
     }
+    /// Whether its sandboxes can be reached only from the relay's own host (local sandboxes,
+    /// a Docker engine's containers): relays sharing a database then reach one through the
+    /// relay that made it. By default, [`Provider::runs_here`].
+    fn host_bound(&self) -> bool {
+        self.runs_here()
+    }
     /// Creates and starts a sandbox whose agent will accept `agent_token`.
     async fn create(
         &self,

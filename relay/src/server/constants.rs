@@ -62,3 +62,29 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) const MAX_TLS_HANDSHAKES: usize = 1024;
 /// Bytes read of a plain HTTP request to the TLS port before it is answered with a 400.
 pub(super) const PLAINTEXT_HEAD_BYTES: usize = 16 << 10; // 16 KiB
+
+/// How often a relay records in the database that it is alive, and reads its peers.
+pub(super) const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+/// A relay not heard from for this long counts as down: the sandboxes on its host are
+/// `unavailable` (never deleted) until it is back.
+pub(super) const NODE_ALIVE_WITHIN: Duration = Duration::from_secs(10);
+/// The reaper's lease: only its holder reaps, and another relay takes it over this long after
+/// the holder stopped renewing it (it renews on every reaper tick).
+pub(super) const REAPER_LEASE: &str = "reaper";
+/// How long the reaper's lease lasts unless renewed.
+pub(super) const REAPER_LEASE_TTL: Duration = Duration::from_secs(10);
+/// How much of its lease a reaper must have left to claim a sandbox: a holder about to lose
+/// it leaves the sandbox to the next one.
+pub(super) const REAPER_LEASE_MARGIN: Duration = Duration::from_secs(3);
+/// How often an open tunnel counts as activity when relays share a database: other relays
+/// cannot see this one's tunnels, only the activity it records.
+pub(super) const CLUSTER_ACTIVITY_INTERVAL: Duration = Duration::from_secs(2);
+/// When relays share a database, a sandbox counts as idle only once no relay has recorded
+/// activity on it for this long as well (more than two activity intervals).
+pub(super) const CLUSTER_IDLE_QUIET: Duration = Duration::from_secs(5);
+/// How long a grant between relays is valid (and how far relays' clocks may disagree).
+pub(super) const GRANT_LIFETIME: Duration = Duration::from_secs(30);
+/// How long opening a connection to a peer relay may take.
+pub(super) const HOP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request to a peer relay (a delete) may take.
+pub(super) const HOP_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);

@@ -26,6 +26,9 @@ pub enum ApiError {
         /// Where the relay keeps its admin token.
         admin_token_file: PathBuf,
     },
+    /// A relay-to-relay request without a valid grant.
+    #[error("{0}")]
+    PeerRefused(String),
     /// A valid token that may not do this.
     #[error("{0}")]
     Forbidden(String),
@@ -109,7 +112,9 @@ impl ApiError {
 
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
-            ApiError::Unauthorized { .. } => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Unauthorized { .. } | ApiError::PeerRefused(_) => {
+                (StatusCode::UNAUTHORIZED, "unauthorized")
+            }
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Deleted(_) => (StatusCode::GONE, "deleted"),

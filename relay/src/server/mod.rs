@@ -12,20 +12,22 @@
 //! - `reaper`: TTL, idle timeout and reconciliation; `activity`: open tunnels;
 //! - `recovery`: at start, what a crash left (interrupted creates, orphaned sandboxes);
 //!   `watch`: marks sandboxes whose agent died `dead`;
+//! - `cluster`: relays as replicas over a shared database (node ids, heartbeats, the
+//!   relay-to-relay hop to sandboxes on another relay's host);
 //! - `fds`: the descriptor limit and budget; `admission`: the accept loop and the 503 it
 //!   answers when descriptors run short; `http`: serving connections (header timeout,
 //!   connection cap); `tls`: serving HTTPS and WSS;
-//! - `locks`: get-or-create's per-label locks; `error`: the one map from errors to responses;
+//! - `error`: the one map from errors to responses;
 //! - `constants`: every tunable.
 
 mod activity;
 mod admission;
 mod auth;
+mod cluster;
 mod constants;
 mod error;
 mod fds;
 mod http;
-mod locks;
 mod orphans;
 mod policy;
 mod preview;
@@ -70,7 +72,7 @@ use state::Relay;
 
 use crate::egress::{Egress, EgressConfig, TrustShelf};
 use crate::provider::{self, Provider, ProviderContext};
-use crate::store::Registry;
+use crate::store::{NodeId, Registry};
 
 /// How to run a relay.
 #[derive(Clone, Debug)]
@@ -95,6 +97,41 @@ pub struct RelayConfig {
     pub docker_host: Option<String>,
     /// Timeouts and caps that keep dead, slow and silent peers from holding the relay.
     pub connections: ConnectionLimits,
+    /// Where the registry lives: this relay's SQLite file, or a PostgreSQL database shared
+    /// with other relays.
+    pub database: Database,
+    /// The URL other relays of the database reach this one at; `None`: the address it
+    /// listens on (which must then not be a wildcard when the database is shared).
+    pub advertise: Option<String>,
+}
+
+/// Where a relay keeps its registry.
+#[derive(Clone, Default)]
+pub enum Database {
+    /// SQLite in `<data_dir>/relay.db`, the key beside it: one relay.
+    #[default]
+    Sqlite,
+    /// A PostgreSQL database that any number of relays share, as replicas.
+    Postgres {
+        /// `postgres://USER:PASSWORD@HOST:PORT/DATABASE`.
+        url: String,
+        /// The key every relay of the database shares; `None`: `<data_dir>/relay.key`.
+        key_file: Option<PathBuf>,
+    },
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Database::Sqlite => f.write_str("Sqlite"),
+            // The URL may hold a password.
+            Database::Postgres { key_file, .. } => f
+                .debug_struct("Postgres")
+                .field("url", &"(not shown)")
+                .field("key_file", key_file)
+                .finish(),
+        }
+    }
 }
 
 /// A relay that is serving. Dropping it starts a shutdown without waiting for it;
@@ -151,12 +188,24 @@ async fn start_serving(
         None => http::default_max_connections(fd_limit),
     };
     let data_dir = config.data_dir.clone();
-    let (registry, dir_lock) = tokio::task::spawn_blocking(move || open_data_dir(&data_dir))
-        .await
-        .context("the task opening the data directory failed")??;
+    let database = config.database.clone();
+    let sqlite = matches!(database, Database::Sqlite);
+    let (registry, node, dir_lock) =
+        tokio::task::spawn_blocking(move || open_data_dir(&data_dir, sqlite))
+            .await
+            .context("the task opening the data directory failed")??;
+    let registry = match (registry, database) {
+        (Some(registry), _) => registry,
+        (None, Database::Postgres { url, key_file }) => {
+            let key_file = key_file.unwrap_or_else(|| config.data_dir.join(crate::store::KEY_FILE));
+            Registry::open_postgres(&url, &key_file).await?
+        }
+        (None, Database::Sqlite) => anyhow::bail!("the SQLite registry was not opened"),
+    };
+    let shared = !sqlite;
     // Under the directory's lock and before any create: a bound secret without its sandbox
     // is left from a create that failed (or a relay that stopped) after binding it.
-    let swept = registry.sweep_unbound_secrets().await?;
+    let swept = registry.sweep_unbound_secrets(&node).await?;
     if swept > 0 {
         info!("forgot {swept} secrets bound to sandboxes that were never created");
     }
@@ -186,11 +235,22 @@ async fn start_serving(
         );
     }
 
+    let address = match &config.advertise {
+        Some(url) => url.trim_end_matches('/').to_string(),
+        None if shared && addr.ip().is_unspecified() => anyhow::bail!(
+            "listening on {addr}, which names no address other relays can reach this one at: \
+             give --advertise with the URL they should use (e.g. http://10.0.0.5:7420)"
+        ),
+        None => format!("{}://{addr}", if tls.is_some() { "https" } else { "http" }),
+    };
+    let grant_key = registry.derived_key(cluster::Cluster::grant_key_purpose());
+    let cluster = cluster::Cluster::new(node.clone(), address, shared, grant_key)?;
     let relay = Arc::new(Relay {
         registry,
+        node,
+        cluster,
         providers,
         tunnels: Default::default(),
-        create_locks: Default::default(),
         policy,
         shutdown: CancellationToken::new(),
         tasks: TaskTracker::new(),
@@ -201,7 +261,13 @@ async fn start_serving(
         egress,
         _dir_lock: dir_lock,
     });
-    // Before any request is served: no create runs while recovery reads the journal.
+    // Peers learn where this relay is, and it where they are, before it serves anything.
+    cluster::refresh(&relay)
+        .await
+        .context("cannot register this relay in its database")?;
+    relay.tasks.spawn(cluster::beat(relay.clone()));
+    // Before any request is served: no create of this relay runs while recovery reads its
+    // journal.
     recovery::run(&relay).await;
     sandboxes::reattach_egress(&relay).await;
     relay
@@ -294,6 +360,10 @@ impl RunningRelay {
                 "some requests or tunnels did not finish within {SHUTDOWN_GRACE:?}; dropping them"
             );
         }
+        // Its peers count its sandboxes unavailable at once, not after its heartbeat ages.
+        if let Err(e) = self.relay.registry.leave(&self.relay.node).await {
+            warn!("cannot record in the database that this relay stopped: {e}");
+        }
     }
 }
 
@@ -303,8 +373,12 @@ impl Drop for RunningRelay {
     }
 }
 
-/// Creates the data directory (mode 0700), takes its lock, and opens the registry.
-fn open_data_dir(dir: &Path) -> anyhow::Result<(Registry, Flock<File>)> {
+/// Creates the data directory (mode 0700), takes its lock, reads this relay's node id, and
+/// opens the SQLite registry in it when `sqlite`.
+fn open_data_dir(
+    dir: &Path,
+    sqlite: bool,
+) -> anyhow::Result<(Option<Registry>, NodeId, Flock<File>)> {
     DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -322,8 +396,12 @@ fn open_data_dir(dir: &Path) -> anyhow::Result<(Registry, Flock<File>)> {
             dir.display()
         )
     })?;
-    let registry = Registry::open(&dir.join(DB_FILE))?;
-    Ok((registry, lock))
+    let node = cluster::node::load_or_create(dir)?;
+    let registry = match sqlite {
+        true => Some(Registry::open(&dir.join(DB_FILE))?),
+        false => None,
+    };
+    Ok((registry, node, lock))
 }
 
 async fn shutdown_signal() -> anyhow::Result<()> {

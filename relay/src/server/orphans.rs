@@ -42,7 +42,7 @@ pub(super) async fn find(relay: &Relay) -> Result<OrphanList, ApiError> {
     // it. One interrupted by a crash is the start-up recovery's, which removes it.
     let creating: HashSet<String> = relay
         .registry
-        .pending_creates()
+        .pending_creates(None)
         .await?
         .into_iter()
         .map(|p| p.id.to_string())

@@ -42,7 +42,7 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::sandboxes::find;
 use super::state::{now_ms, Relay};
-use crate::store::SandboxRecord;
+use crate::store::{SandboxId, SandboxRecord};
 use tether_client::api::PreviewInfo;
 use tether_client::{files, Session};
 
@@ -227,11 +227,9 @@ async fn authorize_and_forward(
 ) -> Result<Response, Response> {
     let sandbox = relay
         .registry
-        .all()
+        .get_any(&SandboxId::from(target.id.clone()))
         .await
-        .map_err(|e| ApiError::from(e).into_response())?
-        .into_iter()
-        .find(|s| s.id.as_str() == target.id);
+        .map_err(|e| ApiError::from(e).into_response())?;
     let from_query = query_token(req.uri());
     let presented = header_token(&req).or(from_query.clone()).or_else(|| {
         let sandbox = sandbox.as_ref()?;
@@ -319,12 +317,15 @@ async fn forward(
         .registry
         .touch(vec![sandbox.id.clone()], now_ms())
         .await;
-    let agent = provider.connect(&sandbox.handle()).await.map_err(|e| {
-        bad_gateway(format!(
-            "cannot reach the agent of sandbox {}: {e}",
-            sandbox.id
-        ))
-    })?;
+    let agent = relay
+        .connect_agent(&*provider, sandbox)
+        .await
+        .map_err(|e| {
+            bad_gateway(format!(
+                "cannot reach the agent of sandbox {}: {e}",
+                sandbox.id
+            ))
+        })?;
     let session = Session::handshake(agent).await.map_err(|e| {
         bad_gateway(format!(
             "the agent of sandbox {} did not answer: {e}",

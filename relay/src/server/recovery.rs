@@ -21,7 +21,7 @@ use crate::store::PendingCreate;
 pub(super) async fn run(relay: &Relay) {
     let (registered, pending) = match (
         relay.registry.all_ids().await,
-        relay.registry.pending_creates().await,
+        relay.registry.pending_creates(Some(&relay.node)).await,
     ) {
         (Ok(ids), Ok(pending)) => (ids, pending),
         (Err(e), _) | (_, Err(e)) => {

@@ -44,6 +44,7 @@ pub(super) fn router(relay: Arc<Relay>) -> Router {
             put(secrets::put).delete(secrets::delete),
         )
         .merge(preview::routes())
+        .merge(super::cluster::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         // Outermost, so `{port}-{id}.localhost` hosts never reach the API routes.

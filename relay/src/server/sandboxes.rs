@@ -10,6 +10,7 @@ use axum::Json;
 use ipnet::IpNet;
 
 use super::auth::{mint_agent_token, Caller};
+use super::cluster::Place;
 use super::constants::{DEFAULT_PROVIDER, MAX_LIFETIME};
 use super::error::ApiError;
 use super::policy::check_lifetime;
@@ -21,6 +22,9 @@ use crate::egress::secrets;
 use crate::provider::{NetworkPolicy, Provider, ProviderError, SandboxSpec, SandboxState};
 use crate::store::{millis, state_name, PendingCreate, SandboxId, SandboxRecord, Tenant};
 use tether_client::api::{CreateRequest, RenewRequest, SandboxInfo};
+
+/// The state shown for a sandbox on the host of a relay that is down.
+const UNAVAILABLE: &str = "unavailable";
 
 /// `POST /v1/sandboxes`.
 pub(super) async fn create(
@@ -106,7 +110,13 @@ pub(super) async fn renew(
     relay.policy.check_renew(&caller.tenant, ttl)?;
     let mut sandbox = find(&relay, &caller, id).await?;
     let provider = relay.provider_of(&sandbox)?;
-    if let Err(e) = provider.renew(&sandbox.handle(), ttl).await {
+    // A sandbox on another relay's host has no provider-side lifetime to extend (those
+    // providers keep a sandbox until it is deleted); the TTL is the registry's.
+    let renewed = match relay.is_here(&sandbox) {
+        true => provider.renew(&sandbox.handle(), ttl).await,
+        false => Ok(()),
+    };
+    if let Err(e) = renewed {
         if matches!(e, ProviderError::Gone(_)) {
             relay
                 .registry
@@ -116,7 +126,13 @@ pub(super) async fn renew(
         return Err(ApiError::provider(&sandbox.provider, Some(&sandbox.id), e));
     }
     let expires_ms = now_ms().saturating_add(millis(ttl));
-    relay.registry.set_ttl(&sandbox.id, ttl, expires_ms).await?;
+    if !relay.registry.set_ttl(&sandbox.id, ttl, expires_ms).await? {
+        return Err(ApiError::Deleted(format!(
+            "sandbox {} is being deleted by the relay (its TTL ran out, it sat idle, or its \
+             provider reported it gone); create a new one",
+            sandbox.id
+        )));
+    }
     (sandbox.ttl, sandbox.expires_ms) = (Some(ttl), Some(expires_ms));
     Ok(Json(info(&relay, &sandbox, false)))
 }
@@ -154,7 +170,8 @@ async fn get_or_create(
         "{tenant}\n{}",
         serde_json::to_string(&spec.labels).unwrap_or_default()
     );
-    let _turn = relay.create_locks.lock(key).await;
+    // Across every relay sharing the database (for SQLite, within this relay).
+    let _turn = relay.registry.lock_labels(&key).await?;
     if let Some(mut found) = relay.registry.find_by_labels(&tenant, &spec.labels).await? {
         if let Ok(found_provider) = relay.provider_of(&found) {
             relay.refresh_state(&*found_provider, &mut found).await;
@@ -194,6 +211,7 @@ async fn create_new(
             provider_ref: None,
             labels: spec.labels.clone(),
             started_ms: now_ms(),
+            node: Some(relay.node.clone()),
         })
         .await?;
     let egress = match prepare_egress(relay, &*provider, &tenant, &id, &mut spec).await {
@@ -242,6 +260,7 @@ async fn create_new(
         expires_ms: Some(now.saturating_add(millis(ttl))),
         idle_timeout: spec.idle_timeout,
         state: SandboxState::Running,
+        node: Some(relay.node.clone()),
         spec,
     };
     // Nothing inside may run unconfined: the proxy is attached before anyone can reach the
@@ -515,8 +534,10 @@ pub(super) async fn reattach_egress(relay: &Relay) {
         tracing::info!("removed the egress state of {swept} sandboxes that no longer exist");
     }
     for sandbox in all {
+        // Another relay's host runs the egress proxy of its own sandboxes.
         if sandbox.spec.network != NetworkPolicy::Allowlist
             || matches!(sandbox.state, SandboxState::Gone | SandboxState::Dead)
+            || !relay.is_here(&sandbox)
         {
             continue;
         }
@@ -645,7 +666,11 @@ pub(super) fn info(relay: &Relay, sandbox: &SandboxRecord, created: bool) -> San
         id: sandbox.id.to_string(),
         provider: sandbox.provider.clone(),
         provider_ref: sandbox.provider_ref.clone(),
-        state: state_name(sandbox.state).to_string(),
+        // A sandbox whose relay is down is not gone: it is unavailable until that relay is back.
+        state: match relay.place(sandbox) {
+            Place::Away { .. } => UNAVAILABLE.to_string(),
+            _ => state_name(sandbox.state).to_string(),
+        },
         labels: sandbox.labels.clone(),
         image: sandbox.spec.image.clone(),
         created_ms: sandbox.created_ms,

@@ -1,5 +1,5 @@
 //! What every handler and background task of one relay shares: the registry, the providers,
-//! the policy, the open tunnels, the create locks and the shutdown signal.
+//! the policy, the open tunnels, its peers and the shutdown signal.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -16,21 +16,22 @@ use tracing::warn;
 
 use super::activity::Tunnels;
 use super::error::ApiError;
-use super::locks::KeyedLocks;
 use super::policy::Policy;
 use crate::provider::{Provider, ProviderError, SandboxState};
-use crate::store::{Registry, SandboxRecord};
+use crate::store::{NodeId, Registry, SandboxRecord};
 
 /// One running relay's shared state.
 pub(super) struct Relay {
     /// Sandboxes and tokens.
     pub registry: Registry,
+    /// This relay among those sharing its database: its data directory's `node.id`.
+    pub node: NodeId,
+    /// This relay's view of the relays sharing its database.
+    pub cluster: super::cluster::Cluster,
     /// Every configured provider, by name.
     pub providers: BTreeMap<&'static str, Arc<dyn Provider>>,
     /// Open tunnels per sandbox.
     pub tunnels: Arc<Tunnels>,
-    /// Serializes get-or-create per tenant and label set.
-    pub create_locks: KeyedLocks,
     /// What each tenant may use.
     pub policy: Policy,
     /// Fires when the relay shuts down; tunnels and the reaper watch it.
@@ -123,8 +124,13 @@ impl Relay {
 
     /// Asks the provider for `sandbox`'s state and records a change. A provider that cannot
     /// answer makes it `unknown` (and is logged): a read should not fail for it, and only the
-    /// provider's positive answer makes a sandbox `gone`.
+    /// provider's positive answer makes a sandbox `gone`. A sandbox on another relay's host is
+    /// left as its owner last recorded it (the owner watches it): asked from here, its
+    /// provider would find nothing of it.
     pub(super) async fn refresh_state(&self, provider: &dyn Provider, sandbox: &mut SandboxRecord) {
+        if !self.is_here(sandbox) {
+            return;
+        }
         let state = match provider.state(&sandbox.handle()).await {
             Ok(state) => state,
             Err(ProviderError::Gone(_)) => SandboxState::Gone,
@@ -141,14 +147,15 @@ impl Relay {
         }
     }
 
-    /// Deletes `sandbox` at its provider, then forgets it. A provider failure keeps the
-    /// record, so the delete can be retried.
+    /// Deletes `sandbox` at its provider (through its owner, if it is on another relay's
+    /// host), then forgets it. A provider failure keeps the record, so the delete can be
+    /// retried.
     pub(super) async fn destroy(
         &self,
         provider: &dyn Provider,
         sandbox: &SandboxRecord,
     ) -> Result<(), ApiError> {
-        match provider.delete(&sandbox.handle()).await {
+        match self.delete_at_provider(provider, sandbox).await {
             Ok(()) | Err(ProviderError::Gone(_)) => {}
             Err(e) => return Err(ApiError::provider(&sandbox.provider, Some(&sandbox.id), e)),
         }

@@ -49,7 +49,7 @@ const MESSAGE_TOO_BIG: u16 = 1009;
 /// Read buffer of the client's WebSocket: 32 KiB. The library default, 128 KiB, is zeroed on
 /// the first read and stays resident, which made 1,000 idle tunnels cost 128 MiB; a 64 KiB
 /// data frame now takes two reads instead of one.
-const CLIENT_READ_BUFFER: usize = 32 << 10;
+pub(super) const CLIENT_READ_BUFFER: usize = 32 << 10;
 /// The most often the relay pings either side: 100 ms, whatever the peer timeout.
 const MIN_PING_PERIOD: Duration = Duration::from_millis(100);
 
@@ -85,8 +85,9 @@ pub(super) async fn open(
         .registry
         .touch(vec![sandbox.id.clone()], now_ms())
         .await?;
-    let agent = match provider.connect(&sandbox.handle()).await {
+    let agent = match relay.connect_agent(&*provider, &sandbox).await {
         Ok(agent) => agent,
+        Err(ProviderError::Unavailable(message)) => return Err(ApiError::Unavailable(message)),
         Err(e @ ProviderError::Gone(_)) => {
             // Its state says which: dead (what it holds is still there, for `rm`) or gone.
             relay.refresh_state(&*provider, &mut sandbox).await;
@@ -152,7 +153,7 @@ fn keep_alive(
 /// Forwards between `client` and `agent` until both sides have closed (or one has and the
 /// other has not answered within [`CLOSE_GRACE`]), until either side is silent for
 /// `peer_timeout`, or until `shutdown` fires.
-async fn forward(
+pub(super) async fn forward(
     client: WebSocket,
     agent: AgentSocket,
     peer_timeout: Duration,

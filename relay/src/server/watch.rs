@@ -2,7 +2,7 @@
 //! on this host whether its agent still runs, so a sandbox whose agent died shows as `dead`
 //! within seconds, with no client needing to ask first.
 //!
-//! Only sandboxes on this host are watched: asking a cloud provider costs an API call, and
+//! Only sandboxes on this host (of this relay, among relays sharing a database) are watched: asking a cloud provider costs an API call, and
 //! its sandboxes are asked about whenever a client reads them. The provider answers from
 //! positive evidence only (see `provider::local::process`); a state it cannot tell becomes
 //! `unknown`, which the reaper asks about again and never acts on. A dead sandbox is kept (its
@@ -32,7 +32,8 @@ async fn check(relay: &Relay) {
         let Ok(provider) = relay.provider_of(&sandbox) else {
             return;
         };
-        if !provider.runs_here() {
+        // Another relay watches the sandboxes on its own host.
+        if !provider.runs_here() || !relay.is_here(&sandbox) {
             return;
         }
         relay.refresh_state(&*provider, &mut sandbox).await;

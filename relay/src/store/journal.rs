@@ -11,8 +11,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use rusqlite::{params, OptionalExtension};
-
 use super::{Registry, RegistryError, SandboxId, SandboxRecord, Tenant};
 
 /// Why the relay destroyed a sandbox on its own.
@@ -36,12 +34,13 @@ impl DestroyReason {
         }
     }
 
-    fn parse(name: &str) -> Option<DestroyReason> {
+    /// The reason stored as `name`. Only this code writes them; an unknown name would be a
+    /// newer relay's, read as `gone`.
+    pub(super) fn parse_stored(name: &str) -> DestroyReason {
         match name {
-            "ttl" => Some(DestroyReason::Ttl),
-            "idle" => Some(DestroyReason::Idle),
-            "gone" => Some(DestroyReason::Gone),
-            _ => None,
+            "ttl" => DestroyReason::Ttl,
+            "idle" => DestroyReason::Idle,
+            _ => DestroyReason::Gone,
         }
     }
 }
@@ -95,31 +94,18 @@ impl Destroyed {
 }
 
 impl Registry {
-    /// Forgets the sandbox of `entry` and journals why, in one transaction. Returns whether
-    /// the sandbox was there.
-    pub(crate) async fn remove_journaled(&self, entry: Destroyed) -> Result<bool, RegistryError> {
-        let labels = serde_json::to_string(&entry.labels)?;
-        self.call(move |db| {
-            let tx = db.transaction()?;
-            tx.execute(
-                "INSERT INTO destroyed (at_ms, sandbox_id, tenant, provider, provider_ref, \
-                 labels, reason, evidence) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    entry.at_ms,
-                    entry.id.as_str(),
-                    entry.tenant.as_str(),
-                    entry.provider,
-                    entry.provider_ref,
-                    labels,
-                    entry.reason.as_str(),
-                    entry.evidence,
-                ],
-            )?;
-            let removed = tx.execute("DELETE FROM sandboxes WHERE id = ?1", [entry.id.as_str()])?;
-            tx.commit()?;
-            Ok(removed > 0)
-        })
-        .await
+    /// Forgets the sandbox of `entry` and journals why, in one transaction. With a `claim`
+    /// (a reaper's, see [`Registry::claim`]), only if the sandbox still carries it: `None`
+    /// then says another reaper took the sandbox over, and nothing was done. Otherwise,
+    /// whether the sandbox was there.
+    pub(crate) async fn remove_journaled(
+        &self,
+        entry: Destroyed,
+        claim: Option<&str>,
+    ) -> Result<Option<bool>, RegistryError> {
+        self.backend
+            .remove_journaled(entry, claim.map(str::to_string))
+            .await
     }
 
     /// The latest journal entry of the tenant's sandbox `id`, if the relay destroyed it.
@@ -128,41 +114,8 @@ impl Registry {
         tenant: &Tenant,
         id: &SandboxId,
     ) -> Result<Option<Destroyed>, RegistryError> {
-        let (tenant, id) = (tenant.clone(), id.clone());
-        self.call(move |db| {
-            let row = db
-                .query_row(
-                    "SELECT at_ms, provider, provider_ref, labels, reason, evidence \
-                     FROM destroyed WHERE tenant = ?1 AND sandbox_id = ?2 \
-                     ORDER BY seq DESC LIMIT 1",
-                    params![tenant.as_str(), id.as_str()],
-                    |row| {
-                        Ok((
-                            row.get::<_, i64>(0)?,
-                            row.get::<_, String>(1)?,
-                            row.get::<_, String>(2)?,
-                            row.get::<_, String>(3)?,
-                            row.get::<_, String>(4)?,
-                            row.get::<_, String>(5)?,
-                        ))
-                    },
-                )
-                .optional()?;
-            let Some((at_ms, provider, provider_ref, labels, reason, evidence)) = row else {
-                return Ok(None);
-            };
-            Ok(Some(Destroyed {
-                at_ms,
-                id,
-                tenant,
-                provider,
-                provider_ref,
-                labels: serde_json::from_str(&labels)?,
-                // Written by this code only; an unknown name would be a newer relay's.
-                reason: DestroyReason::parse(&reason).unwrap_or(DestroyReason::Gone),
-                evidence,
-            }))
-        })
-        .await
+        self.backend
+            .destroyed(tenant.to_string(), id.to_string())
+            .await
     }
 }

@@ -1,25 +1,27 @@
 //! The relay's memory: every sandbox it created, every API token it minted, the journal of
 //! sandboxes it destroyed on its own (`journal`), the journal of creates in progress
-//! (`create_journal`, what a crash may have half made), and the secret store (`secrets`: tenants'
-//! secrets and those bound to sandboxes, sealed), in an embedded SQLite database
-//! (`<data_dir>/relay.db`, WAL mode), so sandboxes outlive relay restarts.
+//! (`create_journal`, what a crash may have half made), the secret store (`secrets`: tenants'
+//! secrets and those bound to sandboxes, sealed), and what relays sharing a database need of
+//! each other (nodes, leases), so sandboxes outlive relay restarts.
 //!
-//! One connection sits behind a mutex; every call runs on tokio's blocking pool so a slow disk
-//! never stalls the runtime. Only hashes of API tokens are stored. Agent tokens, which the
-//! relay must present to each agent, are stored sealed under the relay's key (`secret`), as
-//! are specs (users' environment variables) and provider metadata (providers' access
-//! tokens); deleted rows are overwritten (`secure_delete`), so the file holds no secret in
-//! plain text.
+//! [`Registry`] is the one face of it; behind it a [`backend::Backend`] stores the rows: SQLite
+//! (`sqlite`, `<data_dir>/relay.db`, one relay, the default) or PostgreSQL (`postgres`, any
+//! number of relays as replicas). Only hashes of API tokens are stored. Agent tokens, which the
+//! relay must present to each agent, are sealed under the relay's key (`secret`) here, before
+//! any backend sees them, as are specs (users' environment variables), provider metadata
+//! (providers' access tokens) and secrets; so neither database holds one in plain text, and
+//! every relay sharing a database needs the same key.
 
+mod backend;
 mod create_journal;
 mod egress_ca;
 mod journal;
+mod locks;
+mod postgres;
 mod record;
-mod schema;
 mod secret;
 mod secrets;
-#[cfg(test)]
-mod secrets_tests;
+mod sqlite;
 #[cfg(test)]
 mod tests;
 
@@ -27,37 +29,29 @@ use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::types::Type;
-use rusqlite::{params, Connection, OptionalExtension, Row};
-use serde::de::DeserializeOwned;
-
+pub(crate) use backend::{Due, LabelLock, Lease, NodeRow};
 pub(crate) use create_journal::PendingCreate;
 pub(crate) use journal::{DestroyReason, Destroyed};
-pub(crate) use record::{millis, state_name};
+pub(crate) use record::{millis, parse_state, state_name};
+pub use record::{InvalidNodeId, NodeId};
 pub(crate) use record::{Role, SandboxId, SandboxRecord, Tenant, TokenRecord};
 pub(crate) use secret::{SecretError, KEY_FILE};
 pub(crate) use secrets::StoredSecret;
 
+use backend::{Backend, SandboxRow, Select};
 use secret::SecretKey;
 use subtle::ConstantTimeEq;
 
 use crate::provider::SandboxState;
 
-/// How long a statement waits for another connection's lock (a second process reading the
-/// file, say) before failing.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The columns of a sandbox row, in the order [`read_sandbox`] reads them.
-const SANDBOX_COLUMNS: &str = "id, tenant, provider, provider_ref, labels, spec, agent_token, \
-     meta, created_ms, last_active_ms, ttl_ms, expires_ms, idle_timeout_ms, state";
-
-/// The columns sealed under the relay's key, with their index in [`SANDBOX_COLUMNS`]: the
-/// agent token, and the spec and provider metadata, which carry users' environment variables
-/// and providers' access tokens.
-const SEALED_COLUMNS: [(&str, usize); 3] = [("spec", 5), ("agent_token", 6), ("meta", 7)];
+/// The setting that proves every relay of a database seals with the same key: a known text
+/// sealed under the key of the first relay that opened it.
+const KEY_CHECK: &str = "key_check";
+/// What [`KEY_CHECK`] seals.
+const KEY_CHECK_TEXT: &str = "tether-key-check-v1";
 
 /// Why a registry call failed.
 #[derive(Debug, thiserror::Error)]
@@ -84,9 +78,26 @@ pub enum RegistryError {
     /// A query failed.
     #[error("the relay database failed: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The PostgreSQL database cannot be reached.
+    #[error(
+        "cannot reach the relay database ({target}): {reason}; check that PostgreSQL runs \
+         there and that the URL's user, password and database are right"
+    )]
+    Connect {
+        /// Where (never the password).
+        target: String,
+        /// What the connection said.
+        reason: String,
+    },
+    /// A PostgreSQL connection or query failed.
+    #[error("the relay database (PostgreSQL) failed: {0}")]
+    Postgres(String),
     /// A value could not be encoded for storage.
     #[error("cannot store a value in the relay database: {0}")]
     Encode(#[from] serde_json::Error),
+    /// A stored value is not one this relay can read.
+    #[error("the relay database holds a value this tether cannot read: {0}")]
+    Corrupt(String),
     /// The blocking task running a query panicked or was cancelled.
     #[error("a relay database task failed: {0}")]
     Task(String),
@@ -102,18 +113,28 @@ pub enum RegistryError {
         /// The database file.
         path: PathBuf,
     },
+    /// The database's values were sealed under another key than this relay's.
+    #[error("the relay database ({kind}) was sealed under another key than {key_file}: {hint}")]
+    WrongKey {
+        /// Which database.
+        kind: &'static str,
+        /// This relay's key file.
+        key_file: PathBuf,
+        /// What to do.
+        hint: &'static str,
+    },
 }
 
 /// The registry: cheap to clone, shared by every request and background task.
 #[derive(Clone)]
 pub struct Registry {
-    db: Arc<Mutex<Connection>>,
+    backend: Arc<dyn Backend>,
     key: Arc<SecretKey>,
 }
 
 impl Registry {
-    /// Opens (creating if needed, mode 0600) and migrates the database at `path`, with the
-    /// relay's key in `KEY_FILE` beside it (created if needed, mode 0600).
+    /// Opens (creating if needed, mode 0600) and migrates the SQLite database at `path`, with
+    /// the relay's key in `KEY_FILE` beside it (created if needed, mode 0600).
     pub fn open(path: &Path) -> Result<Registry, RegistryError> {
         let open_err = |source: Box<dyn std::error::Error + Send + Sync>| RegistryError::Open {
             path: path.to_path_buf(),
@@ -127,106 +148,86 @@ impl Registry {
             .mode(0o600)
             .open(path)
             .map_err(|e| open_err(e.into()))?;
-        let (key, new_key) = SecretKey::load_or_create(&path.with_file_name(KEY_FILE))?;
-        let db = Connection::open(path).map_err(|e| open_err(e.into()))?;
-        Self::setup(db, key, new_key).map_err(|e| match e {
+        let key_file = path.with_file_name(KEY_FILE);
+        let (key, new_key) = SecretKey::load_or_create(&key_file)?;
+        let backend = sqlite::SqliteBackend::open(path, &key, new_key, &key_file);
+        let backend = backend.map_err(|e| match e {
             RegistryError::Sqlite(e) => open_err(e.into()),
             RegistryError::KeyLost { .. } => RegistryError::KeyLost {
                 path: path.to_path_buf(),
             },
             other => other,
+        })?;
+        Ok(Registry {
+            backend: Arc::new(backend),
+            key: Arc::new(key),
         })
+    }
+
+    /// Connects to the PostgreSQL database at `url` (`postgres://user:password@host/db`) and
+    /// migrates it, sealing with the key in `key_file`: every relay sharing the database must
+    /// have the same one. The first relay of an empty database creates the file when it is
+    /// missing; a relay joining one that others use refuses to start without it.
+    pub async fn open_postgres(url: &str, key_file: &Path) -> Result<Registry, RegistryError> {
+        let backend = postgres::PostgresBackend::connect(url).await?;
+        let key = match SecretKey::load(key_file)? {
+            Some(key) => key,
+            None if backend.has_key_check().await? => {
+                return Err(RegistryError::WrongKey {
+                    kind: "PostgreSQL",
+                    key_file: key_file.to_path_buf(),
+                    hint: "that file does not exist, and other relays already seal this \
+                           database's values under theirs; copy their key file to it",
+                })
+            }
+            None => SecretKey::create(key_file)?,
+        };
+        let registry = Registry {
+            backend: Arc::new(backend),
+            key: Arc::new(key),
+        };
+        registry.check_key(key_file).await?;
+        Ok(registry)
     }
 
     /// A registry that lives in memory only, for tests.
     #[cfg(test)]
     pub(crate) fn open_in_memory() -> Result<Registry, RegistryError> {
-        Self::setup(Connection::open_in_memory()?, SecretKey::random(), true)
-    }
-
-    /// Sets the connection up and migrates it; `new_key` says the key was just made, so no
-    /// token may be sealed yet.
-    fn setup(mut db: Connection, key: SecretKey, new_key: bool) -> Result<Registry, RegistryError> {
-        db.busy_timeout(BUSY_TIMEOUT)?;
-        // `journal_mode` answers with the mode it set, so it must be read as a query.
-        let _: String = db.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
-        // NORMAL is durable across application crashes in WAL mode; a power loss may drop the
-        // last transactions, which costs at most a sandbox that the reaper will not find.
-        db.execute_batch("PRAGMA synchronous = NORMAL;")?;
-        // Deleted and overwritten rows are zeroed, not left in free pages for a reader of
-        // the file to find.
-        db.execute_batch("PRAGMA secure_delete = ON;")?;
-        schema::migrate(&mut db)?;
-        if new_key && has_sealed_tokens(&db)? {
-            return Err(RegistryError::KeyLost {
-                path: PathBuf::from(db.path().unwrap_or(":memory:")),
-            });
-        }
-        seal_plain_tokens(&mut db, &key)?;
+        let key = SecretKey::random();
+        let db = rusqlite::Connection::open_in_memory()?;
+        let backend = sqlite::SqliteBackend::setup(db, &key, true, Path::new(":memory:"))?;
         Ok(Registry {
-            db: Arc::new(Mutex::new(db)),
+            backend: Arc::new(backend),
             key: Arc::new(key),
         })
     }
 
-    /// Runs `f` on the connection on the blocking pool.
-    async fn call<T, F>(&self, f: F) -> Result<T, RegistryError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<T, RegistryError> + Send + 'static,
-    {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || {
-            // A panic mid-call leaves no half-done work behind: an open transaction rolls back
-            // when dropped. So a poisoned lock is safe to take over.
-            let mut db = db.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            f(&mut db)
-        })
-        .await
-        .map_err(|e| RegistryError::Task(e.to_string()))?
+    /// Which database this is, for messages: `SQLite` or `PostgreSQL`.
+    pub(crate) fn kind(&self) -> &'static str {
+        self.backend.kind()
+    }
+
+    /// Makes sure the database's values were sealed under this relay's key, recording the
+    /// check on first use.
+    async fn check_key(&self, key_file: &Path) -> Result<(), RegistryError> {
+        let stored = self
+            .backend
+            .setting_or_insert(KEY_CHECK.to_string(), key_check(&self.key))
+            .await?;
+        verify_key_check(&self.key, &stored, self.kind(), key_file)
+    }
+
+    /// A key for `purpose` derived from the relay's key, so every relay holding the key has
+    /// it (how relays of one database authenticate to each other).
+    pub(crate) fn derived_key(&self, purpose: &str) -> [u8; 32] {
+        self.key.derive(purpose)
     }
 
     /// Stores a new sandbox and, in the same transaction, completes its create in the create
     /// journal: from then on the sandbox is the registry's, never a half-made create.
     pub(crate) async fn insert(&self, sandbox: SandboxRecord) -> Result<(), RegistryError> {
-        let labels = serde_json::to_string(&sandbox.labels)?;
-        let spec = serde_json::to_string(&sandbox.spec)?;
-        let meta = serde_json::to_string(&sandbox.meta)?;
-        let id = sandbox.id.as_str();
-        let spec = self.key.seal(&seal_context(id, "spec"), &spec);
-        let agent_token = self
-            .key
-            .seal(&seal_context(id, "agent_token"), &sandbox.agent_token);
-        let meta = self.key.seal(&seal_context(id, "meta"), &meta);
-        self.call(move |db| {
-            let tx = db.transaction()?;
-            tx.execute(
-                &format!(
-                    "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
-                ),
-                params![
-                    sandbox.id.as_str(),
-                    sandbox.tenant.as_str(),
-                    sandbox.provider,
-                    sandbox.provider_ref,
-                    labels,
-                    spec,
-                    agent_token,
-                    meta,
-                    sandbox.created_ms,
-                    sandbox.last_active_ms,
-                    sandbox.ttl.map(millis),
-                    sandbox.expires_ms,
-                    sandbox.idle_timeout.map(millis),
-                    state_name(sandbox.state),
-                ],
-            )?;
-            create_journal::complete(&tx, &sandbox.id)?;
-            tx.commit()?;
-            Ok(())
-        })
-        .await
+        let row = self.seal_row(&sandbox)?;
+        self.backend.insert(row).await
     }
 
     /// The tenant's sandbox `id`; another tenant's is reported as absent.
@@ -235,18 +236,20 @@ impl Registry {
         tenant: &Tenant,
         id: &SandboxId,
     ) -> Result<Option<SandboxRecord>, RegistryError> {
-        let (tenant, id) = (tenant.clone(), id.clone());
-        let key = self.key.clone();
-        self.call(move |db| {
-            let sql =
-                format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = ?1 AND tenant = ?2");
-            Ok(db
-                .query_row(&sql, params![id.as_str(), tenant.as_str()], |row| {
-                    read_sandbox(row, &key)
-                })
-                .optional()?)
-        })
-        .await
+        let row = self
+            .backend
+            .get(Some(tenant.to_string()), id.to_string())
+            .await?;
+        row.map(|row| self.open_row(row)).transpose()
+    }
+
+    /// Sandbox `id` whoever owns it (for previews, whose token is the sandbox's own).
+    pub(crate) async fn get_any(
+        &self,
+        id: &SandboxId,
+    ) -> Result<Option<SandboxRecord>, RegistryError> {
+        let row = self.backend.get(None, id.to_string()).await?;
+        row.map(|row| self.open_row(row)).transpose()
     }
 
     /// The tenant's sandboxes carrying every label in `labels` (and maybe more), oldest first.
@@ -255,17 +258,7 @@ impl Registry {
         tenant: &Tenant,
         labels: &BTreeMap<String, String>,
     ) -> Result<Vec<SandboxRecord>, RegistryError> {
-        let tenant = tenant.clone();
-        let key = self.key.clone();
-        let all = self
-            .call(move |db| {
-                let sql = format!(
-                    "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE tenant = ?1 \
-                     ORDER BY created_ms, id"
-                );
-                query_sandboxes(db, &key, &sql, params![tenant.as_str()])
-            })
-            .await?;
+        let all = self.select(Select::Tenant(tenant.to_string())).await?;
         Ok(all
             .into_iter()
             .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
@@ -281,74 +274,34 @@ impl Registry {
     ) -> Result<Option<SandboxRecord>, RegistryError> {
         // A BTreeMap serializes with sorted keys and no spaces, so equal maps are equal text.
         let labels = serde_json::to_string(labels)?;
-        let tenant = tenant.clone();
-        let key = self.key.clone();
-        self.call(move |db| {
-            let sql = format!(
-                "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
-                 WHERE tenant = ?1 AND labels = ?2 AND state NOT IN (?3, ?4) \
-                 ORDER BY created_ms, id LIMIT 1"
-            );
-            let args = params![
-                tenant.as_str(),
-                labels,
-                state_name(SandboxState::Gone),
-                state_name(SandboxState::Dead)
-            ];
-            Ok(db
-                .query_row(&sql, args, |row| read_sandbox(row, &key))
-                .optional()?)
-        })
-        .await
+        let select = Select::ExactLabels {
+            tenant: tenant.to_string(),
+            labels,
+        };
+        Ok(self.select(select).await?.into_iter().next())
     }
 
     /// Every sandbox of every tenant.
     pub async fn all(&self) -> Result<Vec<SandboxRecord>, RegistryError> {
-        let key = self.key.clone();
-        self.call(move |db| {
-            let sql = format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes ORDER BY created_ms, id");
-            query_sandboxes(db, &key, &sql, [])
-        })
-        .await
+        self.select(Select::All).await
     }
 
     /// The id of every sandbox of every tenant (nothing is unsealed, so a row sealed under
     /// another key still counts).
     pub(crate) async fn all_ids(&self) -> Result<Vec<SandboxId>, RegistryError> {
-        self.call(|db| {
-            let mut stmt = db.prepare("SELECT id FROM sandboxes")?;
-            let ids = stmt.query_map([], |row| row.get::<_, String>(0).map(SandboxId::from))?;
-            Ok(ids.collect::<Result<_, _>>()?)
-        })
-        .await
+        let ids = self.backend.all_ids().await?;
+        Ok(ids.into_iter().map(SandboxId::from).collect())
     }
 
     /// How many sandboxes `tenant` has that are not known to be gone.
     pub(crate) async fn count(&self, tenant: &Tenant) -> Result<u64, RegistryError> {
-        let tenant = tenant.clone();
-        self.call(move |db| {
-            Ok(db.query_row(
-                "SELECT count(*) FROM sandboxes WHERE tenant = ?1 AND state != ?2",
-                params![tenant.as_str(), state_name(SandboxState::Gone)],
-                |row| row.get(0),
-            )?)
-        })
-        .await
+        self.backend.count(tenant.to_string()).await
     }
 
     /// Sandboxes whose TTL has run out, whose idle timeout has passed at `now_ms` (open
-    /// tunnels are the caller's to check), or that are known to be gone.
+    /// tunnels are the caller's to check), that are known to be gone, or that a reaper claimed.
     pub(crate) async fn due(&self, now_ms: i64) -> Result<Vec<SandboxRecord>, RegistryError> {
-        let key = self.key.clone();
-        self.call(move |db| {
-            let sql = format!(
-                "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
-                 WHERE expires_ms <= ?1 OR last_active_ms + idle_timeout_ms <= ?1 OR state = ?2"
-            );
-            let args = params![now_ms, state_name(SandboxState::Gone)];
-            query_sandboxes(db, &key, &sql, args)
-        })
-        .await
+        self.select(Select::Due(now_ms)).await
     }
 
     /// Every sandbox, of every tenant, last seen in `state`.
@@ -356,21 +309,13 @@ impl Registry {
         &self,
         state: SandboxState,
     ) -> Result<Vec<SandboxRecord>, RegistryError> {
-        let key = self.key.clone();
-        self.call(move |db| {
-            let sql = format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE state = ?1");
-            query_sandboxes(db, &key, &sql, params![state_name(state)])
-        })
-        .await
+        self.select(Select::State(state_name(state).to_string()))
+            .await
     }
 
     /// Forgets a sandbox. Returns whether it was there.
     pub(crate) async fn remove(&self, id: &SandboxId) -> Result<bool, RegistryError> {
-        let id = id.clone();
-        self.call(move |db| {
-            Ok(db.execute("DELETE FROM sandboxes WHERE id = ?1", [id.as_str()])? > 0)
-        })
-        .await
+        self.backend.remove(id.to_string()).await
     }
 
     /// Records client activity on `ids` at `now_ms`.
@@ -382,20 +327,8 @@ impl Registry {
         if ids.is_empty() {
             return Ok(());
         }
-        self.call(move |db| {
-            let tx = db.transaction()?;
-            {
-                let mut stmt = tx.prepare_cached(
-                    "UPDATE sandboxes SET last_active_ms = max(last_active_ms, ?2) WHERE id = ?1",
-                )?;
-                for id in &ids {
-                    stmt.execute(params![id.as_str(), now_ms])?;
-                }
-            }
-            tx.commit()?;
-            Ok(())
-        })
-        .await
+        let ids = ids.into_iter().map(|id| id.to_string()).collect();
+        self.backend.touch(ids, now_ms).await
     }
 
     /// Records the state a provider reported.
@@ -404,33 +337,22 @@ impl Registry {
         id: &SandboxId,
         state: SandboxState,
     ) -> Result<(), RegistryError> {
-        let id = id.clone();
-        self.call(move |db| {
-            db.execute(
-                "UPDATE sandboxes SET state = ?2 WHERE id = ?1",
-                params![id.as_str(), state_name(state)],
-            )?;
-            Ok(())
-        })
-        .await
+        self.backend
+            .set_state(id.to_string(), state_name(state).to_string())
+            .await
     }
 
-    /// Sets a new TTL, running out at `expires_ms`.
+    /// Sets a new TTL, running out at `expires_ms`; `false` (nothing changed) when the reaper
+    /// is deleting the sandbox already.
     pub(crate) async fn set_ttl(
         &self,
         id: &SandboxId,
         ttl: Duration,
         expires_ms: i64,
-    ) -> Result<(), RegistryError> {
-        let id = id.clone();
-        self.call(move |db| {
-            db.execute(
-                "UPDATE sandboxes SET ttl_ms = ?2, expires_ms = ?3 WHERE id = ?1",
-                params![id.as_str(), millis(ttl), expires_ms],
-            )?;
-            Ok(())
-        })
-        .await
+    ) -> Result<bool, RegistryError> {
+        self.backend
+            .set_ttl(id.to_string(), millis(ttl), expires_ms)
+            .await
     }
 
     /// Stores an API token by its hash (replacing the grant of a token with the same hash).
@@ -440,100 +362,159 @@ impl Registry {
         token: TokenRecord,
         created_ms: i64,
     ) -> Result<(), RegistryError> {
-        let admin = token.role != Role::Member;
-        let relay_admin = token.role == Role::RelayAdmin;
-        self.call(move |db| {
-            db.execute(
-                "INSERT OR REPLACE INTO tokens (hash, tenant, admin, relay_admin, created_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![hash, token.tenant.as_str(), admin, relay_admin, created_ms],
-            )?;
-            Ok(())
-        })
-        .await
+        self.backend.insert_token(hash, token, created_ms).await
     }
 
     /// What the token with this hash grants, if it exists. The index finds the row; the hash
     /// is then compared in constant time, so no timing depends on how much of it matched.
     pub(crate) async fn token(&self, hash: String) -> Result<Option<TokenRecord>, RegistryError> {
-        self.call(move |db| {
-            let found = db
-                .query_row(
-                    "SELECT hash, tenant, admin, relay_admin FROM tokens WHERE hash = ?1",
-                    [&hash],
-                    |row| {
-                        let stored: String = row.get(0)?;
-                        let role = match (row.get::<_, bool>(2)?, row.get::<_, bool>(3)?) {
-                            (_, true) => Role::RelayAdmin,
-                            (true, false) => Role::Admin,
-                            (false, false) => Role::Member,
-                        };
-                        let record = TokenRecord {
-                            tenant: Tenant::from_stored(row.get(1)?),
-                            role,
-                        };
-                        Ok((stored, record))
-                    },
-                )
-                .optional()?;
-            Ok(found.and_then(|(stored, record)| {
-                bool::from(stored.as_bytes().ct_eq(hash.as_bytes())).then_some(record)
-            }))
+        let found = self.backend.token(hash.clone()).await?;
+        Ok(found.and_then(|(stored, record)| {
+            bool::from(stored.as_bytes().ct_eq(hash.as_bytes())).then_some(record)
+        }))
+    }
+
+    /// Records that `node` is alive and reached at `address`.
+    pub(crate) async fn heartbeat(
+        &self,
+        node: &NodeId,
+        address: &str,
+    ) -> Result<(), RegistryError> {
+        self.backend
+            .heartbeat(node.clone(), address.to_string())
+            .await
+    }
+
+    /// Records that `node` stopped, so its peers stop counting it alive at once.
+    pub(crate) async fn leave(&self, node: &NodeId) -> Result<(), RegistryError> {
+        self.backend.leave(node.clone()).await
+    }
+
+    /// Every relay that ever used the database; alive when heard from within `alive`.
+    pub(crate) async fn nodes(&self, alive: Duration) -> Result<Vec<NodeRow>, RegistryError> {
+        self.backend.nodes(millis(alive)).await
+    }
+
+    /// Takes or renews lease `name` for `holder`; `None` while another relay holds it.
+    pub(crate) async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &NodeId,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, RegistryError> {
+        self.backend
+            .acquire_lease(name.to_string(), holder.clone(), millis(ttl))
+            .await
+    }
+
+    /// Lets go of a lease, so another relay may take it at once.
+    pub(crate) async fn release_lease(&self, lease: &Lease) -> Result<(), RegistryError> {
+        self.backend.release_lease(lease.clone()).await
+    }
+
+    /// Claims sandbox `id` for deletion under `lease` if it is still `due` and the lease still
+    /// has `margin` left; whether it did. Only the claim's holder may then journal its delete
+    /// ([`Registry::remove_journaled`]).
+    pub(crate) async fn claim(
+        &self,
+        id: &SandboxId,
+        lease: &Lease,
+        margin: Duration,
+        due: Due,
+    ) -> Result<bool, RegistryError> {
+        self.backend
+            .claim(id.to_string(), lease.clone(), millis(margin), due)
+            .await
+    }
+
+    /// Waits for the lock on `key` across every relay of the database (get-or-create by
+    /// labels); it is held until the returned guard drops.
+    pub(crate) async fn lock_labels(&self, key: &str) -> Result<LabelLock, RegistryError> {
+        self.backend.lock_labels(key.to_string()).await
+    }
+
+    async fn select(&self, select: Select) -> Result<Vec<SandboxRecord>, RegistryError> {
+        let rows = self.backend.select(select).await?;
+        rows.into_iter().map(|row| self.open_row(row)).collect()
+    }
+
+    /// The row of `sandbox`, its secret columns sealed.
+    fn seal_row(&self, sandbox: &SandboxRecord) -> Result<SandboxRow, RegistryError> {
+        let id = sandbox.id.as_str();
+        let seal = |column: &str, value: &str| self.key.seal(&seal_context(id, column), value);
+        Ok(SandboxRow {
+            id: id.to_string(),
+            tenant: sandbox.tenant.to_string(),
+            provider: sandbox.provider.clone(),
+            provider_ref: sandbox.provider_ref.clone(),
+            labels: serde_json::to_string(&sandbox.labels)?,
+            spec: seal("spec", &serde_json::to_string(&sandbox.spec)?),
+            agent_token: seal("agent_token", &sandbox.agent_token),
+            meta: seal("meta", &serde_json::to_string(&sandbox.meta)?),
+            created_ms: sandbox.created_ms,
+            last_active_ms: sandbox.last_active_ms,
+            ttl_ms: sandbox.ttl.map(millis),
+            expires_ms: sandbox.expires_ms,
+            idle_timeout_ms: sandbox.idle_timeout.map(millis),
+            state: state_name(sandbox.state).to_string(),
+            node: sandbox.node.as_ref().map(|n| n.to_string()),
         })
-        .await
+    }
+
+    /// The sandbox of `row`, its secret columns opened.
+    fn open_row(&self, row: SandboxRow) -> Result<SandboxRecord, RegistryError> {
+        let open =
+            |column: &str, sealed: &str| self.key.open(&seal_context(&row.id, column), sealed);
+        let spec = open("spec", &row.spec)?;
+        let agent_token = open("agent_token", &row.agent_token)?;
+        let meta = open("meta", &row.meta)?;
+        let state = parse_state(&row.state).ok_or_else(|| {
+            RegistryError::Corrupt(format!(
+                "sandbox {} has the unknown state {:?}",
+                row.id, row.state
+            ))
+        })?;
+        Ok(SandboxRecord {
+            tenant: Tenant::from_stored(row.tenant),
+            provider: row.provider,
+            provider_ref: row.provider_ref,
+            labels: serde_json::from_str(&row.labels)?,
+            spec: serde_json::from_str(&spec)?,
+            agent_token,
+            meta: serde_json::from_str(&meta)?,
+            created_ms: row.created_ms,
+            last_active_ms: row.last_active_ms,
+            ttl: row.ttl_ms.map(from_millis),
+            expires_ms: row.expires_ms,
+            idle_timeout: row.idle_timeout_ms.map(from_millis),
+            state,
+            node: row.node.map(NodeId::from_stored),
+            id: SandboxId::from(row.id),
+        })
     }
 }
 
-/// Whether any sandbox row holds a sealed agent token.
-fn has_sealed_tokens(db: &Connection) -> Result<bool, RegistryError> {
-    let pattern = format!("{}%", secret::SEALED_PREFIX);
-    Ok(db.query_row(
-        "SELECT EXISTS (SELECT 1 FROM sandboxes WHERE agent_token LIKE ?1)",
-        [pattern],
-        |row| row.get(0),
-    )?)
+/// The value of the [`KEY_CHECK`] setting a relay with `key` would store.
+fn key_check(key: &SecretKey) -> String {
+    key.seal(&format!("settings/{KEY_CHECK}"), KEY_CHECK_TEXT)
 }
 
-/// Seals every agent token stored before tokens were sealed, then compacts the file and
-/// empties the write-ahead log, so no page of either still holds one in plain text.
-fn seal_plain_tokens(db: &mut Connection, key: &SecretKey) -> Result<(), RegistryError> {
-    let mut plain: Vec<(String, &str, String)> = Vec::new();
-    {
-        let mut stmt = db.prepare("SELECT id, spec, agent_token, meta FROM sandboxes")?;
-        let mut rows = stmt.query([])?;
-        while let Some(row) = rows.next()? {
-            let id: String = row.get(0)?;
-            for (n, (column, _)) in SEALED_COLUMNS.iter().enumerate() {
-                let value: String = row.get(n + 1)?;
-                if !secret::is_sealed(&value) {
-                    plain.push((id.clone(), column, value));
-                }
-            }
-        }
+/// Whether `stored`, the database's [`KEY_CHECK`], was sealed under `key`.
+fn verify_key_check(
+    key: &SecretKey,
+    stored: &str,
+    kind: &'static str,
+    key_file: &Path,
+) -> Result<(), RegistryError> {
+    match key.open(&format!("settings/{KEY_CHECK}"), stored) {
+        Ok(text) if text == KEY_CHECK_TEXT => Ok(()),
+        _ => Err(RegistryError::WrongKey {
+            kind,
+            key_file: key_file.to_path_buf(),
+            hint: "restore the key file that belongs with this database (every relay sharing \
+                   a PostgreSQL database needs the same one)",
+        }),
     }
-    if plain.is_empty() {
-        return Ok(());
-    }
-    let tx = db.transaction()?;
-    for (id, column, value) in &plain {
-        // The column name is one of ours, never input.
-        tx.execute(
-            &format!("UPDATE sandboxes SET {column} = ?2 WHERE id = ?1"),
-            params![id, key.seal(&seal_context(id, column), value)],
-        )?;
-    }
-    tx.commit()?;
-    // VACUUM rewrites every page; the checkpoint then truncates the log, which may still
-    // hold pages written by an older relay.
-    db.execute_batch("VACUUM;")?;
-    let _: (i64, i64, i64) = db.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
-        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-    })?;
-    tracing::info!(
-        "sealed {} values an older relay stored in plain text",
-        plain.len()
-    );
-    Ok(())
 }
 
 /// What a sealed value is bound to: its sandbox and column, so it opens nowhere else.
@@ -541,59 +522,14 @@ fn seal_context(id: &str, column: &str) -> String {
     format!("{id}/{column}")
 }
 
-fn query_sandboxes(
-    db: &Connection,
-    key: &SecretKey,
-    sql: &str,
-    args: impl rusqlite::Params,
-) -> Result<Vec<SandboxRecord>, RegistryError> {
-    let mut stmt = db.prepare_cached(sql)?;
-    let rows = stmt.query_map(args, |row| read_sandbox(row, key))?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
-fn read_sandbox(row: &Row<'_>, key: &SecretKey) -> rusqlite::Result<SandboxRecord> {
-    let state: String = row.get(13)?;
-    let id: String = row.get(0)?;
-    let [spec, agent_token, meta] = SEALED_COLUMNS.map(|(column, idx)| {
-        let sealed: String = row.get(idx)?;
-        key.open(&seal_context(&id, column), &sealed)
-            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(e)))
-    });
-    let (agent_token, spec, meta) = (agent_token?, spec?, meta?);
-    Ok(SandboxRecord {
-        id: SandboxId::from(id),
-        tenant: Tenant::from_stored(row.get(1)?),
-        provider: row.get(2)?,
-        provider_ref: row.get(3)?,
-        labels: json_column(row, 4)?,
-        spec: json_text(5, &spec)?,
-        agent_token,
-        meta: json_text(7, &meta)?,
-        created_ms: row.get(8)?,
-        last_active_ms: row.get(9)?,
-        ttl: row.get::<_, Option<i64>>(10)?.map(from_millis),
-        expires_ms: row.get(11)?,
-        idle_timeout: row.get::<_, Option<i64>>(12)?.map(from_millis),
-        state: record::parse_state(&state).ok_or_else(|| {
-            rusqlite::Error::FromSqlConversionFailure(
-                13,
-                Type::Text,
-                format!("unknown sandbox state {state:?}").into(),
-            )
-        })?,
-    })
-}
-
-fn json_column<T: DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T> {
-    json_text(idx, &row.get::<_, String>(idx)?)
-}
-
-fn json_text<T: DeserializeOwned>(idx: usize, text: &str) -> rusqlite::Result<T> {
-    serde_json::from_str(text)
-        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(e)))
-}
-
 fn from_millis(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// Now by this host's clock, in milliseconds since the Unix epoch.
+pub(crate) fn wall_clock_ms() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }

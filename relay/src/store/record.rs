@@ -1,4 +1,5 @@
-//! What the registry stores: sandbox ids, tenants, sandbox records and token records.
+//! What the registry stores: sandbox ids, tenants, relay node ids, sandbox records and token
+//! records.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,6 +18,18 @@ const ID_RANDOM_LEN: usize = 12;
 const ID_PREFIX: &str = "sb-";
 /// The longest tenant name.
 const MAX_TENANT_LEN: usize = 64;
+/// The prefix of every generated relay node id.
+const NODE_PREFIX: &str = "node-";
+/// The longest node id accepted from a file or a flag.
+const MAX_NODE_LEN: usize = 64;
+
+/// Random lowercase base32 text of `len` characters.
+fn random_id(len: usize) -> String {
+    let mut rng = rand::rng();
+    (0..len)
+        .map(|_| ID_ALPHABET[rng.random_range(0..ID_ALPHABET.len())] as char)
+        .collect()
+}
 
 /// The relay's id of a sandbox, e.g. `sb-k3x9q2mfa7cd`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -25,11 +38,7 @@ pub struct SandboxId(String);
 impl SandboxId {
     /// A fresh random id.
     pub(crate) fn generate() -> SandboxId {
-        let mut rng = rand::rng();
-        let random: String = (0..ID_RANDOM_LEN)
-            .map(|_| ID_ALPHABET[rng.random_range(0..ID_ALPHABET.len())] as char)
-            .collect();
-        SandboxId(format!("{ID_PREFIX}{random}"))
+        SandboxId(format!("{ID_PREFIX}{}", random_id(ID_RANDOM_LEN)))
     }
 
     /// The id as text.
@@ -100,6 +109,54 @@ impl fmt::Display for Tenant {
     }
 }
 
+/// A relay among those sharing one database (its data directory's, kept in `node.id`), e.g.
+/// `node-q7m2x4c9ab3d`. Sandboxes on a relay's own host (local ones) belong to it: only it
+/// can reach them, and its peers tunnel to it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(String);
+
+/// Why a node id was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid relay node id {0:?}: use 1 to 64 letters, digits, `-`, `_` or `.`, e.g. `node-a`")]
+pub struct InvalidNodeId(pub String);
+
+impl NodeId {
+    /// A fresh random id.
+    pub(crate) fn generate() -> NodeId {
+        NodeId(format!("{NODE_PREFIX}{}", random_id(ID_RANDOM_LEN)))
+    }
+
+    /// Checks a node id read from a file or given by an operator.
+    pub fn parse(text: &str) -> Result<NodeId, InvalidNodeId> {
+        let valid = !text.is_empty()
+            && text.len() <= MAX_NODE_LEN
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if valid {
+            Ok(NodeId(text.to_string()))
+        } else {
+            Err(InvalidNodeId(text.to_string()))
+        }
+    }
+
+    /// Wraps an id read back from the registry, which only ever stores parsed ids.
+    pub(super) fn from_stored(id: String) -> NodeId {
+        NodeId(id)
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// One sandbox as the registry keeps it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SandboxRecord {
@@ -131,6 +188,10 @@ pub struct SandboxRecord {
     pub idle_timeout: Option<Duration>,
     /// The state last seen.
     pub state: SandboxState,
+    /// The relay that created it; for a sandbox on a relay's own host, the one that owns it
+    /// (`None`: recorded before relays had ids, so the relay of the database's only data
+    /// directory).
+    pub node: Option<NodeId>,
 }
 
 impl SandboxRecord {
@@ -181,6 +242,15 @@ pub(crate) enum Role {
 }
 
 impl Role {
+    /// The role stored as the `admin` and `relay_admin` flags.
+    pub(super) fn from_flags(admin: bool, relay_admin: bool) -> Role {
+        match (admin, relay_admin) {
+            (_, true) => Role::RelayAdmin,
+            (true, false) => Role::Admin,
+            (false, false) => Role::Member,
+        }
+    }
+
     /// Whether the policy's admin-only options are open to it.
     pub(crate) fn is_admin(self) -> bool {
         self != Role::Member
@@ -203,7 +273,7 @@ pub(crate) fn state_name(state: SandboxState) -> &'static str {
     }
 }
 
-pub(super) fn parse_state(name: &str) -> Option<SandboxState> {
+pub(crate) fn parse_state(name: &str) -> Option<SandboxState> {
     match name {
         "running" => Some(SandboxState::Running),
         "stopped" => Some(SandboxState::Stopped),

@@ -54,27 +54,45 @@ pub enum SecretError {
 /// The relay's key.
 pub(super) struct SecretKey {
     cipher: XChaCha20Poly1305,
+    /// Keys for other purposes are derived from it ([`SecretKey::derive`]).
+    bytes: [u8; KEY_BYTES],
 }
 
 impl SecretKey {
     /// Reads the key in `path`, or creates one there (mode 0600). Returns whether it is new.
     pub(super) fn load_or_create(path: &Path) -> Result<(SecretKey, bool), SecretError> {
-        let io = |what, source| SecretError::Io {
-            what,
-            path: path.to_path_buf(),
-            source,
-        };
+        match SecretKey::load(path)? {
+            Some(key) => Ok((key, false)),
+            None => Ok((SecretKey::create(path)?, true)),
+        }
+    }
+
+    /// Reads the key in `path`; `None` when there is no such file.
+    pub(super) fn load(path: &Path) -> Result<Option<SecretKey>, SecretError> {
         match std::fs::read_to_string(path) {
             Ok(text) => {
                 let bytes = hex::decode(text.trim())
                     .ok()
                     .filter(|b| b.len() == KEY_BYTES)
                     .ok_or_else(|| SecretError::Damaged(path.to_path_buf()))?;
-                return Ok((SecretKey::from_bytes(&bytes), false));
+                Ok(Some(SecretKey::from_bytes(&bytes)))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io("read", e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(SecretError::Io {
+                what: "read",
+                path: path.to_path_buf(),
+                source,
+            }),
         }
+    }
+
+    /// Creates a new random key in `path` (mode 0600), which must not exist.
+    pub(super) fn create(path: &Path) -> Result<SecretKey, SecretError> {
+        let io = |source| SecretError::Io {
+            what: "create",
+            path: path.to_path_buf(),
+            source,
+        };
         let bytes: [u8; KEY_BYTES] = rand::random();
         // `create_new`: if another process raced us here, its key wins and ours fails loudly
         // rather than replacing a key some tokens may already be sealed under.
@@ -83,11 +101,11 @@ impl SecretKey {
             .create_new(true)
             .mode(0o600)
             .open(path)
-            .map_err(|e| io("create", e))?;
+            .map_err(io)?;
         file.write_all(format!("{}\n", hex::encode(bytes)).as_bytes())
             .and_then(|()| file.sync_all())
-            .map_err(|e| io("create", e))?;
-        Ok((SecretKey::from_bytes(&bytes), true))
+            .map_err(io)?;
+        Ok(SecretKey::from_bytes(&bytes))
     }
 
     /// A fresh key that lives in memory only.
@@ -97,9 +115,23 @@ impl SecretKey {
     }
 
     fn from_bytes(bytes: &[u8]) -> SecretKey {
+        let mut raw = [0; KEY_BYTES];
+        raw.copy_from_slice(bytes);
         SecretKey {
             cipher: XChaCha20Poly1305::new(bytes.into()),
+            bytes: raw,
         }
+    }
+
+    /// A key for `purpose`, derived from this one (HMAC-SHA256 under it): whoever holds the
+    /// relay's key holds it, and knowing it reveals nothing of the relay's key.
+    pub(super) fn derive(&self, purpose: &str) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.bytes)
+            .expect("HMAC takes keys of any length");
+        mac.update(b"tether-derived-key-v1:");
+        mac.update(purpose.as_bytes());
+        mac.finalize().into_bytes().into()
     }
 
     /// `token` sealed for `context`: [`SEALED_PREFIX`], then hex of nonce and ciphertext.
@@ -166,6 +198,14 @@ mod tests {
         assert!(SecretKey::random().open("sb-1", &sealed).is_err());
         assert!(key.open("sb-1", "x1:00").is_err());
         assert!(key.open("sb-1", "plain").is_err());
+    }
+
+    #[test]
+    fn derived_keys_differ_by_purpose_and_key() {
+        let key = SecretKey::random();
+        assert_eq!(key.derive("a"), key.derive("a"));
+        assert_ne!(key.derive("a"), key.derive("b"));
+        assert_ne!(key.derive("a"), SecretKey::random().derive("a"));
     }
 
     #[test]

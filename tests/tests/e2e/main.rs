@@ -34,6 +34,7 @@ mod providers_fidelity;
 mod providers_modal;
 mod providers_orphans;
 mod providers_runloop;
+mod replicas;
 mod secrets;
 mod sync;
 mod tls;

@@ -242,6 +242,11 @@ async fn logs(docker: &Docker, container: &str) -> String {
 
 #[async_trait]
 impl Provider for DockerProvider {
+    fn host_bound(&self) -> bool {
+        // Reached through the container's network namespace, on the engine's host.
+        true
+    }
+
     fn name(&self) -> &'static str {
         "docker"
     }

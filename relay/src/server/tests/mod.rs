@@ -263,6 +263,8 @@ impl TestRelay {
             egress: Default::default(),
             docker_host: None,
             connections: Default::default(),
+            database: Default::default(),
+            advertise: None,
         };
         let provider: Arc<dyn Provider> = self.provider.clone();
         start_with(config, [("fake", provider)].into_iter().collect()).await

@@ -1,4 +1,5 @@
-//! Per-key async locks: make get-or-create atomic for one tenant and label set without
+//! Per-key async locks: make get-or-create atomic for one tenant and label set within one relay
+//! (the SQLite backend needs no more; PostgreSQL adds an advisory lock across relays) without
 //! serializing creates that cannot collide.
 
 use std::collections::HashMap;
@@ -8,13 +9,13 @@ use tokio::sync::OwnedMutexGuard;
 
 /// A lock per key, created on first use and forgotten once nobody holds or awaits it.
 #[derive(Default)]
-pub(super) struct KeyedLocks {
+pub(crate) struct KeyedLocks {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl KeyedLocks {
     /// Waits for the lock on `key`; it is released when the guard drops.
-    pub(super) async fn lock(&self, key: String) -> OwnedMutexGuard<()> {
+    pub(crate) async fn lock(&self, key: String) -> OwnedMutexGuard<()> {
         let lock = {
             let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
             // An entry only the map holds is unused. Sweeping here (rather than on guard

@@ -1,12 +1,12 @@
-//! The registry's SQL schema and its migrations, tracked by `PRAGMA user_version`.
+//! The registry's SQLite schema and its migrations, tracked by `PRAGMA user_version`.
 
 use rusqlite::Connection;
 
-use super::RegistryError;
+use crate::store::RegistryError;
 
 /// One SQL batch per schema version: `MIGRATIONS[n]` takes version `n` to `n + 1`. Append new
 /// steps; never edit a released one, since databases in the field have already run it.
-pub(super) const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     // 1: sandboxes and API tokens.
     "CREATE TABLE sandboxes (
         id              TEXT PRIMARY KEY,
@@ -91,6 +91,29 @@ pub(super) const MIGRATIONS: &[&str] = &[
         provider_ref TEXT,            -- the provider's id once it answered, else NULL
         labels       TEXT NOT NULL,   -- JSON object
         started_ms   INTEGER NOT NULL
+     ) STRICT;",
+    // 7: what relays sharing a database need (the PostgreSQL schema has the same): the relay
+    // that made each sandbox and each journaled create (a sandbox on a relay's own host is
+    // reached through that relay), the relays and their heartbeats, leases (the reaper runs
+    // on one relay at a time), the claim of the reaper deleting a sandbox (which fences a
+    // reaper that lost its lease), and settings all relays must agree on (the key check).
+    "ALTER TABLE sandboxes ADD COLUMN node TEXT;
+     ALTER TABLE sandboxes ADD COLUMN reaping TEXT;
+     ALTER TABLE create_journal ADD COLUMN node TEXT;
+     CREATE TABLE nodes (
+        id           TEXT PRIMARY KEY,
+        address      TEXT NOT NULL,
+        heartbeat_ms INTEGER NOT NULL
+     ) STRICT;
+     CREATE TABLE leases (
+        name       TEXT PRIMARY KEY,
+        holder     TEXT NOT NULL,
+        epoch      INTEGER NOT NULL,
+        expires_ms INTEGER NOT NULL
+     ) STRICT;
+     CREATE TABLE settings (
+        name  TEXT PRIMARY KEY,
+        value TEXT NOT NULL
      ) STRICT;",
 ];
 

@@ -1,31 +1,26 @@
 //! The secret store's rows: sealed at rest, per tenant, and gone with their sandbox.
 
-use std::path::Path;
-
 use tether_client::api::SecretValue;
 
-use super::*;
+use super::{both, contains, node, tenant, Db};
+use crate::egress::ca::SandboxCa;
 use crate::egress::policy::{BoundSecret, HostPattern};
+use crate::store::*;
 
 /// A value no other test data contains, so finding it in a file means it leaked.
 const VALUE: &str = "sk-live-Zq8vN3rT6yW1uI4oP7aS0dF9";
 
-fn tenant(name: &str) -> Tenant {
-    Tenant::parse(name).unwrap()
-}
-
-/// Every byte SQLite wrote for the database at `path`: the file and its write-ahead log.
-fn raw_bytes(path: &Path) -> Vec<u8> {
-    let mut bytes = std::fs::read(path).unwrap();
-    bytes.extend(std::fs::read(path.with_extension("db-wal")).unwrap_or_default());
-    bytes
-}
-
-fn contains(haystack: &[u8], needle: &str) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|w| w == needle.as_bytes())
-}
+both!(
+    a_tenant_secret_round_trips_and_is_sealed_at_rest,
+    a_tenant_sees_and_touches_only_its_own_secrets,
+    a_sealed_value_copied_to_another_row_does_not_open,
+    bound_secrets_are_sealed_and_go_with_their_sandbox_on_every_delete,
+    secrets_bound_to_a_sandbox_never_recorded_are_swept,
+    a_bound_value_moved_to_another_sandbox_does_not_open,
+    a_full_store_takes_no_new_name_but_replaces_and_leaves_others_alone,
+    concurrent_puts_never_overfill_a_store,
+    a_ca_round_trips_sealed_and_goes_away,
+);
 
 /// Stores a secret in a store with room for 8.
 async fn put(
@@ -68,23 +63,21 @@ fn sandbox(tenant_name: &str) -> SandboxRecord {
         expires_ms: None,
         idle_timeout: None,
         state: crate::provider::SandboxState::Running,
+        node: None,
     }
 }
 
-#[tokio::test]
-async fn a_tenant_secret_round_trips_and_is_sealed_at_rest() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("relay.db");
+async fn a_tenant_secret_round_trips_and_is_sealed_at_rest(db: Db) {
     let a = tenant("team-a");
     {
-        let reg = Registry::open(&path).unwrap();
-        let (first, created) = put(&reg, &a, "OPENAI_API_KEY", "old", 10).await;
+        let reg = &db.reg;
+        let (first, created) = put(reg, &a, "OPENAI_API_KEY", "old", 10).await;
         assert!(created);
         assert_eq!((first.created_ms, first.updated_ms), (10, 10));
-        let (second, created) = put(&reg, &a, "OPENAI_API_KEY", VALUE, 20).await;
+        let (second, created) = put(reg, &a, "OPENAI_API_KEY", VALUE, 20).await;
         assert!(!created, "a second put replaces");
         assert_eq!((second.created_ms, second.updated_ms), (10, 20));
-        put(&reg, &a, "ANOTHER", "x", 30).await;
+        put(reg, &a, "ANOTHER", "x", 30).await;
         let names: Vec<String> = reg
             .secrets(&a)
             .await
@@ -95,10 +88,11 @@ async fn a_tenant_secret_round_trips_and_is_sealed_at_rest() {
         assert_eq!(names, ["ANOTHER", "OPENAI_API_KEY"], "by name");
     }
     assert!(
-        !contains(&raw_bytes(&path), VALUE),
-        "relay.db holds the value in plain text"
+        !contains(&db.raw_bytes().await, VALUE),
+        "the {} database holds the value in plain text",
+        db.kind()
     );
-    let reg = Registry::open(&path).unwrap();
+    let reg = db.open_again().await.unwrap();
     let got = reg.secret_value(&a, "OPENAI_API_KEY").await.unwrap();
     assert_eq!(got.unwrap().expose(), VALUE);
 
@@ -106,12 +100,11 @@ async fn a_tenant_secret_round_trips_and_is_sealed_at_rest() {
     assert!(!reg.remove_secret(&a, "OPENAI_API_KEY").await.unwrap());
     assert_eq!(reg.secret_value(&a, "OPENAI_API_KEY").await.unwrap(), None);
     drop(reg);
-    assert!(!contains(&raw_bytes(&path), VALUE));
+    assert!(!contains(&db.raw_bytes().await, VALUE));
 }
 
-#[tokio::test]
-async fn a_tenant_sees_and_touches_only_its_own_secrets() {
-    let reg = Registry::open_in_memory().unwrap();
+async fn a_tenant_sees_and_touches_only_its_own_secrets(db: Db) {
+    let reg = db.reg;
     let (a, b) = (tenant("a"), tenant("b"));
     put(&reg, &a, "KEY", VALUE, 1).await;
     assert!(reg.secrets(&b).await.unwrap().is_empty());
@@ -125,22 +118,18 @@ async fn a_tenant_sees_and_touches_only_its_own_secrets() {
     assert_eq!(b_value.expose(), "b's own");
 }
 
-#[tokio::test]
-async fn a_sealed_value_copied_to_another_row_does_not_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("relay.db");
-    let reg = Registry::open(&path).unwrap();
+async fn a_sealed_value_copied_to_another_row_does_not_open(db: Db) {
+    let reg = &db.reg;
     let (a, b) = (tenant("a"), tenant("b"));
-    put(&reg, &a, "KEY", VALUE, 1).await;
-    put(&reg, &b, "KEY", "b", 1).await;
-    put(&reg, &a, "OTHER", "o", 1).await;
+    put(reg, &a, "KEY", VALUE, 1).await;
+    put(reg, &b, "KEY", "b", 1).await;
+    put(reg, &a, "OTHER", "o", 1).await;
     // What someone with write access to the file (not the key) could do.
-    let raw = rusqlite::Connection::open(&path).unwrap();
-    raw.execute_batch(
+    db.exec(
         "UPDATE secrets SET value = (SELECT value FROM secrets WHERE tenant = 'a' AND \
          name = 'KEY') WHERE (tenant = 'b' AND name = 'KEY') OR name = 'OTHER'",
     )
-    .unwrap();
+    .await;
     for (t, name) in [(&b, "KEY"), (&a, "OTHER")] {
         let err = reg.secret_value(t, name).await.unwrap_err().to_string();
         assert!(err.contains("cannot be decrypted"), "{err}");
@@ -152,11 +141,8 @@ async fn a_sealed_value_copied_to_another_row_does_not_open() {
     );
 }
 
-#[tokio::test]
-async fn bound_secrets_are_sealed_and_go_with_their_sandbox_on_every_delete() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("relay.db");
-    let reg = Registry::open(&path).unwrap();
+async fn bound_secrets_are_sealed_and_go_with_their_sandbox_on_every_delete(db: Db) {
+    let reg = &db.reg;
     let (asked, reaped) = (sandbox("a"), sandbox("a"));
     for sb in [&asked, &reaped] {
         reg.insert(sb.clone()).await.unwrap();
@@ -176,45 +162,61 @@ async fn bound_secrets_are_sealed_and_go_with_their_sandbox_on_every_delete() {
         "in the order bound"
     );
     assert!(!format!("{got:?}").contains(VALUE), "Debug shows no value");
-    assert!(!contains(&raw_bytes(&path), VALUE));
+    assert!(!contains(&db.raw_bytes().await, VALUE));
 
     // A client's delete, and the reaper's journaled one.
     assert!(reg.remove(&asked.id).await.unwrap());
     assert!(reg.bound_secrets(&asked.id).await.unwrap().is_empty());
     let entry = Destroyed::of(&reaped, 2, DestroyReason::Ttl, "test".into());
-    assert!(reg.remove_journaled(entry).await.unwrap());
+    assert_eq!(reg.remove_journaled(entry, None).await.unwrap(), Some(true));
     assert!(reg.bound_secrets(&reaped.id).await.unwrap().is_empty());
-    let raw = rusqlite::Connection::open(&path).unwrap();
-    let left: i64 = raw
-        .query_row("SELECT count(*) FROM sandbox_secrets", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(left, 0);
+    assert_eq!(db.count("SELECT count(*) FROM sandbox_secrets").await, 0);
 }
 
-#[tokio::test]
-async fn secrets_bound_to_a_sandbox_never_recorded_are_swept() {
-    let reg = Registry::open_in_memory().unwrap();
+async fn secrets_bound_to_a_sandbox_never_recorded_are_swept(db: Db) {
+    let reg = db.reg;
     let kept = sandbox("a");
     reg.insert(kept.clone()).await.unwrap();
-    let never = SandboxId::generate();
-    for id in [&kept.id, &never] {
+    let (never, theirs, ours) = (
+        SandboxId::generate(),
+        SandboxId::generate(),
+        SandboxId::generate(),
+    );
+    // Another relay is creating `theirs` right now; `ours` was this relay's, before a crash.
+    for (id, by) in [(&theirs, "node-b"), (&ours, "node-a")] {
+        reg.begin_create(PendingCreate {
+            id: id.clone(),
+            tenant: tenant("a"),
+            provider: "local".into(),
+            provider_ref: None,
+            labels: Default::default(),
+            started_ms: 1,
+            node: Some(node(by)),
+        })
+        .await
+        .unwrap();
+    }
+    for id in [&kept.id, &never, &theirs, &ours] {
         reg.bind_secrets(id, &[bound("KEY", VALUE, "a.test")])
             .await
             .unwrap();
     }
-    assert_eq!(reg.sweep_unbound_secrets().await.unwrap(), 1);
+    assert_eq!(reg.sweep_unbound_secrets(&node("node-a")).await.unwrap(), 2);
     assert!(reg.bound_secrets(&never).await.unwrap().is_empty());
+    assert!(reg.bound_secrets(&ours).await.unwrap().is_empty());
     assert_eq!(reg.bound_secrets(&kept.id).await.unwrap().len(), 1);
+    assert_eq!(
+        reg.bound_secrets(&theirs).await.unwrap().len(),
+        1,
+        "another relay's create in flight keeps its secrets"
+    );
 
     reg.unbind_secrets(&kept.id).await.unwrap();
     assert!(reg.bound_secrets(&kept.id).await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn a_bound_value_moved_to_another_sandbox_does_not_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("relay.db");
-    let reg = Registry::open(&path).unwrap();
+async fn a_bound_value_moved_to_another_sandbox_does_not_open(db: Db) {
+    let reg = &db.reg;
     let (one, two) = (SandboxId::generate(), SandboxId::generate());
     reg.bind_secrets(&one, &[bound("KEY", VALUE, "a.test")])
         .await
@@ -222,13 +224,11 @@ async fn a_bound_value_moved_to_another_sandbox_does_not_open() {
     reg.bind_secrets(&two, &[bound("KEY", "other", "a.test")])
         .await
         .unwrap();
-    let raw = rusqlite::Connection::open(&path).unwrap();
-    raw.execute(
+    db.exec(&format!(
         "UPDATE sandbox_secrets SET value = (SELECT value FROM sandbox_secrets \
-         WHERE sandbox_id = ?1) WHERE sandbox_id = ?2",
-        [one.as_str(), two.as_str()],
-    )
-    .unwrap();
+         WHERE sandbox_id = '{one}') WHERE sandbox_id = '{two}'"
+    ))
+    .await;
     let err = reg.bound_secrets(&two).await.unwrap_err().to_string();
     assert!(
         err.contains("cannot be decrypted") && !err.contains(VALUE),
@@ -236,9 +236,8 @@ async fn a_bound_value_moved_to_another_sandbox_does_not_open() {
     );
 }
 
-#[tokio::test]
-async fn a_full_store_takes_no_new_name_but_replaces_and_leaves_others_alone() {
-    let reg = Registry::open_in_memory().unwrap();
+async fn a_full_store_takes_no_new_name_but_replaces_and_leaves_others_alone(db: Db) {
+    let reg = db.reg;
     let (a, b) = (tenant("a"), tenant("b"));
     let value = SecretValue::new("v");
     for name in ["ONE", "TWO"] {
@@ -263,4 +262,47 @@ async fn a_full_store_takes_no_new_name_but_replaces_and_leaves_others_alone() {
         .unwrap()
         .is_some());
     assert_eq!(reg.secrets(&a).await.unwrap().len(), 2);
+}
+
+async fn concurrent_puts_never_overfill_a_store(db: Db) {
+    // Two relays (two registries on one database) race for the last places.
+    let other = db.open_again().await.unwrap();
+    let a = tenant("a");
+    let puts = (0..8).map(|i| {
+        let reg = if i % 2 == 0 {
+            db.reg.clone()
+        } else {
+            other.clone()
+        };
+        let a = a.clone();
+        async move {
+            reg.put_secret(&a, &format!("K{i}"), &SecretValue::new("v"), 1, 3)
+                .await
+                .unwrap()
+        }
+    });
+    let stored = futures_util::future::join_all(puts).await;
+    assert_eq!(stored.iter().filter(|s| s.is_some()).count(), 3);
+    assert_eq!(db.reg.secrets(&a).await.unwrap().len(), 3);
+}
+
+async fn a_ca_round_trips_sealed_and_goes_away(db: Db) {
+    let registry = db.reg;
+    let id = SandboxId::from("sb-ca".to_string());
+    let ca = SandboxCa::generate(id.as_str()).unwrap();
+    registry.put_egress_ca(&id, &ca).await.unwrap();
+    let back = registry.egress_ca(&id).await.unwrap().unwrap();
+    assert_eq!(back, ca);
+    let (_, stored) = registry
+        .backend
+        .egress_ca(id.to_string())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !stored.contains("PRIVATE KEY"),
+        "the key is stored in the clear"
+    );
+    registry.remove_egress_ca(&id).await.unwrap();
+    assert_eq!(registry.egress_ca(&id).await.unwrap(), None);
 }

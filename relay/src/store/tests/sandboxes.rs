@@ -1,58 +1,26 @@
+//! Sandboxes and tokens: round trips, listings, get-or-create's exact match, tenants, the
+//! reaper's query, reopening; and each backend's own upgrades and version checks.
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::schema::SCHEMA_VERSION;
-use super::*;
-use crate::provider::{NetworkPolicy, SandboxSpec, SandboxState};
+use super::{both, labels, record, tenant, Db, PgServer};
+use crate::provider::SandboxState;
+use crate::store::sqlite::schema::{self, SCHEMA_VERSION};
+use crate::store::*;
 
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
+both!(
+    round_trips_every_field,
+    filters_by_labels_and_matches_exactly_for_get_or_create,
+    tenants_see_only_their_own,
+    finds_sandboxes_due_for_reaping,
+    tokens_are_found_by_hash,
+    survives_reopening,
+    a_database_sealed_under_another_key_is_refused,
+);
 
-fn record(tenant: &str, created_ms: i64, pairs: &[(&str, &str)]) -> SandboxRecord {
-    let spec = SandboxSpec {
-        image: Some("/images/base".into()),
-        labels: labels(pairs),
-        env: labels(&[("LANG", "C.UTF-8")]),
-        ttl: Some(Duration::from_secs(60)),
-        idle_timeout: Some(Duration::from_millis(1500)),
-        cpus: Some(0.5),
-        memory_bytes: Some(256 << 20),
-        pids: None,
-        disk_bytes: Some(1 << 30),
-        network: NetworkPolicy::Host,
-        seccomp_unconfined: false,
-        ..SandboxSpec::default()
-    };
-    let id = SandboxId::generate();
-    SandboxRecord {
-        provider_ref: id.to_string(),
-        id,
-        tenant: Tenant::parse(tenant).unwrap(),
-        provider: "local".into(),
-        labels: spec.labels.clone(),
-        spec,
-        agent_token: "ab".repeat(32),
-        meta: serde_json::json!({"pid": 42, "socket": "/run/x.sock"}),
-        created_ms,
-        last_active_ms: created_ms,
-        ttl: Some(Duration::from_secs(60)),
-        expires_ms: Some(created_ms + 60_000),
-        idle_timeout: Some(Duration::from_millis(1500)),
-        state: SandboxState::Running,
-    }
-}
-
-fn tenant(name: &str) -> Tenant {
-    Tenant::parse(name).unwrap()
-}
-
-#[tokio::test]
-async fn round_trips_every_field() {
-    let reg = Registry::open_in_memory().unwrap();
+async fn round_trips_every_field(db: Db) {
+    let reg = db.reg;
     let sb = record("a", 1_000, &[("app", "web")]);
     reg.insert(sb.clone()).await.unwrap();
     assert_eq!(
@@ -80,9 +48,8 @@ async fn round_trips_every_field() {
     assert_eq!(reg.get(&tenant("a"), &sb.id).await.unwrap(), None);
 }
 
-#[tokio::test]
-async fn filters_by_labels_and_matches_exactly_for_get_or_create() {
-    let reg = Registry::open_in_memory().unwrap();
+async fn filters_by_labels_and_matches_exactly_for_get_or_create(db: Db) {
+    let reg = db.reg;
     let web = record("a", 1, &[("app", "web"), ("env", "dev")]);
     let web_only = record("a", 2, &[("app", "web")]);
     let db = record("a", 3, &[("app", "db")]);
@@ -142,9 +109,8 @@ async fn filters_by_labels_and_matches_exactly_for_get_or_create() {
     assert_eq!(state_name(kept.state), "dead");
 }
 
-#[tokio::test]
-async fn tenants_see_only_their_own() {
-    let reg = Registry::open_in_memory().unwrap();
+async fn tenants_see_only_their_own(db: Db) {
+    let reg = db.reg;
     let mine = record("a", 1, &[("k", "v")]);
     let theirs = record("b", 2, &[("k", "v")]);
     reg.insert(mine.clone()).await.unwrap();
@@ -163,9 +129,8 @@ async fn tenants_see_only_their_own() {
     assert_eq!(reg.all().await.unwrap().len(), 2);
 }
 
-#[tokio::test]
-async fn finds_sandboxes_due_for_reaping() {
-    let reg = Registry::open_in_memory().unwrap();
+async fn finds_sandboxes_due_for_reaping(db: Db) {
+    let reg = db.reg;
     let mut ttl_only = record("a", 0, &[]);
     (ttl_only.idle_timeout, ttl_only.expires_ms) = (None, Some(10_000));
     let mut idle_only = record("a", 0, &[]);
@@ -204,9 +169,8 @@ async fn finds_sandboxes_due_for_reaping() {
     assert_eq!(due(0).await, vec![forever.id.clone()]);
 }
 
-#[tokio::test]
-async fn tokens_are_found_by_hash() {
-    let reg = Registry::open_in_memory().unwrap();
+async fn tokens_are_found_by_hash(db: Db) {
+    let reg = db.reg;
     let rec = TokenRecord {
         tenant: tenant("team-a"),
         role: Role::Member,
@@ -216,30 +180,101 @@ async fn tokens_are_found_by_hash() {
     assert_eq!(reg.token("h2".into()).await.unwrap(), None);
 }
 
-#[tokio::test]
-async fn survives_reopening_the_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("relay.db");
+async fn survives_reopening(db: Db) {
     let sb = record("a", 7, &[("app", "web")]);
-    {
-        let reg = Registry::open(&path).unwrap();
-        reg.insert(sb.clone()).await.unwrap();
-        let admin = TokenRecord {
-            tenant: Tenant::default_tenant(),
-            role: Role::RelayAdmin,
-        };
-        reg.insert_token("h".into(), admin, 7).await.unwrap();
-    }
-    let reg = Registry::open(&path).unwrap();
+    db.reg.insert(sb.clone()).await.unwrap();
+    let admin = TokenRecord {
+        tenant: Tenant::default_tenant(),
+        role: Role::RelayAdmin,
+    };
+    db.reg.insert_token("h".into(), admin, 7).await.unwrap();
+    let reg = db.open_again().await.unwrap();
     assert_eq!(reg.get(&tenant("a"), &sb.id).await.unwrap(), Some(sb));
     assert_eq!(
         reg.token("h".into()).await.unwrap().unwrap().role,
         Role::RelayAdmin
     );
+}
 
+async fn a_database_sealed_under_another_key_is_refused(db: Db) {
+    db.reg.insert(record("a", 1, &[])).await.unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let other_key = other.path().join(KEY_FILE);
+    // A key of its own, as a relay given the wrong file (or none) would make.
+    drop(Registry::open(&other.path().join("relay.db")).unwrap());
+    let err = db
+        .open_with_key(&other_key)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("sealed under another key"),
+        "{}: {err}",
+        db.kind()
+    );
+}
+
+#[test]
+fn the_sqlite_file_is_private() {
+    let db = Db::sqlite();
     use std::os::unix::fs::PermissionsExt;
+    let path = db.key_file.with_file_name("relay.db");
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the database holds agent tokens");
+}
+
+#[tokio::test]
+async fn postgres_refuses_a_database_a_newer_tether_migrated() {
+    let db = Db::postgres().await;
+    db.exec(
+        "INSERT INTO tether_schema_history (version, name, applied_on, checksum) \
+         VALUES (999, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
+    )
+    .await;
+    let err = db.open_again().await.err().unwrap().to_string();
+    assert!(err.contains("a newer tether migrated it"), "{err}");
+}
+
+#[tokio::test]
+async fn postgres_joins_a_database_only_with_its_key() {
+    let db = Db::postgres().await;
+    // Relays starting together on an empty database migrate it once.
+    let url = PgServer::shared().fresh_database();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("relay.key");
+    let first = Registry::open_postgres(&url, &key).await.unwrap();
+    let together =
+        futures_util::future::join_all((0..3).map(|_| Registry::open_postgres(&url, &key))).await;
+    assert!(together.iter().all(Result::is_ok));
+    drop(first);
+    // A relay without the key file may not join: it would seal under a key nobody else has.
+    let missing = keys.path().join("absent.key");
+    let err = Registry::open_postgres(db.url().unwrap(), &missing)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("copy their key file"), "{err}");
+    assert!(!missing.exists(), "no stray key file is left behind");
+    // A bad URL names the problem, and a dead server too, without a password.
+    let err = Registry::open_postgres("mysql://x", &key)
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("postgres://USER:PASSWORD@HOST"),
+        "{err}"
+    );
+    let err = Registry::open_postgres("postgres://u:hunter2@127.0.0.1:1/db", &key)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("cannot reach the relay database") && !err.contains("hunter2"),
+        "{err}"
+    );
 }
 
 #[test]
