@@ -15,10 +15,10 @@ pub mod local;
 #[cfg(feature = "modal")]
 pub(crate) mod modal;
 pub mod network;
+pub(crate) mod upgrade;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,8 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 pub trait AgentIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> AgentIo for T {}
 
-/// An upgraded WebSocket to a sandbox's agent, authenticated with the sandbox's token.
-pub(crate) type AgentSocket = tokio_tungstenite::WebSocketStream<Pin<Box<dyn AgentIo>>>;
+pub use upgrade::AgentSocket;
 
 /// What a provider reports back from a create; the relay persists it in the registry.
 #[derive(Clone, Debug, Serialize, Deserialize)]
