@@ -256,8 +256,8 @@ async fn pump_raw(
             Ok(Ok(())) => {}
         }
         let burst = match Pipe::take() {
-            Some(pipe) => {
-                let burst = splice_burst(from, to, &pipe, moved).await;
+            Some(mut pipe) => {
+                let burst = splice_burst(from, to, &mut pipe, moved).await;
                 pipe.give_back();
                 burst
             }
@@ -291,31 +291,32 @@ enum Burst {
     Failed,
 }
 
-/// Splices what `from` has into `pipe` and on to `to`, until `from` would block.
-async fn splice_burst(from: &Raw, to: &Raw, pipe: &Pipe, moved: &mut u64) -> Burst {
+/// Splices what `from` has into `pipe` and on to `to`, until `from` would block. A pipe left
+/// holding bytes (the sink failed) says so, and is never used again.
+async fn splice_burst(from: &Raw, to: &Raw, pipe: &mut Pipe, moved: &mut u64) -> Burst {
     let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
     let mut heard = false;
     loop {
         let filled = from.try_io(Interest::READABLE, || {
             splice(from.fd(), None, &pipe.write, None, pipe.size, flags).map_err(io::Error::from)
         });
-        let mut left = match filled {
+        match filled {
             Ok(0) => return Burst::Eof,
-            Ok(n) => n,
+            Ok(n) => pipe.held = n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Burst::Drained { heard },
             Err(_) => return Burst::Failed,
         };
         heard = true;
-        *moved += left as u64;
-        while left > 0 {
+        *moved += pipe.held as u64;
+        while pipe.held > 0 {
             if to.ready(Interest::WRITABLE).await.is_err() {
                 return Burst::Failed;
             }
             let drained = to.try_io(Interest::WRITABLE, || {
-                splice(&pipe.read, None, to.fd(), None, left, flags).map_err(io::Error::from)
+                splice(&pipe.read, None, to.fd(), None, pipe.held, flags).map_err(io::Error::from)
             });
             match drained {
-                Ok(n) => left -= n,
+                Ok(n) => pipe.held -= n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => return Burst::Failed,
             }
@@ -411,6 +412,9 @@ struct Pipe {
     write: OwnedFd,
     /// Its capacity, in bytes.
     size: usize,
+    /// Bytes in it, on their way to a sink. A pipe is pooled only when this is 0: a pipe
+    /// still holding one tunnel's bytes must never pass them to the next tunnel.
+    held: usize,
 }
 
 impl Pipe {
@@ -427,11 +431,20 @@ impl Pipe {
             .ok()
             .and_then(|n| usize::try_from(n).ok())
             .unwrap_or(64 << 10);
-        Some(Pipe { read, write, size })
+        Some(Pipe {
+            read,
+            write,
+            size,
+            held: 0,
+        })
     }
 
-    /// Keeps an empty pipe for the next burst, unless enough are idle already.
+    /// Keeps an empty pipe for the next burst, unless enough are idle already; one that still
+    /// holds bytes is closed.
     fn give_back(self) {
+        if self.held > 0 {
+            return;
+        }
         let mut idle = lock(&PIPES);
         if idle.len() < IDLE_PIPES {
             idle.push(self);
@@ -470,4 +483,32 @@ impl Buffer {
 fn lock<T>(pool: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A pool is consistent after every push and pop, so a poisoned lock is safe to use.
     pool.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pipe_that_still_holds_bytes_is_never_pooled() {
+        let mut dirty = Pipe::take().unwrap();
+        let n = nix::unistd::write(&dirty.write, b"another tunnel's bytes").unwrap();
+        dirty.held = n;
+        dirty.give_back();
+        // Every pooled pipe (other tests may pool theirs meanwhile) is empty.
+        let mut taken = Vec::new();
+        while let Some(pipe) = lock(&PIPES).pop() {
+            let mut buf = [0u8; 64];
+            let read = nix::unistd::read(pipe.read.as_raw_fd(), &mut buf);
+            assert_eq!(
+                read,
+                Err(nix::errno::Errno::EAGAIN),
+                "a pooled pipe held bytes"
+            );
+            taken.push(pipe);
+        }
+        for pipe in taken {
+            pipe.give_back();
+        }
+    }
 }

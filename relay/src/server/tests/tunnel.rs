@@ -534,3 +534,40 @@ async fn an_unannounced_client_is_forwarded_below_the_splicing_minimum_and_splic
         }
     }
 }
+
+#[tokio::test]
+async fn bytes_stranded_by_a_failed_tunnel_never_reach_another() {
+    let t = TestRelay::start().await;
+    let mut agent = RawAgent::start(&t, GOOD_ANSWER).await;
+    let sb = t.create(&t.admin(), json!({"provider": "fake"})).await;
+    for round in 0..5 {
+        // A client uploads while its agent reads a little and hangs up with the rest unread
+        // (a reset): the relay's pipe for that direction is left holding bytes.
+        let (mut client, _) = raw_client(&t, &sb.id, "", b"").await;
+        let (mut agent_side, _) = agent.next().await;
+        let upload = tokio::spawn(async move {
+            let chunk = vec![0xA5u8; 1 << 20];
+            for _ in 0..16 {
+                if client.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+            client
+        });
+        let mut some = [0u8; 4096];
+        let _ = agent_side.read(&mut some).await.unwrap();
+        drop(agent_side);
+        drop(upload.await.unwrap());
+
+        // The next tunnel carries its own bytes only.
+        let (mut client, _) = raw_client(&t, &sb.id, "", b"").await;
+        let (mut agent_side, _) = agent.next().await;
+        let fresh = [0x82, 0x05, b'f', b'r', b'e', b's', b'h'];
+        agent_side.write_all(&fresh).await.unwrap();
+        assert_eq!(
+            read_n(&mut client, fresh.len()).await,
+            fresh,
+            "round {round}"
+        );
+    }
+}
