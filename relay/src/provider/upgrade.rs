@@ -92,7 +92,7 @@ impl AgentSocket {
     }
 
     /// The connection read and written as WebSocket messages, the relay as the client.
-    pub(crate) async fn into_websocket(self) -> WebSocketStream<Pin<Box<dyn AgentIo>>> {
+    pub async fn into_websocket(self) -> WebSocketStream<Pin<Box<dyn AgentIo>>> {
         let config = WebSocketConfig::default()
             .max_message_size(Some(MAX_MESSAGE))
             .max_frame_size(Some(MAX_MESSAGE));
