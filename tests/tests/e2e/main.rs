@@ -32,6 +32,7 @@ mod providers_fidelity;
 mod providers_modal;
 mod providers_orphans;
 mod secrets;
+mod splice;
 mod sync;
 mod tls;
 
