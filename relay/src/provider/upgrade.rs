@@ -30,6 +30,9 @@ use super::AgentIo;
 /// agent's own limit, twice the largest protocol frame.
 const MAX_MESSAGE: usize =
     2 * (tether_proto::limits::MAX_PAYLOAD + tether_proto::limits::HEADER_LEN);
+/// Read buffer of the agent's WebSocket when the relay reads its messages: 32 KiB, as the
+/// client's (the library's 128 KiB is zeroed on the first read and stays resident).
+const READ_BUFFER: usize = 32 << 10;
 /// The most of a refusal's body kept for its message: 64 KiB.
 const MAX_REFUSAL_BODY: usize = 64 << 10;
 /// How long a refusal's body may take to arrive once its head has.
@@ -95,7 +98,8 @@ impl AgentSocket {
     pub async fn into_websocket(self) -> WebSocketStream<Pin<Box<dyn AgentIo>>> {
         let config = WebSocketConfig::default()
             .max_message_size(Some(MAX_MESSAGE))
-            .max_frame_size(Some(MAX_MESSAGE));
+            .max_frame_size(Some(MAX_MESSAGE))
+            .read_buffer_size(READ_BUFFER);
         WebSocketStream::from_partially_read(
             self.conn.boxed(),
             self.early.to_vec(),

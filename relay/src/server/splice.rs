@@ -176,8 +176,8 @@ pub(super) async fn run(
     let mut down = 0u64;
     let end = match (client, agent) {
         (Conn::Raw(client), Conn::Raw(agent)) => {
-            let upward = pump_raw(&client, &agent, &client_early, peer_timeout, &mut up);
-            let downward = pump_raw(&agent, &client, &agent_early, peer_timeout, &mut down);
+            let upward = pump_raw(&client, &agent, client_early, peer_timeout, &mut up);
+            let downward = pump_raw(&agent, &client, agent_early, peer_timeout, &mut down);
             both(upward, downward, shutdown).await
         }
         (client, agent) => {
@@ -186,14 +186,14 @@ pub(super) async fn run(
             let upward = pump_stream(
                 &mut client_rx,
                 &mut agent_tx,
-                &client_early,
+                client_early,
                 peer_timeout,
                 &mut up,
             );
             let downward = pump_stream(
                 &mut agent_rx,
                 &mut client_tx,
-                &agent_early,
+                agent_early,
                 peer_timeout,
                 &mut down,
             );
@@ -240,13 +240,15 @@ async fn both(
 async fn pump_raw(
     from: &Raw,
     to: &Raw,
-    early: &[u8],
+    early: Bytes,
     peer_timeout: Duration,
     moved: &mut u64,
 ) -> Flow {
-    if to.write_all(early).await.is_err() {
+    // Written, then let go: it may pin the whole read buffer of the upgrade it came with.
+    if to.write_all(&early).await.is_err() {
         return Flow::Failed;
     }
+    drop(early);
     let mut heard = Instant::now();
     loop {
         // The only wait on the source, and so the only one the silence clock runs in.
@@ -347,13 +349,14 @@ async fn copy_burst(from: &Raw, to: &Raw, buf: &mut Buffer, moved: &mut u64) -> 
 async fn pump_stream(
     from: &mut ReadHalf<Pin<Box<dyn AgentIo>>>,
     to: &mut WriteHalf<Pin<Box<dyn AgentIo>>>,
-    early: &[u8],
+    early: Bytes,
     peer_timeout: Duration,
     moved: &mut u64,
 ) -> Flow {
-    if to.write_all(early).await.is_err() {
+    if to.write_all(&early).await.is_err() {
         return Flow::Failed;
     }
+    drop(early);
     let mut heard = Instant::now();
     loop {
         let read = match tokio::time::timeout_at(heard + peer_timeout, read_pooled(from)).await {
