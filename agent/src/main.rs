@@ -51,6 +51,10 @@ struct Cli {
     command: Command,
 }
 
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once at start and matched at once: boxing would save nothing"
+)]
 #[derive(Subcommand)]
 enum Command {
     /// Serve the Tether protocol.
@@ -64,6 +68,10 @@ struct ServeArgs {
     /// Listen for WebSocket connections on this TCP address (repeatable).
     #[arg(long, value_name = "ADDR")]
     listen: Vec<SocketAddr>,
+    /// Listen for WebSocket connections on a Unix socket created at this path, readable and
+    /// writable by the agent's user only (repeatable).
+    #[arg(long, value_name = "PATH")]
+    listen_unix: Vec<PathBuf>,
     /// Accept connections on this inherited, listening Unix socket descriptor.
     #[arg(long, value_name = "FD")]
     listen_fd: Option<i32>,
@@ -151,6 +159,7 @@ fn serve(args: ServeArgs, env_token: Option<String>) -> anyhow::Result<()> {
             let remote = args.listen.iter().any(|a| !a.ip().is_loopback())
                 || args.connect.is_some()
                 || args.listen_fd.is_some()
+                || !args.listen_unix.is_empty()
                 || args.conn_fd.is_some();
             if remote {
                 bail!("--insecure-no-token is only allowed when every listener is on loopback (e.g. --listen 127.0.0.1:7421)");
@@ -162,12 +171,13 @@ fn serve(args: ServeArgs, env_token: Option<String>) -> anyhow::Result<()> {
         ),
     };
     if args.listen.is_empty()
+        && args.listen_unix.is_empty()
         && args.listen_fd.is_none()
         && args.conn_fd.is_none()
         && !args.stdio
         && args.connect.is_none()
     {
-        bail!("nothing to serve: pass --listen ADDR, --listen-fd FD, --conn-fd FD, --stdio or --connect URL");
+        bail!("nothing to serve: pass --listen ADDR, --listen-unix PATH, --listen-fd FD, --conn-fd FD, --stdio or --connect URL");
     }
 
     let workdir = match args.workdir {
@@ -207,6 +217,9 @@ fn serve(args: ServeArgs, env_token: Option<String>) -> anyhow::Result<()> {
         let mut tasks = tokio::task::JoinSet::new();
         for addr in args.listen {
             tasks.spawn(serve::tcp(addr, agent.clone()));
+        }
+        for path in args.listen_unix {
+            tasks.spawn(serve::unix_path(path, agent.clone()));
         }
         if let Some(fd) = listen_fd {
             tasks.spawn(serve::unix_listener(fd, agent.clone()));

@@ -6,7 +6,8 @@
 //! when the consumer takes bytes with [`RawStream::next`], so a stream nobody reads stalls
 //! that stream alone.
 //!
-//! The writer pings often enough for the peer timeout (`TETHER_PEER_TIMEOUT`), and a session
+//! The writer pings often enough for the peer timeout (`TETHER_PEER_TIMEOUT`), or as often as
+//! a relay that splices the session asks (`x-tether-ping-interval`), and a session
 //! that hears nothing at all for that long (no frame, no pong) is taken for dead: every
 //! stream ends with [`ClientError::PeerSilent`], so a black-holed connection cannot hang a
 //! caller forever.
@@ -29,7 +30,7 @@ use tether_proto::limits::{DATA_CHUNK, HEADER_LEN, INITIAL_WINDOW, MAX_PAYLOAD};
 use tether_proto::op::{Op, Reply, WatchEvent};
 use tether_proto::window::RecvWindow;
 use tether_proto::{
-    frame, writer, ByteOffset, Channel, Control, ErrorCode, Frame, ProcessId, StreamId,
+    frame, keepalive, writer, ByteOffset, Channel, Control, ErrorCode, Frame, ProcessId, StreamId,
     PROTOCOL_VERSION,
 };
 
@@ -48,8 +49,11 @@ const BYTE_ARGS: &str = "byte_args";
 /// How long to wait for the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The most often the session pings, whatever the peer timeout: 100 ms.
-const MIN_PING_PERIOD: Duration = Duration::from_millis(100);
+/// How often a session that gives up after `peer_timeout` of silence pings: a third of it
+/// (so two pongs may be late), at most every 100 ms and at least every 15 s.
+fn ping_period(peer_timeout: Duration) -> Duration {
+    (peer_timeout / 3).clamp(keepalive::MIN_PING_INTERVAL, writer::PING_PERIOD)
+}
 
 /// Something that happened on a stream.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,6 +142,15 @@ impl Session {
                 .map_err(|_| connect_err("the token is not a valid header value".into()))?;
             req.headers_mut().insert(header::AUTHORIZATION, value);
         }
+        // Announced, so a relay that copies the session's bytes unread may ask for more: it
+        // hears this side alive only by its pings and its answers to the agent's.
+        let mut ping_period = ping_period(peer_timeout);
+        req.headers_mut().insert(
+            keepalive::PING_INTERVAL_HEADER,
+            keepalive::format_interval(ping_period)
+                .parse()
+                .expect("digits are a valid header value"),
+        );
         let config = WebSocketConfig::default()
             .max_message_size(Some(2 * (MAX_PAYLOAD + HEADER_LEN)))
             .max_frame_size(Some(2 * (MAX_PAYLOAD + HEADER_LEN)));
@@ -155,8 +168,16 @@ impl Session {
         };
         #[cfg(not(feature = "rustls"))]
         let connected = tokio_tungstenite::connect_async_with_config(req, Some(config), true).await;
-        let (ws, _) = connected.map_err(|e| connect_error(url, e))?;
-        Session::handshake_with(ws, peer_timeout).await
+        let (ws, response) = connected.map_err(|e| connect_error(url, e))?;
+        if let Some(asked) = response
+            .headers()
+            .get(keepalive::PING_INTERVAL_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(keepalive::parse_interval)
+        {
+            ping_period = ping_period.min(asked);
+        }
+        Session::start(ws, peer_timeout, ping_period).await
     }
 
     /// Speaks the protocol over an already open WebSocket (any transport), with the default
@@ -175,6 +196,19 @@ impl Session {
     pub async fn handshake_with<S>(
         ws: tokio_tungstenite::WebSocketStream<S>,
         peer_timeout: Duration,
+    ) -> Result<Session, ClientError>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        Session::start(ws, peer_timeout, ping_period(peer_timeout)).await
+    }
+
+    /// Speaks the protocol over `ws`, pinging every `ping_period` and taking the connection
+    /// for dead when nothing arrives on it for `peer_timeout`.
+    async fn start<S>(
+        ws: tokio_tungstenite::WebSocketStream<S>,
+        peer_timeout: Duration,
+        ping_period: Duration,
     ) -> Result<Session, ClientError>
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -226,7 +260,6 @@ impl Session {
             agent_version,
             capabilities,
         });
-        let ping_period = (peer_timeout / 3).clamp(MIN_PING_PERIOD, writer::PING_PERIOD);
         tokio::spawn(write_loop(sink, queue, ping_period));
         tokio::spawn(read_loop(source, Arc::downgrade(&inner), peer_timeout));
         Ok(Session { inner })

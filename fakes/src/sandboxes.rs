@@ -164,7 +164,7 @@ impl Sandboxes {
             .connect(&handle)
             .await
             .map_err(|e| anyhow!("sandbox {id}: {e}"))?;
-        Session::handshake(socket)
+        Session::handshake(socket.into_websocket().await)
             .await
             .map_err(|e| anyhow!("sandbox {id}: {e}"))
     }

@@ -12,6 +12,7 @@
 //!   [`ProcessId`], [`Channel`], [`ByteOffset`]).
 //! - [`window`]: credit accounting for per-stream flow control.
 //! - [`auth`]: constant-time token comparison.
+//! - [`keepalive`]: the upgrade header by which a relay asks a client to ping often enough.
 //! - [`limits`]: every tunable of the protocol, with its unit.
 //! - `writer` (feature `ws`): the WebSocket writer loop the agent and the client both run,
 //!   batching queued frames and pinging.
@@ -29,6 +30,7 @@ pub mod control;
 mod error;
 pub mod frame;
 mod ids;
+pub mod keepalive;
 pub mod limits;
 pub mod op;
 mod path;

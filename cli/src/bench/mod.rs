@@ -8,11 +8,13 @@
 //! - `floors`: spawn, loopback WebSocket, local PTY and pipe, a tmpfs write, with nothing of
 //!   Tether;
 //! - `exec`, `pty`, `transfer`, `create`, `sessions`: one family of figures each;
+//! - `direct`: the same sandbox without the relay, for `--direct`;
 //! - `memory`: resident memory of the relay and the agent; `machine`: where it ran;
 //! - `stats`: medians and percentiles; `sizes`: how much a full and a `--quick` run do;
 //! - `report`: verdicts, tables and JSON; `units`: how numbers are written.
 
 mod create;
+mod direct;
 mod exec;
 mod figures;
 mod floors;
@@ -32,10 +34,12 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
+use tether_client::Session;
 
 pub(crate) use report::Report;
 pub(crate) use target::{Endpoint, RelayChoice};
 
+use self::direct::Direct;
 use self::figures::{Spec, FIGURES, FLOORS};
 use self::machine::Machine;
 use self::report::{Figure, Value};
@@ -55,6 +59,10 @@ pub(crate) struct Options {
     pub tether: PathBuf,
     /// The agent binary a private relay runs, for its size.
     pub agent_binary: Option<PathBuf>,
+    /// Idle sessions for the figures marked 7, instead of the run's default.
+    pub sessions: Option<usize>,
+    /// Measure the data path a second time straight to an agent in the same sandbox.
+    pub direct: bool,
 }
 
 /// What each measurement gave, by figure key.
@@ -63,19 +71,23 @@ type Results = HashMap<&'static str, Result<Value, String>>;
 /// Runs the bench; `progress` hears what is being measured. Figures that cannot be measured
 /// are reported as such; only a failure to start is an error.
 pub(crate) async fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Report> {
-    let sizes = if options.quick {
+    let mut sizes = if options.quick {
         sizes::QUICK
     } else {
         sizes::FULL
     };
-    raise_open_files();
+    if let Some(n) = options.sessions {
+        sizes.sessions = n.max(1);
+    }
+    raise_open_files(sizes.sessions);
     let mut results = Results::new();
+    let mut direct = Results::new();
     measure_floors(&sizes, &mut results, progress).await;
 
     progress("starting the relay");
     let relay = Relay::start(options.relay.clone(), &options.tether).await?;
     let measured = tokio::select! {
-        sandbox = against(&relay, &options, &sizes, &mut results, progress) => Some(sandbox),
+        sandbox = against(&relay, &options, &sizes, &mut results, &mut direct, progress) => Some(sandbox),
         _ = tokio::signal::ctrl_c() => None,
     };
     if relay.is_private() {
@@ -111,6 +123,11 @@ pub(crate) async fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Re
         floors: collect(FLOORS, &mut results),
         figures: collect(FIGURES, &mut results),
     };
+    for figure in &mut report.figures {
+        if let Some(measured) = direct.remove(figure.key) {
+            figure.direct = Some(measured.unwrap_or_else(|error| Value::Failed { error }));
+        }
+    }
     report.judge();
     Ok(report)
 }
@@ -141,13 +158,15 @@ async fn measure_floors(sizes: &Sizes, results: &mut Results, progress: &dyn Fn(
     put(results, "tmpfs", tmpfs);
 }
 
-/// Everything measured through the relay; returns the measured sandbox's id. Setup failures
-/// are recorded against the figures they prevent.
+/// Everything measured through the relay (and, with `--direct`, the data path again straight
+/// to an agent in the same sandbox, into `direct`); returns the measured sandbox's id. Setup
+/// failures are recorded against the figures they prevent.
 async fn against(
     relay: &Relay,
     options: &Options,
     sizes: &Sizes,
     results: &mut Results,
+    direct: &mut Results,
     progress: &dyn Fn(&str),
 ) -> Option<String> {
     let rest = &relay.rest;
@@ -169,37 +188,70 @@ async fn against(
     };
     progress("agent idle memory");
     put(results, "agent_idle_rss", memory::agent_rss(&session).await);
+    // Each figure of the data path is measured through the relay and then, with `--direct`,
+    // straight away without it, so the two see the same machine.
+    let without = if options.direct {
+        progress("starting a second agent in the sandbox, for --direct");
+        let opened = match relay.data_dir() {
+            Some(dir) => Direct::open(&session, &dir, &sandbox.id)
+                .await
+                .map_err(|e| format!("{e:#}")),
+            None => Err(
+                "--direct measures a local sandbox of the bench's own relay: add --embedded"
+                    .to_string(),
+            ),
+        };
+        Some(opened)
+    } else {
+        None
+    };
+    let mut both = Both {
+        relayed: &session,
+        direct: without.as_ref(),
+        results,
+        direct_results: direct,
+    };
     progress("1 exec, warm connection");
-    put(
-        results,
-        "exec_warm",
-        exec::warm(&session, sizes.execs).await,
-    );
+    both.measure("exec_warm", |s| exec::warm(s, sizes.execs))
+        .await;
     progress("3 keystroke echo");
-    put(
-        results,
-        "keystroke",
-        pty::keystrokes(&session, sizes.keystrokes).await,
-    );
+    both.measure("keystroke", |s| pty::keystrokes(s, sizes.keystrokes))
+        .await;
     progress("4 stdout, piped");
-    let piped = pty::stdout(&session, sizes.pipe_bytes, sizes.throughput_runs, false).await;
-    put(results, "stdout_piped", piped);
+    both.measure("stdout_piped", |s| {
+        pty::stdout(s, sizes.pipe_bytes, sizes.throughput_runs, false)
+    })
+    .await;
     progress("4 stdout, PTY");
-    let tty = pty::stdout(&session, sizes.pty_bytes, sizes.throughput_runs, true).await;
-    put(results, "stdout_pty", tty);
+    both.measure("stdout_pty", |s| {
+        pty::stdout(s, sizes.pty_bytes, sizes.throughput_runs, true)
+    })
+    .await;
     progress("5 upload and download");
     match transfer::Files::create(sizes.transfer_bytes).await {
         Ok(files) => {
-            let up = transfer::upload(&session, &files, sizes.transfer_runs).await;
-            put(results, "upload", up);
-            let down = transfer::download(&session, &files, sizes.transfer_runs).await;
-            put(results, "download", down);
+            both.measure("upload", |s| {
+                transfer::upload(s, &files, sizes.transfer_runs)
+            })
+            .await;
+            both.measure("download", |s| {
+                transfer::download(s, &files, sizes.transfer_runs)
+            })
+            .await;
+            transfer::clean(&session).await;
         }
         Err(e) => {
             let e = format!("{e:#}");
-            results.insert("upload", Err(e.clone()));
-            results.insert("download", Err(e));
+            for key in ["upload", "download"] {
+                both.results.insert(key, Err(e.clone()));
+                if both.direct.is_some() {
+                    both.direct_results.insert(key, Err(e.clone()));
+                }
+            }
         }
+    }
+    if let Some(Ok(second)) = without {
+        second.close(&session).await;
     }
     drop(session);
     progress("2 `tether exec` as a new process");
@@ -229,19 +281,17 @@ async fn against(
     match crowd {
         Ok(crowd) => {
             results.insert("sessions_keystroke", Ok(crowd.keystroke.into()));
-            let relay_rss = crowd
-                .relay_rss
-                .ok_or_else(|| "the relay does not run on this machine".to_string());
+            let elsewhere = || "the relay does not run on this machine".to_string();
+            let relay_rss = crowd.relay_rss.ok_or_else(elsewhere);
             results.insert("sessions_relay_rss", relay_rss.map(Value::from));
+            let relay_each = crowd.relay_per_session.ok_or_else(elsewhere);
+            results.insert("sessions_relay_each", relay_each.map(Value::from));
             results.insert("sessions_agent_rss", Ok(crowd.agent_rss.into()));
+            results.insert("sessions_agent_each", Ok(crowd.agent_per_session.into()));
         }
         Err(e) => {
             let e = format!("{e:#}");
-            for key in [
-                "sessions_keystroke",
-                "sessions_relay_rss",
-                "sessions_agent_rss",
-            ] {
+            for key in SESSION_FIGURES {
                 results.insert(key, Err(e.clone()));
             }
         }
@@ -253,6 +303,15 @@ async fn against(
     Some(id)
 }
 
+/// The figures the crowd of idle sessions gives.
+const SESSION_FIGURES: [&str; 5] = [
+    "sessions_keystroke",
+    "sessions_relay_rss",
+    "sessions_relay_each",
+    "sessions_agent_rss",
+    "sessions_agent_each",
+];
+
 /// Deletes every sandbox the bench created on a private relay, including any an interrupted
 /// run left behind: the relay's data directory goes with it, its sandboxes must not outlive it.
 async fn sweep(relay: &Relay) {
@@ -260,6 +319,33 @@ async fn sweep(relay: &Relay) {
     if let Ok(left) = relay.rest.list(&labels).await {
         for sandbox in left {
             let _ = relay.rest.delete(&sandbox.id).await;
+        }
+    }
+}
+
+/// The relayed session and, with `--direct`, the direct one, and where their figures go.
+struct Both<'a> {
+    relayed: &'a Session,
+    direct: Option<&'a Result<Direct, String>>,
+    results: &'a mut Results,
+    direct_results: &'a mut Results,
+}
+
+impl<'a> Both<'a> {
+    /// Measures figure `key` with `measure` through the relay, then directly when asked.
+    async fn measure<T, F, Fut>(&mut self, key: &'static str, measure: F)
+    where
+        T: Into<Value>,
+        F: Fn(&'a Session) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<T>>,
+    {
+        put(self.results, key, measure(self.relayed).await);
+        match self.direct {
+            Some(Ok(direct)) => put(self.direct_results, key, measure(&direct.session).await),
+            Some(Err(e)) => {
+                self.direct_results.insert(key, Err(e.clone()));
+            }
+            None => {}
         }
     }
 }
@@ -287,12 +373,28 @@ fn collect(specs: &[Spec], results: &mut Results) -> Vec<Figure> {
         .collect()
 }
 
-/// A thousand sessions need a few thousand descriptors here, in a private relay and in its
-/// sandboxes' agents (which inherit the limit): raise the soft limit to the hard one.
-fn raise_open_files() {
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard {
-            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-        }
+/// Idle sessions need descriptors here (one each), in a private relay (two each) and in its
+/// sandboxes' agents, which inherit the limit: the soft limit is raised to the hard one, and
+/// as root the hard one to what `sessions` need, as far as the kernel allows
+/// (`/proc/sys/fs/nr_open`).
+fn raise_open_files(sessions: usize) {
+    let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let wanted = (sessions as u64 * DESCRIPTORS_PER_SESSION + SPARE_DESCRIPTORS).max(hard);
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(hard);
+    let raised = wanted.min(ceiling.max(hard));
+    if raised > hard && setrlimit(Resource::RLIMIT_NOFILE, raised, raised).is_ok() {
+        return;
     }
+    let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
 }
+
+/// Descriptors an idle session costs the process that needs the most of them: the relay,
+/// two sockets each, with room to spare.
+const DESCRIPTORS_PER_SESSION: u64 = 3;
+/// Descriptors beyond the sessions': the relay's reserve, its database, the bench's own.
+const SPARE_DESCRIPTORS: u64 = 4096;

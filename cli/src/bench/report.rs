@@ -65,9 +65,36 @@ pub(crate) struct Figure {
     /// Whether the target holds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub met: Option<bool>,
+    /// The same figure straight to an agent in the same sandbox, without the relay
+    /// (`--direct`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub direct: Option<Value>,
+    /// What the relay costs against [`Figure::direct`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relay_cost: Option<RelayCost>,
     #[serde(skip)]
     goal: Option<Goal>,
 }
+
+/// What the relay costs a figure, against the same figure without it.
+#[derive(Debug, Serialize)]
+pub(crate) struct RelayCost {
+    /// A throughput's median as a share of the direct one's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
+    /// What a latency's median adds to the direct one's, in microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub added_us: Option<f64>,
+    /// The target, in words.
+    pub target: String,
+    /// Whether it holds.
+    pub met: bool,
+}
+
+/// Through the relay, a throughput keeps at least this share of direct's (issue 14).
+const RELAYED_SHARE: f64 = 0.9;
+/// Through the relay, a latency's median adds at most this to direct's (issue 14).
+const RELAYED_ADDED: Duration = Duration::from_micros(50);
 
 /// A measurement's outcome.
 #[derive(Debug, Serialize)]
@@ -129,6 +156,8 @@ impl Figure {
             ratio: None,
             target: None,
             met: None,
+            direct: None,
+            relay_cost: None,
             goal: None,
         }
     }
@@ -143,6 +172,8 @@ impl Figure {
             ratio: None,
             target: None,
             met: None,
+            direct: None,
+            relay_cost: None,
             goal: spec.goal,
         }
     }
@@ -170,8 +201,34 @@ impl Figure {
         }
     }
 
+    /// What the relay costs this figure, when it was also measured without the relay.
+    fn relay_cost(&self) -> Option<RelayCost> {
+        match (&self.value, self.direct.as_ref()?) {
+            (Value::Throughput(relayed), Value::Throughput(direct)) => {
+                let share = relayed.median / direct.median;
+                Some(RelayCost {
+                    share: Some(share),
+                    added_us: None,
+                    target: format!("≥ {:.0}% of direct", RELAYED_SHARE * 100.0),
+                    met: share >= RELAYED_SHARE,
+                })
+            }
+            (Value::Latency(relayed), Value::Latency(direct)) => {
+                let added = relayed.median.as_secs_f64() - direct.median.as_secs_f64();
+                Some(RelayCost {
+                    share: None,
+                    added_us: Some(added * 1e6),
+                    target: format!("≤ direct + {}", duration(RELAYED_ADDED)),
+                    met: added <= RELAYED_ADDED.as_secs_f64(),
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// Fills in the ratio to the floor and the target's verdict.
     fn judge(&mut self, floors: &[Figure]) {
+        self.relay_cost = self.relay_cost();
         let floor = self
             .floor
             .and_then(|key| floors.iter().find(|f| f.key == key));
@@ -309,6 +366,38 @@ impl Report {
                 numbers(&f.value),
                 ratio
             );
+        }
+        let direct: Vec<&Figure> = self.figures.iter().filter(|f| f.direct.is_some()).collect();
+        if !direct.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n{:<44}{:>12}{:>12}  {:<20}{:<8}target",
+                "the relay's cost: the same, direct to an agent",
+                "median",
+                "p99 | worst",
+                "relayed vs direct",
+                ""
+            );
+            for f in direct {
+                let (cost, verdict, target) = match &f.relay_cost {
+                    Some(c) => (
+                        match (c.share, c.added_us) {
+                            (Some(share), _) => format!("{:.0}% of direct", share * 100.0),
+                            (_, Some(us)) => format!("{us:+.0} µs"),
+                            _ => String::new(),
+                        },
+                        if c.met { "met" } else { "MISSED" },
+                        c.target.as_str(),
+                    ),
+                    None => (String::new(), "", ""),
+                };
+                let numbers = f.direct.as_ref().map(numbers).unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "  {:<42}{numbers}  {cost:<20}{verdict:<8}{target}",
+                    f.name
+                );
+            }
         }
         out
     }

@@ -1,7 +1,8 @@
-//! Many idle terminals through one relay: opens `n` sessions to one sandbox, each its own
-//! tunnel with a PTY running `cat`, then, while all are open, types across them (one
-//! keystroke per session in turn, so every session's path is exercised) and reads the
-//! relay's and the agent's resident memory.
+//! Many idle terminals through one relay: opens `n` sessions, each its own tunnel with a PTY
+//! running `cat`, spread over sandboxes of at most [`SESSIONS_PER_SANDBOX`] (a relay lets one
+//! sandbox hold 1,024), then, while all are open, types across them (one keystroke per
+//! session in turn, so every session's path is exercised) and reads the relay's and the
+//! agents' resident memory, before and with the crowd open.
 
 use std::sync::Arc;
 
@@ -12,10 +13,17 @@ use tokio::task::JoinSet;
 use super::memory;
 use super::pty::{echo_terminal, keystroke, KEYSTROKES, KEYSTROKE_WARMUP};
 use super::stats::Latency;
+use super::target::Sandbox;
 use tether_client::{Process, RelayClient, Session};
 
 /// Sessions being opened at once.
 const OPENING: usize = 64;
+/// The most sessions put on one sandbox: under the relay's cap of 1,024 per sandbox, with
+/// room for the bench's own.
+pub(super) const SESSIONS_PER_SANDBOX: usize = 1000;
+/// PTYs a machine keeps for its initial devpts instance (`/proc/sys/kernel/pty/reserve`),
+/// which sandboxes, each with a devpts of its own, cannot use.
+const PTY_RESERVE_DEFAULT: u64 = 1024;
 
 /// What the crowd of sessions measured.
 pub(super) struct Crowd {
@@ -23,11 +31,17 @@ pub(super) struct Crowd {
     pub keystroke: Latency,
     /// The relay's resident memory with every session open, when it runs on this machine.
     pub relay_rss: Option<u64>,
-    /// The agent's resident memory with every session open.
+    /// The agents' resident memory with every session open, summed over the crowd's
+    /// sandboxes.
     pub agent_rss: u64,
+    /// What the relay grew by per session, when it runs on this machine.
+    pub relay_per_session: Option<u64>,
+    /// What the agents grew by per session.
+    pub agent_per_session: u64,
 }
 
-/// Opens `n` idle terminal sessions to sandbox `id` and types `keystrokes` keys across them.
+/// Opens `n` idle terminal sessions (to sandbox `id`, and to as many more fresh sandboxes as
+/// they need) and types `keystrokes` keys across them.
 pub(super) async fn crowd(
     rest: &RelayClient,
     relay_pid: Option<u32>,
@@ -35,9 +49,46 @@ pub(super) async fn crowd(
     n: usize,
     keystrokes: usize,
 ) -> anyhow::Result<Crowd> {
-    let mut terminals = open(rest, id, n).await?;
+    if relay_pid.is_some() {
+        ptys_for(n)?;
+    }
+    let mut extra = Vec::new();
+    let measured = measure(rest, relay_pid, id, n, keystrokes, &mut extra).await;
+    for sandbox in extra {
+        if let Err(e) = sandbox.release(rest).await {
+            tracing::warn!("{e:#}");
+        }
+    }
+    measured
+}
+
+async fn measure(
+    rest: &RelayClient,
+    relay_pid: Option<u32>,
+    id: &str,
+    n: usize,
+    keystrokes: usize,
+    extra: &mut Vec<Sandbox>,
+) -> anyhow::Result<Crowd> {
+    let mut ids = vec![id.to_string()];
+    for _ in 1..n.div_ceil(SESSIONS_PER_SANDBOX) {
+        let sandbox = Sandbox::get_or_create(rest, None)
+            .await
+            .context("cannot create another sandbox for the crowd")?;
+        ids.push(sandbox.id.clone());
+        extra.push(sandbox);
+    }
+    // One session per sandbox, not counted, reads its agent's memory.
+    let mut probes = Vec::with_capacity(ids.len());
+    for id in &ids {
+        probes.push(rest.connect(id).await?);
+    }
     let relay_before = relay_pid.map(memory::rss).transpose()?;
-    let agent_rss = memory::agent_rss(&terminals[0].0).await?;
+    let agents_before = agents_rss(&probes).await?;
+
+    let mut terminals = open(rest, &ids, n).await?;
+    let relay_open = relay_pid.map(memory::rss).transpose()?;
+    let agent_rss = agents_rss(&probes).await?;
 
     let mut samples = Vec::with_capacity(keystrokes);
     for i in 0..keystrokes + KEYSTROKE_WARMUP {
@@ -50,19 +101,37 @@ pub(super) async fn crowd(
         }
     }
     let relay_after = relay_pid.map(memory::rss).transpose()?;
+    let relay_rss = relay_open.max(relay_after);
+    let per = |after: u64, before: u64| after.saturating_sub(before) / n as u64;
     Ok(Crowd {
         keystroke: Latency::of(samples).context("no samples")?,
-        relay_rss: relay_before.max(relay_after),
+        relay_rss,
         agent_rss,
+        relay_per_session: relay_rss.zip(relay_before).map(|(a, b)| per(a, b)),
+        agent_per_session: per(agent_rss, agents_before),
     })
 }
 
-/// Opens `n` sessions, each with an echo terminal, [`OPENING`] at a time.
-async fn open(rest: &RelayClient, id: &str, n: usize) -> anyhow::Result<Vec<(Session, Process)>> {
+/// The resident memory of the agents behind `sessions`, summed.
+async fn agents_rss(sessions: &[Session]) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for session in sessions {
+        total += memory::agent_rss(session).await?;
+    }
+    Ok(total)
+}
+
+/// Opens `n` sessions spread over sandboxes `ids`, each with an echo terminal, [`OPENING`]
+/// at a time.
+async fn open(
+    rest: &RelayClient,
+    ids: &[String],
+    n: usize,
+) -> anyhow::Result<Vec<(Session, Process)>> {
     let permits = Arc::new(Semaphore::new(OPENING));
     let mut opening = JoinSet::new();
-    for _ in 0..n {
-        let (rest, id, permits) = (rest.clone(), id.to_string(), permits.clone());
+    for i in 0..n {
+        let (rest, id, permits) = (rest.clone(), ids[i % ids.len()].clone(), permits.clone());
         opening.spawn(async move {
             let _permit = permits.acquire_owned().await?;
             let session = rest.connect(&id).await?;
@@ -83,4 +152,31 @@ async fn open(rest: &RelayClient, id: &str, n: usize) -> anyhow::Result<Vec<(Ses
         }
     }
     Ok(open)
+}
+
+/// Checks that this machine lets sandboxes open `n` more terminals: each has a devpts
+/// instance of its own, and all of those share `kernel.pty.max` less the initial instance's
+/// reserve.
+fn ptys_for(n: usize) -> anyhow::Result<()> {
+    let read = |name: &str| -> Option<u64> {
+        std::fs::read_to_string(format!("/proc/sys/kernel/pty/{name}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let (Some(max), Some(open)) = (read("max"), read("nr")) else {
+        return Ok(()); // not Linux's counters: let the sessions say what fails
+    };
+    let reserve = read("reserve").unwrap_or(PTY_RESERVE_DEFAULT);
+    let free = max.saturating_sub(reserve).saturating_sub(open);
+    let wanted = n as u64;
+    anyhow::ensure!(
+        free >= wanted,
+        "{n} idle terminal sessions need {n} PTYs, and sandboxes may open only {free} more \
+         here (kernel.pty.max {max}, less {reserve} reserved for the host and {open} open): \
+         raise it (`sysctl -w kernel.pty.max={}`) or measure fewer (`--sessions N`)",
+        (open + reserve + wanted).next_power_of_two()
+    );
+    Ok(())
 }

@@ -45,7 +45,7 @@ pub(super) const FULL: Sizes = Sizes {
     transfer_bytes: 1 << 30, // 1 GiB
     transfer_runs: 3,
     creates: 20,
-    sessions: 1000,
+    sessions: 10_000,
     session_keystrokes: 2000,
 };
 

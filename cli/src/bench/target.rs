@@ -96,6 +96,11 @@ impl Relay {
         self.private.is_some()
     }
 
+    /// The data directory of a relay the bench started.
+    pub(super) fn data_dir(&self) -> Option<PathBuf> {
+        self.private.as_ref().map(|p| p.dir.path().join("data"))
+    }
+
     /// Stops a private relay (SIGTERM, then SIGKILL after [`STOP_TIMEOUT`]) and removes its
     /// data directory. A relay the caller named is left alone.
     pub(super) async fn stop(self) {

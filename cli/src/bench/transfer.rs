@@ -115,7 +115,7 @@ pub(super) async fn upload(
     Throughput::of(files.bytes, &times).context("no runs")
 }
 
-/// Downloads the uploaded file from the sandbox `runs` times; removes it afterwards.
+/// Downloads the uploaded file from the sandbox `runs` times (see [`clean`]).
 pub(super) async fn download(
     session: &Session,
     files: &Files,
@@ -138,8 +138,12 @@ pub(super) async fn download(
             files.bytes
         );
     }
-    let _ = session.remove(REMOTE, false).await;
     Throughput::of(files.bytes, &times).context("no runs")
+}
+
+/// Removes the uploaded file from the sandbox.
+pub(super) async fn clean(session: &Session) {
+    let _ = session.remove(REMOTE, false).await;
 }
 
 /// A file on a memory file system, read and written on the calling thread.

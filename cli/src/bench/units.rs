@@ -24,13 +24,15 @@ pub(super) fn rate(bytes_per_s: f64) -> String {
     }
 }
 
-/// Binary units, as memory and files are: `5.2 MiB`, `23.5 GiB`.
+/// Binary units, as memory and files are: `5.2 MiB`, `23.5 GiB`, `12.0 KiB`.
 pub(super) fn size(bytes: u64) -> String {
     let b = bytes as f64;
     if b >= (1u64 << 30) as f64 {
         format!("{:.1} GiB", b / (1u64 << 30) as f64)
-    } else {
+    } else if b >= (1u64 << 20) as f64 {
         format!("{:.1} MiB", b / (1u64 << 20) as f64)
+    } else {
+        format!("{:.1} KiB", b / (1u64 << 10) as f64)
     }
 }
 
@@ -47,5 +49,6 @@ mod tests {
         assert_eq!(rate(61e6), "61.0 MB/s");
         assert_eq!(size(5 << 20), "5.0 MiB");
         assert_eq!(size(3 << 30), "3.0 GiB");
+        assert_eq!(size(12 << 10), "12.0 KiB");
     }
 }

@@ -33,6 +33,15 @@ pub(super) struct BenchArgs {
     /// Always start a private relay for the run, even if one is configured or running.
     #[arg(long)]
     embedded: bool,
+    /// Idle terminal sessions to open for the figures marked 7 (default: 10,000, or 100 with
+    /// --quick). They are spread over sandboxes of 1,000, and need as many PTYs.
+    #[arg(long, value_name = "N")]
+    sessions: Option<usize>,
+    /// Measure the data path (exec, keystrokes, stdout, transfers) a second time straight to
+    /// an agent in the same sandbox, so that what the relay costs is a figure of its own.
+    /// Needs the bench's own relay (a fresh local sandbox).
+    #[arg(long)]
+    direct: bool,
 }
 
 /// Runs the bench and prints its report. Fails when a figure could not be measured; a
@@ -58,6 +67,8 @@ pub(super) fn run(relay: Option<&str>, args: BenchArgs) -> anyhow::Result<()> {
         quick: args.quick,
         tether: std::env::current_exe().context("cannot find the tether executable's path")?,
         agent_binary: serve::agent_binary().ok(),
+        sessions: args.sessions,
+        direct: args.direct,
     };
     let progress = |step: &str| eprintln!("tether bench: {step}");
     let report = super::block_on(super::current_thread()?, bench::run(options, &progress))?;

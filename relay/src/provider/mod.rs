@@ -17,10 +17,10 @@ pub(crate) mod modal;
 pub mod network;
 #[cfg(feature = "runloop")]
 pub(crate) mod runloop;
+pub(crate) mod upgrade;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,8 +33,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 pub trait AgentIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> AgentIo for T {}
 
-/// An upgraded WebSocket to a sandbox's agent, authenticated with the sandbox's token.
-pub(crate) type AgentSocket = tokio_tungstenite::WebSocketStream<Pin<Box<dyn AgentIo>>>;
+pub use upgrade::AgentSocket;
 
 /// What a provider reports back from a create; the relay persists it in the registry.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -44,6 +44,20 @@ pub(super) const MAX_BATCH: usize = 64;
 /// Largest WebSocket message accepted from a client: the agent's own limit, twice the
 /// largest protocol frame, so oversized frames reach the agent's decoder and get its error.
 pub(super) const MAX_MESSAGE: usize = 2 * (limits::MAX_PAYLOAD + limits::HEADER_LEN);
+/// The shortest peer timeout at which a tunnel is spliced even though its client did not
+/// announce that it pings when asked (`x-tether-ping-interval`): twice the 15 s at which the
+/// agent pings, and the client answers, so a live session is heard in time without the
+/// relay's own pings. Below it such a tunnel forwards frames, and the relay pings.
+pub(super) const SPLICE_UNANNOUNCED_MIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Capacity asked of each pipe of the spliced path: 1 MiB (the kernel's default ceiling,
+/// `/proc/sys/fs/pipe-max-size`), so one pair of `splice(2)` calls moves up to 1 MiB.
+pub(super) const PIPE_BYTES: usize = 1 << 20; // 1 MiB
+/// Idle pipes kept for the next burst: each costs two descriptors and no memory.
+pub(super) const IDLE_PIPES: usize = 16;
+/// A copy buffer of the spliced path (TLS, or a provider's stream): 256 KiB.
+pub(super) const COPY_BUFFER: usize = 256 << 10; // 256 KiB
+/// Idle copy buffers kept for the next burst: at most 4 MiB held between bursts.
+pub(super) const IDLE_BUFFERS: usize = 16;
 
 /// Secrets one tenant's store holds at most: at 64 KiB each, 16 MiB of values.
 pub(super) const MAX_SECRETS_PER_TENANT: usize = 256;

@@ -4,7 +4,9 @@
 //! # Layout
 //! - this file: [`start`] and shutting down ([`RunningRelay`]);
 //! - `state`: what all handlers share; `routes`: the router, health, tokens;
-//! - `sandboxes`: the lifecycle routes; `tunnel`: the WebSocket data path;
+//! - `sandboxes`: the lifecycle routes; `tunnel`: the WebSocket data path (its upgrades,
+//!   and frame forwarding where it cannot splice); `splice`: copying a tunnel's bytes
+//!   unread;
 //! - `secrets`: the tenants' secret store (values sealed by the store, bound to sandboxes by
 //!   [`crate::egress::secrets`]);
 //! - `auth`: API tokens, the admin token file, the caller's tenant and role;
@@ -36,6 +38,7 @@ mod recovery;
 mod routes;
 mod sandboxes;
 mod secrets;
+mod splice;
 mod state;
 #[cfg(test)]
 mod tests;

@@ -326,12 +326,14 @@ async fn forward(
                 sandbox.id
             ))
         })?;
-    let session = Session::handshake(agent).await.map_err(|e| {
-        bad_gateway(format!(
-            "the agent of sandbox {} did not answer: {e}",
-            sandbox.id
-        ))
-    })?;
+    let session = Session::handshake(agent.into_websocket().await)
+        .await
+        .map_err(|e| {
+            bad_gateway(format!(
+                "the agent of sandbox {} did not answer: {e}",
+                sandbox.id
+            ))
+        })?;
     let stream = session.connect_port(target.port).await.map_err(|e| {
         bad_gateway(format!(
             "cannot connect to port {} in sandbox {}: {e}",

@@ -455,7 +455,7 @@ async fn attach_egress(
         .connect(&sandbox.handle())
         .await
         .map_err(|e| ApiError::provider(provider.name(), Some(&sandbox.id), e))?;
-    let session = tether_client::Session::handshake(agent)
+    let session = tether_client::Session::handshake(agent.into_websocket().await)
         .await
         .map_err(|e| {
             ApiError::Provider(format!(

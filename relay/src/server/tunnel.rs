@@ -1,38 +1,58 @@
 //! The data path: `GET /v1/sandboxes/{id}/ws` upgrades the client, opens a fresh connection
-//! to the sandbox's agent, and forwards messages both ways unchanged.
+//! to the sandbox's agent, and carries the session between them.
 //!
-//! Nothing is parsed: the protocol's handshake and its per-stream credit pass through, so flow
-//! control is end to end and the relay holds at most one batch per direction. Binary payloads
-//! move as the same `Bytes` from one socket to the other. Whatever is already waiting is
-//! written in one batch with one flush; a lone message is flushed at once. Pings are answered
-//! by each side's WebSocket; a close from either side is passed on. A client that breaks the
-//! WebSocket protocol is closed with the code RFC 6455 gives its fault (1002, 1007, 1009).
+//! The relay answers the client's upgrade itself, once the agent's side is open (so a
+//! sandbox it cannot reach is a 502 before the upgrade): the accept of the client's key, no
+//! extension and no subprotocol (none could pass through), and the longest interval it needs
+//! between the client's pings (`x-tether-ping-interval`, a third of the peer timeout). The
+//! session then runs end to end, and how the relay carries it depends on whether it can hear
+//! both sides alive without pinging them itself:
 //!
-//! Each hop is watched on its own: the relay pings the client and the agent, and a side from
-//! which nothing at all (not even a pong) arrives for the peer timeout (`tether serve
-//! --peer-timeout`) is taken for dead, exactly as if its connection had dropped: the other
-//! side is closed, so the agent kills the session's foreground processes. A black-holed
-//! connection, whose packets vanish without a reset, would otherwise hold the session open
-//! for as long as TCP keeps retrying, or forever when nothing is being sent.
+//! - **Spliced** (`splice`): when the client announced that it pings as often as asked, or
+//!   the peer timeout is long enough for the agent's own pings, the relay copies bytes both
+//!   ways without reading them. A side silent for the peer timeout is dropped with the other.
+//! - **Forwarded** (below): otherwise, the relay reads messages and forwards them unchanged,
+//!   answering and sending pings itself. Binary payloads move as the same `Bytes` from one
+//!   socket to the other; whatever is already waiting is written in one batch with one flush.
+//!   Each hop is watched on its own: the relay pings the client and the agent, and a side
+//!   from which nothing at all (not even a pong) arrives for the peer timeout (`tether serve
+//!   --peer-timeout`) is taken for dead, exactly as if its connection had dropped: the other
+//!   side is closed, so the agent kills the session's foreground processes. A client that
+//!   breaks the WebSocket protocol is closed with the code RFC 6455 gives its fault (1002,
+//!   1007, 1009).
+//!
+//! Either way a black-holed connection, whose packets vanish without a reset, cannot hold a
+//! session open for as long as TCP keeps retrying, or forever when nothing is being sent.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{self, rejection::WebSocketUpgradeRejection, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, State};
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::header::{self, HeaderMap, HeaderValue};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
-use tether_proto::limits;
+use hyper::upgrade::{OnUpgrade, Upgraded};
+use hyper_util::rt::TokioIo;
+use tether_proto::{keepalive, limits};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::{self as ts, protocol::frame::coding::CloseCode};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::{frame::coding::CloseCode, CloseFrame, Role};
+use tokio_tungstenite::tungstenite::{self as ts, protocol::WebSocketConfig, Message};
+use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::activity::TunnelGuard;
 use super::auth::Caller;
-use super::constants::{CLOSE_GRACE, MAX_BATCH, MAX_MESSAGE};
+use super::constants::{CLOSE_GRACE, MAX_BATCH, MAX_MESSAGE, SPLICE_UNANNOUNCED_MIN_TIMEOUT};
 use super::error::ApiError;
 use super::sandboxes::find;
+use super::splice::{self, Conn, End, Raw};
 use super::state::{now_ms, Relay};
 use crate::provider::{AgentSocket, ProviderError, SandboxState};
 
@@ -46,26 +66,102 @@ const PROTOCOL_ERROR: u16 = 1002;
 const INVALID_PAYLOAD: u16 = 1007;
 /// Close code for a message over the size limit (RFC 6455 §7.4.1).
 const MESSAGE_TOO_BIG: u16 = 1009;
-/// Read buffer of the client's WebSocket: 32 KiB. The library default, 128 KiB, is zeroed on
-/// the first read and stays resident, which made 1,000 idle tunnels cost 128 MiB; a 64 KiB
-/// data frame now takes two reads instead of one.
-pub(super) const CLIENT_READ_BUFFER: usize = 32 << 10;
-/// The most often the relay pings either side: 100 ms, whatever the peer timeout.
-const MIN_PING_PERIOD: Duration = Duration::from_millis(100);
+/// Read buffer of the client's WebSocket when the relay forwards messages: 32 KiB. The
+/// library default, 128 KiB, is zeroed on the first read and stays resident, which made
+/// 1,000 idle tunnels cost 128 MiB; a 64 KiB data frame now takes two reads instead of one.
+const CLIENT_READ_BUFFER: usize = 32 << 10;
+/// The most often the relay pings either side, or asks the client to: 100 ms, whatever the
+/// peer timeout.
+const MIN_PING_PERIOD: Duration = keepalive::MIN_PING_INTERVAL;
+
+/// A client's WebSocket upgrade, checked as RFC 6455 §4.2.1 asks of a server.
+pub(super) struct ClientUpgrade {
+    /// Its `Sec-WebSocket-Key`.
+    key: HeaderValue,
+    /// Whether it announced that it pings as often as the `101` asks.
+    pings_when_asked: bool,
+    /// The connection, once the `101` is sent.
+    on_upgrade: OnUpgrade,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientUpgrade {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<ClientUpgrade, ApiError> {
+        let refuse = |what: &str| {
+            ApiError::Invalid(format!(
+                "{what}: this endpoint is a WebSocket; connect with a WebSocket client"
+            ))
+        };
+        let headers = &parts.headers;
+        if !has_token(headers, header::CONNECTION, "upgrade") {
+            return Err(refuse("the Connection header does not include 'upgrade'"));
+        }
+        if !has_token(headers, header::UPGRADE, "websocket") {
+            return Err(refuse("the Upgrade header does not include 'websocket'"));
+        }
+        if headers
+            .get(header::SEC_WEBSOCKET_VERSION)
+            .map(|v| v.as_bytes())
+            != Some(b"13")
+        {
+            return Err(refuse("the Sec-WebSocket-Version header is not 13"));
+        }
+        let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY).cloned() else {
+            return Err(refuse("the Sec-WebSocket-Key header is missing"));
+        };
+        let pings_when_asked = headers
+            .get(keepalive::PING_INTERVAL_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(keepalive::parse_interval)
+            .is_some();
+        let Some(on_upgrade) = parts.extensions.remove::<OnUpgrade>() else {
+            return Err(refuse("this connection cannot be upgraded"));
+        };
+        Ok(ClientUpgrade {
+            key,
+            pings_when_asked,
+            on_upgrade,
+        })
+    }
+}
+
+/// Whether the comma-separated header `name` lists `token` (case-insensitively).
+fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+impl ClientUpgrade {
+    /// The `101` that completes the upgrade, asking for a ping at least every `ping`.
+    fn accept(&self, ping: Duration) -> Response {
+        let accept = derive_accept_key(self.key.as_bytes());
+        Response::builder()
+            .status(StatusCode::SWITCHING_PROTOCOLS)
+            .header(header::CONNECTION, "upgrade")
+            .header(header::UPGRADE, "websocket")
+            .header(header::SEC_WEBSOCKET_ACCEPT, accept)
+            .header(
+                keepalive::PING_INTERVAL_HEADER,
+                keepalive::format_interval(ping),
+            )
+            .body(Body::empty())
+            .expect("a 101 of valid headers")
+    }
+}
 
 /// `GET /v1/sandboxes/{id}/ws`.
 pub(super) async fn open(
     State(relay): State<Arc<Relay>>,
     caller: Caller,
     Path(id): Path<String>,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    upgrade: Result<ClientUpgrade, ApiError>,
 ) -> Result<Response, ApiError> {
-    let upgrade = upgrade.map_err(|e| {
-        ApiError::Invalid(format!(
-            "{}: this endpoint is a WebSocket; connect with a WebSocket client",
-            e.body_text()
-        ))
-    })?;
+    let upgrade = upgrade?;
     let mut sandbox = find(&relay, &caller, id).await?;
     let provider = relay.provider_of(&sandbox)?;
     if sandbox.state == SandboxState::Dead {
@@ -104,30 +200,109 @@ pub(super) async fn open(
             )))
         }
     };
-    debug!("tunnel to sandbox {} open", sandbox.id);
+    let keep_alive = keep_alive(provider, sandbox.handle());
+    Ok(carry_session(relay, upgrade, agent, guard, keep_alive))
+}
+
+/// Answers the client's `upgrade` and carries the session between it and `agent` until it
+/// ends: spliced when the relay can hear both sides alive by their bytes alone, forwarded
+/// message by message otherwise. `guard` counts the tunnel (and is dropped with it);
+/// `keep_alive`, the task keeping the sandbox alive at its provider, is aborted at the end.
+/// The owner's side of a relay-to-relay hop carries its peer's session the same way.
+pub(super) fn carry_session(
+    relay: Arc<Relay>,
+    upgrade: ClientUpgrade,
+    agent: AgentSocket,
+    guard: TunnelGuard,
+    keep_alive: Option<tokio::task::JoinHandle<()>>,
+) -> Response {
+    let peer_timeout = relay.peer_timeout;
+    let spliced = upgrade.pings_when_asked || peer_timeout >= SPLICE_UNANNOUNCED_MIN_TIMEOUT;
+    debug!(
+        "tunnel to sandbox {} open ({})",
+        guard.id(),
+        if spliced {
+            "spliced"
+        } else {
+            "forwarding frames"
+        }
+    );
+    let response = upgrade.accept(ping_period(peer_timeout));
     // Shutdown waits for tunnels through this token, not through hyper: an upgraded
     // connection has left hyper's hands.
     let task = relay.tasks.token();
-    Ok(upgrade
-        .max_message_size(MAX_MESSAGE)
-        .max_frame_size(MAX_MESSAGE)
-        .read_buffer_size(CLIENT_READ_BUFFER)
-        .on_upgrade(move |client| async move {
-            let keep_alive = keep_alive(provider, sandbox.handle());
-            forward(client, agent, relay.peer_timeout, relay.shutdown.clone()).await;
-            if let Some(task) = keep_alive {
-                task.abort();
+    tokio::spawn(async move {
+        match upgrade.on_upgrade.await {
+            Ok(client) if spliced => {
+                carry(client, agent, peer_timeout, &relay.shutdown).await;
             }
-            if let Err(e) = relay
-                .registry
-                .touch(vec![guard.id().clone()], now_ms())
-                .await
-            {
-                warn!("cannot record activity on sandbox {}: {e}", guard.id());
+            Ok(client) => {
+                let client = client_websocket(client).await;
+                let agent = agent.into_websocket().await;
+                forward(client, agent, peer_timeout, relay.shutdown.clone()).await;
             }
-            debug!("tunnel to sandbox {} closed", guard.id());
-            drop((guard, task));
-        }))
+            Err(e) => debug!("the client's upgrade to sandbox {} failed: {e}", guard.id()),
+        }
+        if let Some(task) = keep_alive {
+            task.abort();
+        }
+        if let Err(e) = relay
+            .registry
+            .touch(vec![guard.id().clone()], now_ms())
+            .await
+        {
+            warn!("cannot record activity on sandbox {}: {e}", guard.id());
+        }
+        debug!("tunnel to sandbox {} closed", guard.id());
+        drop((guard, task));
+    });
+    response
+}
+
+/// Splices `client` and `agent` until the session ends, and logs how it did.
+async fn carry(
+    client: Upgraded,
+    agent: AgentSocket,
+    peer_timeout: Duration,
+    shutdown: &CancellationToken,
+) {
+    // A plain TCP client can be spliced; under TLS (or anything else) hyper's stream is
+    // copied, and it gives back what it read past the request itself.
+    let (client, client_early) = match client.downcast::<TokioIo<TcpStream>>() {
+        Ok(parts) => (Conn::Raw(Raw::Tcp(parts.io.into_inner())), parts.read_buf),
+        Err(client) => (Conn::Stream(Box::pin(TokioIo::new(client))), Bytes::new()),
+    };
+    let (agent, agent_early) = agent.into_parts();
+    let done = splice::run(
+        client,
+        client_early,
+        agent.into(),
+        agent_early,
+        peer_timeout,
+        shutdown,
+    )
+    .await;
+    let silence = seconds(peer_timeout);
+    match done.end {
+        End::AgentSilent => warn!(
+            "the sandbox's agent was silent for {silence}; closing a tunnel to it ({} bytes \
+             up, {} down)",
+            done.up, done.down
+        ),
+        end => debug!(
+            "spliced tunnel ended ({end:?}; {} bytes up, {} down; peer timeout {silence})",
+            done.up, done.down
+        ),
+    }
+}
+
+/// The client's connection as a WebSocket whose messages the relay reads.
+async fn client_websocket(client: Upgraded) -> WebSocketStream<TokioIo<Upgraded>> {
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE))
+        .max_frame_size(Some(MAX_MESSAGE))
+        .read_buffer_size(CLIENT_READ_BUFFER);
+    WebSocketStream::from_raw_socket(TokioIo::new(client), Role::Server, Some(config)).await
 }
 
 /// While a session is open, pushes ahead the timer of a provider that would end the sandbox
@@ -150,33 +325,22 @@ fn keep_alive(
     }))
 }
 
-/// Forwards between `client` and `agent` until both sides have closed (or one has and the
-/// other has not answered within [`CLOSE_GRACE`]), until either side is silent for
+/// Forwards messages between `client` and `agent` until both sides have closed (or one has
+/// and the other has not answered within [`CLOSE_GRACE`]), until either side is silent for
 /// `peer_timeout`, or until `shutdown` fires.
-pub(super) async fn forward(
-    client: WebSocket,
-    agent: AgentSocket,
-    peer_timeout: Duration,
-    shutdown: CancellationToken,
-) {
+async fn forward<C, A>(client: C, agent: A, peer_timeout: Duration, shutdown: CancellationToken)
+where
+    C: Stream<Item = Result<Message, ts::Error>> + Sink<Message> + Unpin,
+    A: Stream<Item = Result<Message, ts::Error>> + Sink<Message> + Unpin,
+{
     let (mut client_tx, client_rx) = client.split();
     let (mut agent_tx, agent_rx) = agent.split();
     let mut client_rx = std::pin::pin!(client_rx.take_until(shutdown.clone().cancelled_owned()));
     let mut agent_rx = std::pin::pin!(agent_rx.take_until(shutdown.clone().cancelled_owned()));
-    // Each pump watches its source for silence and pings its sink: the pongs of the sink's
-    // peer come back on the other pump's source.
-    let watch_client = Liveness {
-        timeout: peer_timeout,
-        ping: || ts::Message::Ping(Bytes::new()),
-    };
-    let watch_agent = Liveness {
-        timeout: peer_timeout,
-        ping: || ws::Message::Ping(Bytes::new()),
-    };
 
     let violation = {
         let up = async {
-            let end = pump(&mut client_rx, &mut agent_tx, client_to_agent, watch_client).await;
+            let end = pump(&mut client_rx, &mut agent_tx, peer_timeout).await;
             let violation = match &end {
                 Ended::Closed => return None,
                 Ended::Broken(e) => violation(e),
@@ -196,15 +360,11 @@ pub(super) async fn forward(
             } else {
                 "the client went away"
             };
-            let frame = ts::protocol::CloseFrame {
-                code: CloseCode::from(GOING_AWAY),
-                reason: reason.into(),
-            };
-            let _ = agent_tx.send(ts::Message::Close(Some(frame))).await;
+            let _ = agent_tx.send(close(GOING_AWAY, reason)).await;
             violation
         };
         let down = async {
-            let end = pump(&mut agent_rx, &mut client_tx, agent_to_client, watch_agent).await;
+            let end = pump(&mut agent_rx, &mut client_tx, peer_timeout).await;
             if !matches!(end, Ended::Closed) {
                 let (code, reason) = if shutdown.is_cancelled() {
                     (GOING_AWAY, "the relay is shutting down".to_string())
@@ -221,11 +381,7 @@ pub(super) async fn forward(
                         "lost the connection to the sandbox's agent".to_string(),
                     )
                 };
-                let frame = ws::CloseFrame {
-                    code,
-                    reason: reason.into(),
-                };
-                let _ = client_tx.send(ws::Message::Close(Some(frame))).await;
+                let _ = client_tx.send(close(code, &reason)).await;
             }
         };
         tokio::pin!(up, down);
@@ -242,12 +398,16 @@ pub(super) async fn forward(
     };
     if let Some((code, reason)) = violation {
         debug!("closing a tunnel with {code}: {reason}");
-        let frame = ws::CloseFrame {
-            code,
-            reason: reason.into(),
-        };
-        let _ = client_tx.send(ws::Message::Close(Some(frame))).await;
+        let _ = client_tx.send(close(code, reason)).await;
     }
+}
+
+/// A close message with `code` and `reason`.
+fn close(code: u16, reason: &str) -> Message {
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::from(code),
+        reason: reason.into(),
+    }))
 }
 
 /// A duration as a close reason or log line says it: `30s`, `2.5s`.
@@ -257,8 +417,7 @@ fn seconds(d: Duration) -> String {
 
 /// The close code and reason RFC 6455 gives a client's WebSocket error, if it is the client's
 /// fault rather than a lost connection.
-fn violation(e: &axum::Error) -> Option<(u16, &'static str)> {
-    let e = std::error::Error::source(e)?.downcast_ref::<ts::Error>()?;
+fn violation(e: &ts::Error) -> Option<(u16, &'static str)> {
     match e {
         ts::Error::Capacity(_) => Some((
             MESSAGE_TOO_BIG,
@@ -283,60 +442,47 @@ enum Ended<E> {
 }
 
 /// What the pump does with one message.
-enum Step<M> {
+enum Step {
     /// Forward it.
-    Data(M),
+    Data(Message),
     /// Forward this close, and stop.
-    Close(M),
+    Close(Message),
     /// Drop it (pings and pongs: each side's WebSocket answers its own).
     Skip,
 }
 
-/// How a pump tells a dead peer from a quiet one.
-struct Liveness<M> {
-    /// The source is dead when nothing at all arrives from it for this long.
-    timeout: Duration,
-    /// Makes the ping sent to the sink's peer, so that its pongs keep the other pump's
-    /// source alive.
-    ping: fn() -> M,
-}
-
 /// Moves messages from `source` to `sink` until a close has been forwarded, either side fails
-/// or ends, or the source is silent for `liveness.timeout`; meanwhile pings the sink's peer
-/// often enough that a live one is never taken for dead.
-async fn pump<A, B, E, S, K>(
-    source: &mut S,
-    sink: &mut K,
-    step: fn(A) -> Step<B>,
-    liveness: Liveness<B>,
-) -> Ended<E>
+/// or ends, or the source is silent for `timeout`; meanwhile pings the sink's peer often
+/// enough that a live one is never taken for dead (its pongs come back on the other pump's
+/// source).
+async fn pump<S, K>(source: &mut S, sink: &mut K, timeout: Duration) -> Ended<ts::Error>
 where
-    S: Stream<Item = Result<A, E>> + Unpin,
-    K: Sink<B> + Unpin,
+    S: Stream<Item = Result<Message, ts::Error>> + Unpin,
+    K: Sink<Message> + Unpin,
 {
-    let period = ping_period(liveness.timeout);
+    let period = ping_period(timeout);
     let mut ping = tokio::time::interval_at(Instant::now() + period, period);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The deadline is moved on lazily, when it fires, rather than for every message: one
     // clock read per batch is all the hot path pays.
     let mut heard = Instant::now();
-    let deadline = tokio::time::sleep_until(heard + liveness.timeout);
+    let deadline = tokio::time::sleep_until(heard + timeout);
     tokio::pin!(deadline);
     loop {
         let mut next = tokio::select! {
             next = source.next() => next,
             _ = ping.tick() => {
-                if sink.send((liveness.ping)()).await.is_err() {
+                if sink.send(Message::Ping(Bytes::new())).await.is_err() {
                     return Ended::Lost;
                 }
                 continue;
             }
             () = &mut deadline => {
-                if heard.elapsed() >= liveness.timeout {
+                if heard.elapsed() >= timeout {
                     let _ = sink.flush().await;
                     return Ended::Silent;
                 }
-                deadline.as_mut().reset(heard + liveness.timeout);
+                deadline.as_mut().reset(heard + timeout);
                 continue;
             }
         };
@@ -392,30 +538,10 @@ fn ping_period(timeout: Duration) -> Duration {
     (timeout / 3).clamp(MIN_PING_PERIOD, most)
 }
 
-fn client_to_agent(msg: ws::Message) -> Step<ts::Message> {
+fn step(msg: Message) -> Step {
     match msg {
-        ws::Message::Binary(data) => Step::Data(ts::Message::Binary(data)),
-        ws::Message::Text(text) => Step::Data(ts::Message::Text(text.as_str().into())),
-        ws::Message::Ping(_) | ws::Message::Pong(_) => Step::Skip,
-        ws::Message::Close(frame) => Step::Close(ts::Message::Close(frame.map(|f| {
-            ts::protocol::CloseFrame {
-                code: CloseCode::from(f.code),
-                reason: f.reason.as_str().into(),
-            }
-        }))),
-    }
-}
-
-fn agent_to_client(msg: ts::Message) -> Step<ws::Message> {
-    match msg {
-        ts::Message::Binary(data) => Step::Data(ws::Message::Binary(data)),
-        ts::Message::Text(text) => Step::Data(ws::Message::Text(text.as_str().into())),
-        ts::Message::Ping(_) | ts::Message::Pong(_) | ts::Message::Frame(_) => Step::Skip,
-        ts::Message::Close(frame) => {
-            Step::Close(ws::Message::Close(frame.map(|f| ws::CloseFrame {
-                code: u16::from(f.code),
-                reason: f.reason.as_str().into(),
-            })))
-        }
+        Message::Binary(_) | Message::Text(_) => Step::Data(msg),
+        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => Step::Skip,
+        Message::Close(_) => Step::Close(msg),
     }
 }

@@ -533,3 +533,77 @@ async fn websocket_faults_close_with_rfc_6455_codes() {
     let _ = ws.send(Message::Binary(Bytes::from(huge))).await;
     assert_eq!(close_code(&mut ws).await, 1009);
 }
+
+/// A WebSocket upgrade over the Unix socket at `path`, with `token` as a bearer token.
+async fn unix_upgrade(
+    path: &std::path::Path,
+    token: &str,
+) -> Result<
+    tokio_tungstenite::WebSocketStream<tokio::net::UnixStream>,
+    tokio_tungstenite::tungstenite::Error,
+> {
+    let stream = tokio::net::UnixStream::connect(path).await.unwrap();
+    let mut req = "ws://agent/".into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    tokio_tungstenite::client_async(req, stream)
+        .await
+        .map(|(ws, _)| ws)
+}
+
+#[tokio::test]
+async fn an_agent_serves_a_unix_socket_of_its_own_to_its_user_only() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.sock");
+    let agent = Agent::start_with(&["--listen-unix", path.to_str().unwrap()]);
+    // The socket exists once the agent has bound it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no socket at {path:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let meta = std::fs::metadata(&path).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+
+    let ws = unix_upgrade(&path, &agent.token).await.unwrap();
+    let session = Session::handshake(ws).await.unwrap();
+    let out = session
+        .exec(tether_proto::op::ExecSpec::shell("echo over unix"))
+        .await
+        .unwrap()
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, b"over unix\n");
+
+    // The token is checked there as on TCP.
+    match unix_upgrade(&path, "wrong").await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status().as_u16(), 401)
+        }
+        other => panic!("expected a 401, got {:?}", other.map(|_| ())),
+    }
+
+    // A path already taken is refused, naming it.
+    let out = std::process::Command::new(tether_e2e::bin("tether-agent"))
+        .args([
+            "serve",
+            "--listen-unix",
+            path.to_str().unwrap(),
+            "--token",
+            "t",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("cannot listen on the Unix socket") && stderr.contains("agent.sock"),
+        "{stderr}"
+    );
+}

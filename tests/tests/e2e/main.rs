@@ -36,6 +36,7 @@ mod providers_orphans;
 mod providers_runloop;
 mod replicas;
 mod secrets;
+mod splice;
 mod sync;
 mod tls;
 

@@ -12,20 +12,13 @@
 //! goes through a proxy reaches E2B's, Daytona's and Modal's edges only this way. What is
 //! left by hand is small: the key, the accept check, and the status and body of a refusal.
 
-use std::pin::Pin;
-
+use bytes::Bytes;
 use reqwest::header::{self, HeaderMap, HeaderValue};
-use tokio_tungstenite::tungstenite::handshake::client::generate_key;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
 use super::constants::HANDSHAKE_TIMEOUT;
 use super::http::message_of;
-use crate::provider::{AgentIo, AgentSocket};
-
-/// Largest WebSocket message accepted from an agent: the agent's own limit.
-const MAX_MESSAGE: usize =
-    2 * (tether_proto::limits::MAX_PAYLOAD + tether_proto::limits::HEADER_LEN);
+use crate::provider::upgrade;
+use crate::provider::AgentSocket;
 
 /// Why the agent's WebSocket could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +83,7 @@ pub(crate) async fn open_with(
         Some(("wss", rest)) => format!("https://{rest}"),
         _ => url.to_string(),
     };
-    let key = generate_key();
+    let key = upgrade::new_key();
     let bad = |_| EdgeError::Network("the agent token is not a valid header value".into());
     match token_in {
         TokenIn::Authorization => headers.insert(
@@ -102,17 +95,8 @@ pub(crate) async fn open_with(
             HeaderValue::from_str(agent_token).map_err(bad)?,
         ),
     };
-    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    headers.insert(
-        header::SEC_WEBSOCKET_VERSION,
-        HeaderValue::from_static("13"),
-    );
-    headers.insert(
-        header::SEC_WEBSOCKET_KEY,
-        HeaderValue::from_str(&key).expect("base64 is a valid header value"),
-    );
-    let upgrade = async {
+    upgrade::upgrade_headers(&mut headers, &key);
+    let upgrading = async {
         let resp = http
             .get(&url)
             .headers(headers)
@@ -133,27 +117,20 @@ pub(crate) async fn open_with(
                 location,
             });
         }
-        let accept = resp.headers().get(header::SEC_WEBSOCKET_ACCEPT).cloned();
-        if accept.as_ref().and_then(|a| a.to_str().ok()) != Some(&derive_accept_key(key.as_bytes()))
-        {
-            return Err(EdgeError::Network(format!(
-                "{url} answered the WebSocket upgrade without the right Sec-WebSocket-Accept"
-            )));
+        if let Err(e) = upgrade::check_accept(resp.headers(), &key) {
+            return Err(EdgeError::Network(format!("{url}: {e}")));
         }
         resp.upgrade()
             .await
             .map_err(|e| EdgeError::Network(format!("the WebSocket upgrade at {url} failed: {e}")))
     };
-    let upgraded = tokio::time::timeout(HANDSHAKE_TIMEOUT, upgrade)
+    let upgraded = tokio::time::timeout(HANDSHAKE_TIMEOUT, upgrading)
         .await
         .map_err(|_| {
             EdgeError::Network(format!(
                 "{url} did not complete the WebSocket upgrade within {HANDSHAKE_TIMEOUT:?}"
             ))
         })??;
-    let io: Pin<Box<dyn AgentIo>> = Box::pin(upgraded);
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_MESSAGE))
-        .max_frame_size(Some(MAX_MESSAGE));
-    Ok(tokio_tungstenite::WebSocketStream::from_raw_socket(io, Role::Client, Some(config)).await)
+    // reqwest's upgraded stream replays whatever it read past the `101` itself.
+    Ok(AgentSocket::new(upgraded, Bytes::new()))
 }

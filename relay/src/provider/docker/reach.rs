@@ -19,15 +19,14 @@ use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
-use std::pin::Pin;
 
 use anyhow::anyhow;
+use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use nix::sched::{setns, CloneFlags};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::{header::AUTHORIZATION, HeaderValue};
 
 use super::constants::{AGENT_PORT, AGENT_URL, CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT};
-use crate::provider::{AgentIo, AgentSocket, ProviderError};
+use crate::provider::upgrade::upgrade;
+use crate::provider::{AgentSocket, ProviderError};
 
 /// The most of `/proc/PID/cgroup` read.
 const MAX_CGROUP_BYTES: u64 = 64 << 10; // 64 KiB
@@ -156,25 +155,19 @@ async fn handshake(
     sandbox: &str,
     agent_token: &str,
 ) -> Result<AgentSocket, ProviderError> {
-    let mut request = AGENT_URL
-        .into_client_request()
-        .map_err(|e| anyhow!("building the agent request: {e}"))?;
+    let mut headers = HeaderMap::new();
     let bearer = HeaderValue::from_str(&format!("Bearer {agent_token}"))
         .map_err(|_| anyhow!("the agent token cannot be sent in an HTTP header"))?;
-    request.headers_mut().insert(AUTHORIZATION, bearer);
-    let io: Pin<Box<dyn AgentIo>> = Box::pin(stream);
-    let (socket, _response) = tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        tokio_tungstenite::client_async(request, io),
-    )
-    .await
-    .map_err(|_| {
-        anyhow!(
-            "the agent of sandbox {sandbox} did not answer the WebSocket handshake \
+    headers.insert(AUTHORIZATION, bearer);
+    let socket = tokio::time::timeout(HANDSHAKE_TIMEOUT, upgrade(stream, AGENT_URL, headers))
+        .await
+        .map_err(|_| {
+            anyhow!(
+                "the agent of sandbox {sandbox} did not answer the WebSocket handshake \
                      within {HANDSHAKE_TIMEOUT:?}"
-        )
-    })?
-    .map_err(|e| anyhow!("the agent of sandbox {sandbox} refused the handshake: {e}"))?;
+            )
+        })?
+        .map_err(|e| anyhow!("the agent of sandbox {sandbox} refused the handshake: {e}"))?;
     Ok(socket)
 }
 

@@ -3,15 +3,14 @@
 
 use std::io;
 use std::path::Path;
-use std::pin::Pin;
 
 use anyhow::{anyhow, Context};
+use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use tokio::net::UnixStream;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::{header::AUTHORIZATION, HeaderValue};
 
 use super::constants::{AGENT_URL, HANDSHAKE_TIMEOUT};
-use crate::provider::{AgentIo, AgentSocket, ProviderError};
+use crate::provider::upgrade::upgrade;
+use crate::provider::{AgentSocket, ProviderError};
 
 /// Opens an authenticated WebSocket to the agent listening on `socket`.
 pub(super) async fn open(
@@ -47,16 +46,13 @@ pub(super) async fn open(
                 .into())
         }
     };
-    let mut request = AGENT_URL
-        .into_client_request()
-        .context("building the agent request")?;
+    let mut headers = HeaderMap::new();
     let bearer = HeaderValue::from_str(&format!("Bearer {agent_token}"))
         .context("the agent token cannot be sent in an HTTP header")?;
-    request.headers_mut().insert(AUTHORIZATION, bearer);
+    headers.insert(AUTHORIZATION, bearer);
 
-    let io: Pin<Box<dyn AgentIo>> = Box::pin(stream);
-    let handshake = tokio_tungstenite::client_async(request, io);
-    let (socket, _response) = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake)
+    let handshake = upgrade(stream, AGENT_URL, headers);
+    let socket = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake)
         .await
         .map_err(|_| {
             anyhow!(

@@ -5,22 +5,20 @@
 //! the client's token. A peer serving TLS is trusted as clients trust relays: the webpki roots
 //! and the CA certificates in `TETHER_CA_CERT`.
 
-use std::pin::Pin;
 use std::sync::Arc;
 
 use anyhow::anyhow;
+use hyper::header::{HeaderMap, HeaderValue};
 use tether_client::api::ErrorBody;
 use tokio::net::TcpStream;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::ServerName;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
-use super::super::constants::{HOP_CONNECT_TIMEOUT, HOP_REQUEST_TIMEOUT, MAX_MESSAGE};
+use super::super::constants::{HOP_CONNECT_TIMEOUT, HOP_REQUEST_TIMEOUT};
 use super::super::state::{now_ms, Relay};
 use super::grant::{Op, GRANT_HEADER};
-use crate::provider::{AgentIo, AgentSocket, ProviderError};
+use crate::provider::upgrade::{self, UpgradeError};
+use crate::provider::{AgentSocket, ProviderError};
 use crate::store::{NodeId, SandboxRecord};
 
 /// The HTTP client (deletes) and the TLS configuration (sessions) for talking to peers.
@@ -68,13 +66,12 @@ pub(super) async fn session(
         address.replacen("http", "ws", 1),
         sandbox.id
     );
-    let mut request = url
-        .as_str()
-        .into_client_request()
+    let uri: hyper::Uri = url
+        .parse()
         .map_err(|e| anyhow!("relay {node} has an unusable address {address}: {e}"))?;
+    let mut headers = HeaderMap::new();
     let value = HeaderValue::from_str(&grant).map_err(|e| anyhow!("a grant header: {e}"))?;
-    request.headers_mut().insert(GRANT_HEADER, value);
-    let uri = request.uri().clone();
+    headers.insert(GRANT_HEADER, value);
     let host = uri.host().unwrap_or_default().to_string();
     let tls = uri.scheme_str() == Some("wss");
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
@@ -91,30 +88,29 @@ pub(super) async fn session(
         .map_err(|_| unreachable(&"the connection timed out"))?
         .map_err(|e| unreachable(&e))?;
     let _ = tcp.set_nodelay(true);
-    let io: Pin<Box<dyn AgentIo>> = if tls {
-        let name = ServerName::try_from(host.clone())
-            .map_err(|e| anyhow!("relay {node}'s address {address} names no valid host: {e}"))?;
-        let connector = tokio_rustls::TlsConnector::from(relay.cluster.tls.clone());
-        Box::pin(
-            connector
+    // A plain connection stays a `TcpStream`, which both relays can splice.
+    let handshake = async {
+        if tls {
+            let name = ServerName::try_from(host.clone()).map_err(|e| {
+                UpgradeError::Invalid(format!(
+                    "relay {node}'s address {address} names no valid host: {e}"
+                ))
+            })?;
+            let connector = tokio_rustls::TlsConnector::from(relay.cluster.tls.clone());
+            let io = connector
                 .connect(name, tcp)
                 .await
-                .map_err(|e| unreachable(&e))?,
-        )
-    } else {
-        Box::pin(tcp)
+                .map_err(|e| UpgradeError::Broken(e.to_string()))?;
+            upgrade::upgrade(io, &url, headers).await
+        } else {
+            upgrade::upgrade(tcp, &url, headers).await
+        }
     };
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_MESSAGE))
-        .max_frame_size(Some(MAX_MESSAGE));
-    let handshake = tokio_tungstenite::client_async_with_config(request, io, Some(config));
     match tokio::time::timeout(HOP_CONNECT_TIMEOUT, handshake).await {
         Err(_) => Err(unreachable(&"the WebSocket handshake timed out")),
-        Ok(Ok((socket, _))) => Ok(socket),
-        Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => {
-            let status = response.status().as_u16();
-            let body = response.body().clone().unwrap_or_default();
-            Err(refused(node, sandbox, status, &body))
+        Ok(Ok(socket)) => Ok(socket),
+        Ok(Err(UpgradeError::Refused { status, body, .. })) => {
+            Err(refused(node, sandbox, status, body.as_bytes()))
         }
         Ok(Err(e)) => Err(unreachable(&e)),
     }

@@ -1,12 +1,11 @@
 //! The owner's side of the relay-to-relay hop: `GET /v1/cluster/sandboxes/{id}/ws` joins a
-//! peer's WebSocket to the sandbox's agent (with the tunnel's own forwarding, so flow control
-//! stays end to end), and `DELETE /v1/cluster/sandboxes/{id}` deletes the sandbox at its
+//! peer's WebSocket to the sandbox's agent (carried as the tunnel carries a client's, spliced
+//! or forwarded, so flow control stays end to end), and `DELETE /v1/cluster/sandboxes/{id}` deletes the sandbox at its
 //! provider (the peer then forgets it in the database). Both take a grant only, never an API
 //! token: a request without a valid one is a 401, whatever it carries.
 
 use std::sync::Arc;
 
-use axum::extract::ws::{rejection::WebSocketUpgradeRejection, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -14,10 +13,9 @@ use axum::routing::get;
 use axum::Router;
 use tracing::debug;
 
-use super::super::constants::MAX_MESSAGE;
 use super::super::error::ApiError;
 use super::super::state::{now_ms, Relay};
-use super::super::tunnel::{forward, CLIENT_READ_BUFFER};
+use super::super::tunnel::{carry_session, ClientUpgrade};
 use super::grant::{Grant, Op, GRANT_HEADER};
 use crate::provider::{ProviderError, SandboxState};
 use crate::store::{SandboxId, SandboxRecord, Tenant};
@@ -63,10 +61,10 @@ async fn session(
     State(relay): State<Arc<Relay>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    upgrade: Result<ClientUpgrade, ApiError>,
 ) -> Result<Response, ApiError> {
     let grant = granted(&relay, &headers, Op::Session, &id)?;
-    let upgrade = upgrade.map_err(|e| ApiError::Invalid(e.body_text()))?;
+    let upgrade = upgrade?;
     let sandbox = owned(&relay, &grant, &id)
         .await?
         .ok_or_else(|| ApiError::no_sandbox(&SandboxId::from(id.clone())))?;
@@ -99,21 +97,9 @@ async fn session(
         "tunnel from relay {} to sandbox {} open",
         grant.from, sandbox.id
     );
-    let task = relay.tasks.token();
-    Ok(upgrade
-        .max_message_size(MAX_MESSAGE)
-        .max_frame_size(MAX_MESSAGE)
-        .read_buffer_size(CLIENT_READ_BUFFER)
-        .on_upgrade(move |peer| async move {
-            // The peer relay pings and times out its client; this side watches the peer.
-            forward(peer, agent, relay.peer_timeout, relay.shutdown.clone()).await;
-            debug!(
-                "tunnel from relay {} to sandbox {} closed",
-                grant.from,
-                guard.id()
-            );
-            drop((guard, task));
-        }))
+    // The entry relay keeps the sandbox alive at its provider and touches it; this side
+    // only carries the session.
+    Ok(carry_session(relay, upgrade, agent, guard, None))
 }
 
 /// `DELETE /v1/cluster/sandboxes/{id}`: 204 once the provider has no such sandbox.

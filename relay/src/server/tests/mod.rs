@@ -11,7 +11,6 @@ mod tunnel;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,15 +22,16 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
+use tokio_tungstenite::tungstenite::http::HeaderMap;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::{start_with, PolicyConfig, RelayConfig, RunningRelay};
+use crate::provider::upgrade::upgrade;
 use crate::provider::{
-    AgentIo, AgentSocket, Created, Provider, ProviderError, SandboxHandle, SandboxSpec,
-    SandboxState,
+    AgentSocket, Created, Provider, ProviderError, SandboxHandle, SandboxSpec, SandboxState,
 };
 use tether_client::api::{ErrorBody, SandboxInfo};
 
@@ -63,6 +63,9 @@ pub(super) struct FakeProvider {
     /// Makes every connect say the sandbox is gone while `state` still finds it: a false
     /// report the relay must not delete on.
     pub connect_says_gone: AtomicBool,
+    /// Where every connect goes instead of the echo agent, when set (a raw agent a test
+    /// plays itself).
+    pub agent_override: Mutex<Option<SocketAddr>>,
     agent_addr: Mutex<Option<SocketAddr>>,
 }
 
@@ -151,24 +154,22 @@ impl Provider for FakeProvider {
             return Err(anyhow::anyhow!("connection refused by the fake agent").into());
         }
         // The address comes from the stored handle, as after a relay restart.
-        let addr = sandbox.meta["agent"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let addr = match *self.agent_override.lock().unwrap() {
+            Some(addr) => addr.to_string(),
+            None => sandbox.meta["agent"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        };
         let tcp = TcpStream::connect(&addr)
             .await
             .map_err(anyhow::Error::from)?;
-        let io: Pin<Box<dyn AgentIo>> = Box::pin(tcp);
-        let mut req = "ws://sandbox/v1/agent"
-            .into_client_request()
-            .map_err(anyhow::Error::from)?;
+        let mut headers = HeaderMap::new();
         let bearer = format!("Bearer {}", sandbox.agent_token);
-        req.headers_mut()
-            .insert(AUTHORIZATION, bearer.parse().map_err(anyhow::Error::from)?);
-        let (ws, _) = tokio_tungstenite::client_async(req, io)
+        headers.insert(AUTHORIZATION, bearer.parse().map_err(anyhow::Error::from)?);
+        upgrade(tcp, "ws://sandbox/v1/agent", headers)
             .await
-            .map_err(anyhow::Error::from)?;
-        Ok(ws)
+            .map_err(|e| anyhow::Error::from(e).into())
     }
 }
 
@@ -227,6 +228,8 @@ pub(super) struct TestRelay {
     pub http: reqwest::Client,
     /// The policy every (re)start gets.
     pub policy: PolicyConfig,
+    /// The peer timeout every (re)start gets.
+    pub peer_timeout: Duration,
 }
 
 impl TestRelay {
@@ -234,8 +237,22 @@ impl TestRelay {
         TestRelay::start_with_policy(PolicyConfig::default(), false).await
     }
 
+    /// A relay that takes a tunnel's silent side for dead after `peer_timeout`.
+    pub(super) async fn start_with_peer_timeout(peer_timeout: Duration) -> TestRelay {
+        TestRelay::start_with(PolicyConfig::default(), false, peer_timeout).await
+    }
+
     /// A relay with `policy`, whose fake provider plays a local one if `runs_here`.
     pub(super) async fn start_with_policy(policy: PolicyConfig, runs_here: bool) -> TestRelay {
+        let peer_timeout = super::ConnectionLimits::default().peer_timeout;
+        TestRelay::start_with(policy, runs_here, peer_timeout).await
+    }
+
+    async fn start_with(
+        policy: PolicyConfig,
+        runs_here: bool,
+        peer_timeout: Duration,
+    ) -> TestRelay {
         let provider = Arc::new(FakeProvider::default());
         provider.runs_here.store(runs_here, Ordering::SeqCst);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -247,6 +264,7 @@ impl TestRelay {
             dir: tempfile::tempdir().unwrap(),
             http: reqwest::Client::new(),
             policy,
+            peer_timeout,
         };
         relay.relay = Some(relay.start_relay().await.unwrap());
         relay
@@ -262,7 +280,10 @@ impl TestRelay {
             tls: None,
             egress: Default::default(),
             docker_host: None,
-            connections: Default::default(),
+            connections: super::ConnectionLimits {
+                peer_timeout: self.peer_timeout,
+                ..Default::default()
+            },
             database: Default::default(),
             advertise: None,
         };
