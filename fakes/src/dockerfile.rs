@@ -1,5 +1,5 @@
 //! The fakes' Dockerfile builder (Modal's image definitions, Daytona's `buildInfo`
-//! snapshots): Dockerfile commands run against a fake's image store. `FROM` pulls a registry image (or takes a `base_images` entry), `COPY`
+//! snapshots, Runloop's blueprints): Dockerfile commands run against a fake's image store. `FROM` pulls a registry image (or takes a `base_images` entry), `COPY`
 //! takes files from the build context (the definition's mount and `context_files`: a file,
 //! a directory, or `.` for all of it, keeping each file's mode unless `--chmod` says), and `ENV`, `WORKDIR`, `USER`,
 //! `ENTRYPOINT` and `CMD` edit the config; everything lands as one new image. The fake has no
@@ -104,6 +104,8 @@ pub(crate) async fn run(
     let scratch = tempfile::tempdir().context("creating a scratch directory")?;
     let mut files = Vec::new();
     let mut edit = ConfigEdit::default();
+    // What a relative COPY destination is under, as Docker resolves it.
+    let mut workdir = "/".to_string();
     for (n, step) in rest.iter().enumerate() {
         log(format!("=> Step {}: {}", n + 1, commands[n + 1]));
         match step {
@@ -113,6 +115,11 @@ pub(crate) async fn run(
                 dest,
                 mode,
             } => {
+                let dest = if dest.starts_with('/') {
+                    dest.clone()
+                } else {
+                    format!("{}/{dest}", workdir.trim_end_matches('/'))
+                };
                 for source in sources {
                     let selected = select(&inputs.context, source)?;
                     for (name, entry, whole) in selected {
@@ -132,7 +139,14 @@ pub(crate) async fn run(
                 }
             }
             Instruction::Env(pairs) => edit.env.extend(pairs.iter().cloned()),
-            Instruction::Workdir(dir) => edit.workdir = Some(dir.clone()),
+            Instruction::Workdir(dir) => {
+                workdir = if dir.starts_with('/') {
+                    dir.clone()
+                } else {
+                    format!("{}/{dir}", workdir.trim_end_matches('/'))
+                };
+                edit.workdir = Some(workdir.clone());
+            }
             Instruction::User(user) => edit.user = Some(user.clone()),
             Instruction::Entrypoint(argv) => edit.entrypoint = Some(argv.clone()),
             Instruction::Cmd(argv) => edit.cmd = Some(argv.clone()),
@@ -196,9 +210,6 @@ fn parse(command: &str) -> anyhow::Result<Instruction> {
             let Some(dest) = paths.pop().filter(|_| !paths.is_empty()) else {
                 bail!("COPY needs a source and a destination");
             };
-            if !dest.starts_with('/') {
-                bail!("the fake needs an absolute COPY destination, not {dest}");
-            }
             Instruction::Copy {
                 sources: paths,
                 dest,

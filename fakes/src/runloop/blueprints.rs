@@ -3,18 +3,19 @@
 //! `build_complete` or `failed` with `failure_reason: build_failed` and the reason in the
 //! build log), get, list by name, logs, delete. The build is real: `FROM` is pulled from a
 //! registry into the fake's image store, `COPY` takes files from the context (a `tgz` or `tar`
-//! object), `ENV`, `WORKDIR`, `USER`, `ENTRYPOINT` and `CMD` edit the config, and devboxes of
-//! the blueprint run the result. There is no builder to run commands in: `RUN`, `ADD` and
-//! `system_setup_commands` fail the build. A blueprint without a Dockerfile is Runloop's
+//! object), `ENV`, `WORKDIR`, `USER`, `ENTRYPOINT` and `CMD` edit the config (the fakes'
+//! shared builder, `crate::dockerfile`), and devboxes of the blueprint run the result. There
+//! is no builder to run commands in: `RUN`, `ADD` and `system_setup_commands` fail the build. A blueprint without a Dockerfile is Runloop's
 //! default image (the host-like root here); a `blueprint_name` the fake never built is taken
 //! to be one built elsewhere, on that image too.
 
-use std::collections::BTreeMap;
-use std::path::{Path as FsPath, PathBuf};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::{Component, Path as FsPath, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -24,7 +25,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{error, millis, new_id, page, Runloop};
-use crate::images::{AddFile, ConfigEdit};
+use crate::dockerfile::{self, ContextEntry, Inputs};
 
 /// The most build log lines kept.
 const MAX_LOG_LINES: usize = 10_000;
@@ -252,272 +253,63 @@ async fn run(fake: &Arc<Runloop>, id: &str, job: Job) -> anyhow::Result<Option<P
         fake.blueprint_log(id, "info", "no Dockerfile: Runloop's default image".into());
         return Ok(None);
     };
-    let steps = instructions(&dockerfile)?;
-    let Some((Step::From(base_ref), rest)) = steps.split_first() else {
-        bail!("the Dockerfile must start with FROM");
-    };
-    fake.blueprint_log(id, "info", format!("FROM {base_ref}"));
-    let base = fake
-        .images
-        .pull(base_ref)
-        .await
-        .with_context(|| format!("cannot pull the base image {base_ref}"))?;
-    let scratch = tempfile::tempdir().context("creating a scratch directory")?;
-    let context_dir = scratch.path().join("context");
-    if let Some((file, gzipped)) = job.context {
-        let dir = context_dir.clone();
-        tokio::task::spawn_blocking(move || unpack(&file, gzipped, &dir))
+    let context = match job.context {
+        Some((file, gzipped)) => tokio::task::spawn_blocking(move || context(&file, gzipped))
             .await
-            .context("the unpacker stopped")??;
-    }
-    let mut files = Vec::new();
-    let mut edit = ConfigEdit::default();
-    let mut workdir = "/".to_string();
-    for step in rest {
-        fake.blueprint_log(id, "info", format!("{step:?}"));
-        match step {
-            Step::From(_) => bail!("only one FROM is supported (no multi-stage builds)"),
-            Step::Copy {
-                sources,
-                dest,
-                mode,
-            } => {
-                let dest = if dest.starts_with('/') {
-                    dest.clone()
-                } else {
-                    format!("{}/{dest}", workdir.trim_end_matches('/'))
-                };
-                for source in sources {
-                    let local = context_dir.join(source.trim_start_matches('/'));
-                    if source.contains("..") || !local.is_file() {
-                        bail!("COPY {source}: no such file in the build context");
-                    }
-                    let path = if dest.ends_with('/') || sources.len() > 1 {
-                        let name = source.rsplit('/').next().unwrap_or(source);
-                        format!("{}/{name}", dest.trim_end_matches('/'))
-                    } else {
-                        dest.clone()
-                    };
-                    let mode = match mode {
-                        Some(mode) => *mode,
-                        None => {
-                            use std::os::unix::fs::PermissionsExt;
-                            std::fs::metadata(&local)?.permissions().mode() & 0o7777
-                        }
-                    };
-                    files.push(AddFile {
-                        path,
-                        source: local,
-                        mode,
-                    });
-                }
-            }
-            Step::Env(pairs) => edit.env.extend(pairs.iter().cloned()),
-            Step::Workdir(dir) => {
-                workdir = dir.clone();
-                edit.workdir = Some(dir.clone());
-            }
-            Step::User(user) => edit.user = Some(user.clone()),
-            Step::Entrypoint(argv) => edit.entrypoint = Some(argv.clone()),
-            Step::Cmd(argv) => edit.cmd = Some(argv.clone()),
-        }
-    }
-    let images = fake.images.clone();
-    let layout = tokio::task::spawn_blocking(move || {
-        let layout = images.derive(&base, &files, &edit);
-        drop(scratch);
-        layout
-    })
-    .await
-    .context("the image writer stopped")??;
+            .context("the unpacker stopped")??,
+        None => HashMap::new(),
+    };
+    let inputs = Inputs {
+        bases: HashMap::new(),
+        context,
+    };
+    let log = |line: String| fake.blueprint_log(id, "info", line);
+    let layout =
+        dockerfile::run(&fake.images, &dockerfile::lines(&dockerfile), inputs, &log).await?;
     fake.blueprint_log(id, "info", "build complete".into());
     Ok(Some(layout))
 }
 
-/// Unpacks a build context (files and directories only; nothing outside `dir`).
-fn unpack(file: &FsPath, gzipped: bool, dir: &FsPath) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)?;
+/// A build context's files (a `tar`, gzipped or not), by their path in it with its mode;
+/// directories, links and anything else are left out, as are paths that climb out.
+fn context(file: &FsPath, gzipped: bool) -> anyhow::Result<HashMap<String, ContextEntry>> {
     let reader = std::fs::File::open(file).context("opening the build context")?;
-    let reader: Box<dyn std::io::Read> = if gzipped {
+    let reader: Box<dyn Read> = if gzipped {
         Box::new(flate2::read::GzDecoder::new(reader))
     } else {
         Box::new(reader)
     };
     let mut archive = tar::Archive::new(reader);
-    archive.set_preserve_permissions(true);
+    let mut files = HashMap::new();
     for entry in archive.entries().context("reading the build context")? {
-        let mut entry = entry?;
-        if !matches!(
-            entry.header().entry_type(),
-            tar::EntryType::Regular | tar::EntryType::Directory
-        ) {
+        let mut entry = entry.context("reading the build context")?;
+        if entry.header().entry_type() != tar::EntryType::Regular {
             continue;
         }
-        // `unpack_in` refuses paths that leave `dir`.
-        entry.unpack_in(dir)?;
-    }
-    Ok(())
-}
-
-/// One Dockerfile instruction the fake builds.
-#[derive(Debug, PartialEq)]
-enum Step {
-    From(String),
-    Copy {
-        sources: Vec<String>,
-        dest: String,
-        mode: Option<u32>,
-    },
-    Env(Vec<(String, String)>),
-    Workdir(String),
-    User(String),
-    Entrypoint(Vec<String>),
-    Cmd(Vec<String>),
-}
-
-/// The instructions of `dockerfile`: comments and blank lines skipped, `\` continuations
-/// joined.
-fn instructions(dockerfile: &str) -> anyhow::Result<Vec<Step>> {
-    let mut steps = Vec::new();
-    let mut pending = String::new();
-    for line in dockerfile.lines() {
-        let trimmed = line.trim();
-        if pending.is_empty() && (trimmed.is_empty() || trimmed.starts_with('#')) {
-            continue;
+        let path = entry.path().context("a build context path")?.into_owned();
+        if path
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::Prefix(_)))
+        {
+            bail!(
+                "the build context holds {}, which leaves it",
+                path.display()
+            );
         }
-        if let Some(head) = trimmed.strip_suffix('\\') {
-            pending.push_str(head);
-            pending.push(' ');
-            continue;
-        }
-        pending.push_str(trimmed);
-        let line = std::mem::take(&mut pending);
-        steps.push(step(&line).with_context(|| format!("in `{line}`"))?);
-    }
-    Ok(steps)
-}
-
-fn step(line: &str) -> anyhow::Result<Step> {
-    let (keyword, args) = line
-        .split_once(char::is_whitespace)
-        .map(|(k, a)| (k.to_ascii_uppercase(), a.trim()))
-        .unwrap_or((line.to_ascii_uppercase(), ""));
-    Ok(match keyword.as_str() {
-        "FROM" => match words(args)?.as_slice() {
-            [image] => Step::From(image.clone()),
-            [image, kw, _] if kw.eq_ignore_ascii_case("AS") => Step::From(image.clone()),
-            _ => bail!("FROM takes one image"),
-        },
-        "COPY" => {
-            let mut mode = None;
-            let mut paths = Vec::new();
-            for word in words(args)? {
-                if let Some(m) = word.strip_prefix("--chmod=") {
-                    mode = Some(
-                        u32::from_str_radix(m, 8)
-                            .map_err(|_| anyhow!("--chmod={m} is not an octal mode"))?,
-                    );
-                } else if word.starts_with("--") {
-                    bail!("the fake does not support COPY {word}");
-                } else {
-                    paths.push(word);
-                }
-            }
-            let Some(dest) = paths.pop().filter(|_| !paths.is_empty()) else {
-                bail!("COPY needs a source and a destination");
-            };
-            Step::Copy {
-                sources: paths,
-                dest,
+        let mode = entry.header().mode().ok().map(|m| m & 0o7777);
+        let mut data = Vec::new();
+        entry
+            .read_to_end(&mut data)
+            .context("reading the build context")?;
+        files.insert(
+            path.to_string_lossy().into_owned(),
+            ContextEntry {
+                data: data.into(),
                 mode,
-            }
-        }
-        "ENV" => {
-            let words = words(args)?;
-            if words.is_empty() {
-                bail!("ENV needs KEY=VALUE");
-            }
-            if words.iter().all(|w| w.contains('=')) {
-                Step::Env(
-                    words
-                        .into_iter()
-                        .filter_map(|w| {
-                            w.split_once('=')
-                                .map(|(k, v)| (k.to_string(), v.to_string()))
-                        })
-                        .collect(),
-                )
-            } else {
-                let (key, value) = args
-                    .split_once(char::is_whitespace)
-                    .ok_or_else(|| anyhow!("ENV needs KEY=VALUE"))?;
-                Step::Env(vec![(key.to_string(), value.trim().to_string())])
-            }
-        }
-        "WORKDIR" => Step::Workdir(words(args)?.join(" ")),
-        "USER" => Step::User(words(args)?.join(" ")),
-        "ENTRYPOINT" | "CMD" => {
-            let argv = if args.starts_with('[') {
-                serde_json::from_str(args).map_err(|e| anyhow!("not a JSON array: {e}"))?
-            } else {
-                vec!["/bin/sh".into(), "-c".into(), args.to_string()]
-            };
-            if keyword == "CMD" {
-                Step::Cmd(argv)
-            } else {
-                Step::Entrypoint(argv)
-            }
-        }
-        "RUN" | "ADD" => bail!(
-            "the fake Runloop has no builder to run {keyword} in; build with COPY, ENV, \
-             WORKDIR, USER, ENTRYPOINT and CMD only"
-        ),
-        other => bail!("the fake Runloop cannot build {other} instructions"),
-    })
-}
-
-/// Dockerfile words: double and single quotes group, a backslash escapes the next character
-/// (outside single quotes). Variables are not expanded.
-fn words(args: &str) -> anyhow::Result<Vec<String>> {
-    let mut out = Vec::new();
-    let mut word = String::new();
-    let (mut in_word, mut quote) = (false, None::<char>);
-    let mut chars = args.chars();
-    while let Some(c) = chars.next() {
-        match (quote, c) {
-            (Some('\''), '\'') | (Some('"'), '"') => quote = None,
-            (Some('\''), c) => word.push(c),
-            (_, '\\') => {
-                word.push(
-                    chars
-                        .next()
-                        .ok_or_else(|| anyhow!("a trailing backslash"))?,
-                );
-                in_word = true;
-            }
-            (None, '"' | '\'') => {
-                quote = Some(c);
-                in_word = true;
-            }
-            (None, c) if c.is_whitespace() => {
-                if in_word {
-                    out.push(std::mem::take(&mut word));
-                    in_word = false;
-                }
-            }
-            (_, c) => {
-                word.push(c);
-                in_word = true;
-            }
-        }
+            },
+        );
     }
-    if quote.is_some() {
-        bail!("an unclosed quote");
-    }
-    if in_word {
-        out.push(word);
-    }
-    Ok(out)
+    Ok(files)
 }
 
 /// A `BlueprintView`.
@@ -591,30 +383,5 @@ async fn remove(State(fake): State<Arc<Runloop>>, Path(id): Path<String>) -> Res
     match fake.blueprints.lock().expect("blueprints").remove(&id) {
         Some(_) => Json(json!({})).into_response(),
         None => not_found(&id),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dockerfiles_parse_as_docker_reads_them() {
-        let steps = instructions(
-            "# a comment\nFROM ubuntu:24.04 AS base\n\nCOPY tether-agent /usr/local/bin/tether-agent\n\
-             ENV GREETING=\"say \\\"hi\\\"\" B=2\nWORKDIR /work\nUSER 1000\nCMD [\"sleep\", \\\n \"1\"]\n",
-        )
-        .unwrap();
-        assert_eq!(steps[0], Step::From("ubuntu:24.04".into()));
-        assert_eq!(
-            steps[2],
-            Step::Env(vec![
-                ("GREETING".into(), "say \"hi\"".into()),
-                ("B".into(), "2".into())
-            ])
-        );
-        assert_eq!(steps[5], Step::Cmd(vec!["sleep".into(), "1".into()]));
-        let err = instructions("FROM a:1\nRUN apt-get update\n").unwrap_err();
-        assert!(format!("{err:#}").contains("no builder"), "{err:#}");
     }
 }
