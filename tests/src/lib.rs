@@ -52,13 +52,30 @@ pub fn token() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Spawns `cmd`, whose program may have just been written: while another test's child is
+/// between fork and exec it still holds the writer's descriptor, and exec fails with
+/// ETXTBSY until it lets go (milliseconds). Retried for up to 5 s; anything else panics.
+fn spawn_fresh(cmd: &mut Command) -> Child {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match cmd.spawn() {
+            Ok(child) => return child,
+            Err(e)
+                if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32)
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("cannot start {cmd:?}: {e}"),
+        }
+    }
+}
+
 /// Spawns `cmd` and waits for a stdout line starting with `prefix`; returns the child and
 /// the rest of that line. Further stdout is drained in the background.
 fn spawn_ready(mut cmd: Command, prefix: &str) -> (Child, String) {
     cmd.stdout(Stdio::piped()).stdin(Stdio::null());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+    let mut child = spawn_fresh(&mut cmd);
     let stdout = child.stdout.take().expect("piped stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     let want = prefix.to_string();

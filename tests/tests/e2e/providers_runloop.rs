@@ -207,9 +207,10 @@ async fn runloop_suspended_devboxes_are_resumed_and_the_agent_restarted() {
     wait_for("the suspend", || {
         api(&fake, &format!("/v1/devboxes/{devbox_id}")).1["status"] == "suspended"
     });
-    let info: Value =
-        serde_json::from_str(&tether(&relay, &["info", &id, "--json"])).expect("info --json");
-    assert_eq!(info["state"], "stopped", "{info}");
+    // The state as the relay reads it from Runloop, asked without opening a session: `tether
+    // info` also asks the agent, and that session may resume the devbox before the read.
+    let info = relay.client().get(&id).await.expect("the sandbox");
+    assert_eq!(info.state, "stopped", "{info:?}");
     assert_eq!(
         tether(&relay, &["exec", &id, "--", "echo", "resumed"]),
         "resumed\n"
