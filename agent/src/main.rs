@@ -11,6 +11,12 @@
 //! - `forward`: TCP port forwarding and listening ports. `info`: facts about the machine.
 //! - `pid1`: PID-1 duties (SIGTERM, OOM shield). `sys`: the only unsafe code. `users`: passwd.
 
+/// The allocator of the static agent (see `Cargo.toml`): musl's maps and unmaps every buffer
+/// over 128 KiB, so each data frame cost page faults and zeroing.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod agent;
 mod budget;
 mod conn;
