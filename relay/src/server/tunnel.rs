@@ -55,6 +55,7 @@ use super::sandboxes::find;
 use super::splice::{self, Conn, End, Raw};
 use super::state::{now_ms, Relay};
 use crate::provider::{AgentSocket, ProviderError, SandboxState};
+use crate::store::SandboxId;
 
 /// Close code sent to the client when the agent's side ends without a close (1011).
 const AGENT_LOST: u16 = 1011;
@@ -167,16 +168,7 @@ pub(super) async fn open(
     if sandbox.state == SandboxState::Dead {
         return Err(ApiError::dead(&sandbox.id));
     }
-    // The agent's socket is one more descriptor: refuse now rather than fail half-open.
-    relay
-        .fds
-        .admit()
-        .map_err(|shortage| ApiError::Unavailable(shortage.to_string()))?;
-    // Counted from before the connect, so the reaper cannot idle it out meanwhile.
-    let guard = relay
-        .tunnels
-        .open(sandbox.id.clone())
-        .map_err(|full| ApiError::Unavailable(full.to_string()))?;
+    let guard = admit(&relay, &sandbox.id)?;
     relay
         .registry
         .touch(vec![sandbox.id.clone()], now_ms())
@@ -202,6 +194,21 @@ pub(super) async fn open(
     };
     let keep_alive = keep_alive(provider, sandbox.handle());
     Ok(carry_session(relay, upgrade, agent, guard, keep_alive))
+}
+
+/// Admits one more tunnel to sandbox `id`: refused now (503) when the relay is short of
+/// descriptors (the agent's socket is one more: better than failing half-open) or has as many
+/// tunnels as it allows. Counted from before the agent's connect, so the reaper cannot idle
+/// the sandbox out meanwhile.
+pub(super) fn admit(relay: &Relay, id: &SandboxId) -> Result<TunnelGuard, ApiError> {
+    relay
+        .fds
+        .admit()
+        .map_err(|shortage| ApiError::Unavailable(shortage.to_string()))?;
+    relay
+        .tunnels
+        .open(id.clone())
+        .map_err(|full| ApiError::Unavailable(full.to_string()))
 }
 
 /// Answers the client's `upgrade` and carries the session between it and `agent` until it

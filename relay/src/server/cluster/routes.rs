@@ -15,7 +15,7 @@ use tracing::debug;
 
 use super::super::error::ApiError;
 use super::super::state::{now_ms, Relay};
-use super::super::tunnel::{carry_session, ClientUpgrade};
+use super::super::tunnel::{admit, carry_session, ClientUpgrade};
 use super::grant::{Grant, Op, GRANT_HEADER};
 use crate::provider::{ProviderError, SandboxState};
 use crate::store::{SandboxId, SandboxRecord, Tenant};
@@ -72,14 +72,7 @@ async fn session(
         return Err(ApiError::dead(&sandbox.id));
     }
     let provider = relay.provider_of(&sandbox)?;
-    relay
-        .fds
-        .admit()
-        .map_err(|shortage| ApiError::Unavailable(shortage.to_string()))?;
-    let guard = relay
-        .tunnels
-        .open(sandbox.id.clone())
-        .map_err(|full| ApiError::Unavailable(full.to_string()))?;
+    let guard = admit(&relay, &sandbox.id)?;
     let agent = match provider.connect(&sandbox.handle()).await {
         Ok(agent) => agent,
         Err(e @ ProviderError::Gone(_)) => {
