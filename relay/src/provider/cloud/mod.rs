@@ -6,6 +6,7 @@
 //! - [`retry`]: which failures are passing and how long to wait before the next try;
 //! - [`http`]: the JSON-over-HTTPS client with those retries and errors;
 //! - [`websocket`]: opening the agent's WebSocket through a provider's edge;
+//! - [`context`]: the one-file build context (a tar.gz) that E2B's and Runloop's builders take;
 //! - [`egress`]: what the providers' allowlist mappings share (refusing secrets);
 //! - [`constants`]: the agent's port and every shared tunable.
 //!
@@ -20,6 +21,8 @@
 )]
 
 pub(crate) mod constants;
+#[cfg(any(feature = "e2b", feature = "runloop"))]
+pub(crate) mod context;
 pub(crate) mod egress;
 pub(crate) mod http;
 pub(crate) mod retry;

@@ -12,10 +12,12 @@
 //! goes through a proxy reaches E2B's, Daytona's and Modal's edges only this way. What is
 //! left by hand is small: the key, the accept check, and the status and body of a refusal.
 
+use std::time::Instant;
+
 use bytes::Bytes;
 use reqwest::header::{self, HeaderMap, HeaderValue};
 
-use super::constants::HANDSHAKE_TIMEOUT;
+use super::constants::{AGENT_START_TIMEOUT, HANDSHAKE_TIMEOUT, POLL_INTERVAL};
 use super::http::message_of;
 use crate::provider::upgrade;
 use crate::provider::AgentSocket;
@@ -133,4 +135,32 @@ pub(crate) async fn open_with(
         })??;
     // reqwest's upgraded stream replays whatever it read past the `101` itself.
     Ok(AgentSocket::new(upgraded, Bytes::new()))
+}
+
+/// Opens an agent's WebSocket with `open`, waiting while the agent is still starting: a
+/// provider's edge answers 502, 503 or 504 until something listens on the agent's port. Tries
+/// again every [`POLL_INTERVAL`] until [`AGENT_START_TIMEOUT`] has passed; any other answer
+/// ends the wait. `what` names the sandbox in the log (e.g. "Runloop devbox dbx_1").
+pub(crate) async fn open_when_ready<F, Fut>(
+    what: &str,
+    mut open: F,
+) -> Result<AgentSocket, EdgeError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<AgentSocket, EdgeError>>,
+{
+    let deadline = Instant::now() + AGENT_START_TIMEOUT;
+    loop {
+        match open().await {
+            Err(
+                e @ EdgeError::Refused {
+                    status: 502..=504, ..
+                },
+            ) if Instant::now() < deadline => {
+                tracing::debug!("{what}: agent not ready yet ({e})");
+            }
+            done => return done,
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
 }

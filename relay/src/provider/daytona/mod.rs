@@ -31,7 +31,7 @@ use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde::{Deserialize, Serialize};
 
-use super::cloud::constants::{AGENT_PORT, AGENT_START_TIMEOUT, AGENT_TOKEN_ENV, POLL_INTERVAL};
+use super::cloud::constants::{AGENT_PORT, AGENT_TOKEN_ENV, POLL_INTERVAL};
 use super::cloud::http::{self, ControlPlane};
 use super::cloud::settings::Settings;
 use super::cloud::websocket::{self, EdgeError, TokenIn};
@@ -133,34 +133,21 @@ impl DaytonaProvider {
         agent_token: &str,
     ) -> Result<AgentSocket, EdgeError> {
         let api = self.api().map_err(|e| EdgeError::Network(e.to_string()))?;
-        let deadline = Instant::now() + AGENT_START_TIMEOUT;
-        loop {
+        let token = HeaderValue::from_str(&preview.token).map_err(|_| {
+            EdgeError::Network("the preview token is not a valid header value".into())
+        })?;
+        websocket::open_when_ready(&format!("Daytona sandbox {id}"), || {
             let mut headers = HeaderMap::new();
-            let token = HeaderValue::from_str(&preview.token).map_err(|_| {
-                EdgeError::Network("the preview token is not a valid header value".into())
-            })?;
-            headers.insert(PREVIEW_TOKEN, token);
-            match websocket::open_with(
+            headers.insert(PREVIEW_TOKEN, token.clone());
+            websocket::open_with(
                 api.http(),
                 &preview.url,
                 headers,
                 agent_token,
                 TokenIn::TetherHeader,
             )
-            .await
-            {
-                Ok(socket) => return Ok(socket),
-                Err(
-                    e @ EdgeError::Refused {
-                        status: 502..=504, ..
-                    },
-                ) if Instant::now() < deadline => {
-                    tracing::debug!("Daytona sandbox {id}: agent not ready yet ({e})");
-                }
-                Err(e) => return Err(e),
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+        })
+        .await
     }
 }
 

@@ -37,7 +37,7 @@ use reqwest::header::{HeaderMap, HeaderValue, HOST};
 use serde::{Deserialize, Serialize};
 
 use super::cloud::constants::{
-    AGENT_ARGS, AGENT_PORT, AGENT_PROGRAM, AGENT_START_TIMEOUT, AGENT_TOKEN_ENV, POLL_INTERVAL,
+    AGENT_ARGS, AGENT_PORT, AGENT_PROGRAM, AGENT_TOKEN_ENV, POLL_INTERVAL,
 };
 use super::cloud::http::{self, ControlPlane};
 use super::cloud::settings::Settings;
@@ -221,21 +221,10 @@ impl Endpoints {
         tunnel: &api::Tunnel,
         agent_token: &str,
     ) -> Result<AgentSocket, EdgeError> {
-        let deadline = Instant::now() + AGENT_START_TIMEOUT;
-        loop {
-            match self.open_agent(tunnel, agent_token).await {
-                Ok(socket) => return Ok(socket),
-                Err(
-                    e @ EdgeError::Refused {
-                        status: 502..=504, ..
-                    },
-                ) if Instant::now() < deadline => {
-                    tracing::debug!("Runloop devbox {id}: agent not ready yet ({e})");
-                }
-                Err(e) => return Err(e),
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+        websocket::open_when_ready(&format!("Runloop devbox {id}"), || {
+            self.open_agent(tunnel, agent_token)
+        })
+        .await
     }
 }
 

@@ -9,14 +9,12 @@
 //! binary happens to sit or its mode on this disk. The same agent is then uploaded once per
 //! template, as E2B intends.
 
-use std::io::Write;
 use std::path::Path;
 
-use flate2::write::GzEncoder;
 use sha2::{Digest as _, Sha256};
 
+use crate::provider::cloud::context::one_file_tar_gz;
 use crate::provider::image::TargetError;
-use tether_oci::constants::GZIP_LEVEL;
 
 /// The agent's name in the tar, i.e. the COPY step's source.
 pub(super) const AGENT_SOURCE: &str = "tether-agent";
@@ -59,7 +57,7 @@ pub(super) fn pack_bytes(
 ) -> Result<Packed, TargetError> {
     Ok(Packed {
         hash: files_hash(source, mode, dest, content),
-        tar_gz: tar_gz(source, mode, content, mtime).map_err(|error| {
+        tar_gz: one_file_tar_gz(source, mode, content, mtime).map_err(|error| {
             tether_oci::ImageError::Io {
                 what: format!("cannot pack {source}"),
                 error,
@@ -80,24 +78,6 @@ fn files_hash(source: &str, mode: u32, dest: &str, content: &[u8]) -> String {
     hex::encode(hash.finalize())
 }
 
-/// A gzipped tar of `content` as `name` with `mode`, owned by root.
-fn tar_gz(name: &str, mode: u32, content: &[u8], mtime: u64) -> std::io::Result<Vec<u8>> {
-    let gz = GzEncoder::new(Vec::new(), flate2::Compression::new(GZIP_LEVEL));
-    let mut tar = tar::Builder::new(gz);
-    let mut header = tar::Header::new_ustar();
-    header.set_entry_type(tar::EntryType::Regular);
-    header.set_mode(mode);
-    header.set_uid(0);
-    header.set_gid(0);
-    header.set_mtime(mtime);
-    header.set_size(content.len() as u64);
-    header.set_cksum();
-    tar.append_data(&mut header, name, content)?;
-    let mut gz = tar.into_inner()?;
-    gz.flush()?;
-    gz.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,7 +94,7 @@ mod tests {
 
     #[test]
     fn the_tar_holds_the_agent_executable() {
-        let packed = tar_gz(AGENT_SOURCE, AGENT_MODE, b"#!agent", 7).unwrap();
+        let packed = one_file_tar_gz(AGENT_SOURCE, AGENT_MODE, b"#!agent", 7).unwrap();
         let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(&packed[..]));
         let mut entries = archive.entries().unwrap();
         let mut entry = entries.next().unwrap().unwrap();

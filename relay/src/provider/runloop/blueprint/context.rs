@@ -2,13 +2,10 @@
 //! [`AGENT_SOURCE`] with mode 0755, which the Dockerfile's COPY puts on the image's `PATH`.
 //! Runloop takes a build context as an Object of content type `tgz`.
 
-use std::io::Write;
 use std::path::Path;
 
-use flate2::write::GzEncoder;
-
+use crate::provider::cloud::context::one_file_tar_gz;
 use crate::provider::image::TargetError;
-use tether_oci::constants::GZIP_LEVEL;
 
 /// The agent's name in the context, i.e. the COPY's source.
 pub(super) const AGENT_SOURCE: &str = "tether-agent";
@@ -24,24 +21,8 @@ pub(super) fn pack(agent: &Path, mtime: u64) -> Result<Vec<u8>, TargetError> {
     };
     let bytes =
         std::fs::read(agent).map_err(io(&format!("cannot read the agent {}", agent.display())))?;
-    Ok(tar_gz(&bytes, mtime).map_err(io("cannot pack the agent"))?)
-}
-
-fn tar_gz(content: &[u8], mtime: u64) -> std::io::Result<Vec<u8>> {
-    let gz = GzEncoder::new(Vec::new(), flate2::Compression::new(GZIP_LEVEL));
-    let mut tar = tar::Builder::new(gz);
-    let mut header = tar::Header::new_ustar();
-    header.set_entry_type(tar::EntryType::Regular);
-    header.set_mode(AGENT_MODE);
-    header.set_uid(0);
-    header.set_gid(0);
-    header.set_mtime(mtime);
-    header.set_size(content.len() as u64);
-    header.set_cksum();
-    tar.append_data(&mut header, AGENT_SOURCE, content)?;
-    let mut gz = tar.into_inner()?;
-    gz.flush()?;
-    gz.finish()
+    Ok(one_file_tar_gz(AGENT_SOURCE, AGENT_MODE, &bytes, mtime)
+        .map_err(io("cannot pack the agent"))?)
 }
 
 #[cfg(test)]
@@ -50,7 +31,10 @@ mod tests {
 
     #[test]
     fn the_context_holds_the_agent_executable_only() {
-        let packed = tar_gz(b"#!agent", 7).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let agent = dir.path().join("some-agent-build");
+        std::fs::write(&agent, b"#!agent").unwrap();
+        let packed = pack(&agent, 7).unwrap();
         let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(&packed[..]));
         let mut entries = archive.entries().unwrap();
         let mut entry = entries.next().unwrap().unwrap();
@@ -60,5 +44,14 @@ mod tests {
         std::io::Read::read_to_string(&mut entry, &mut body).unwrap();
         assert_eq!(body, "#!agent");
         assert!(entries.next().is_none());
+    }
+
+    #[test]
+    fn a_missing_agent_is_named() {
+        let err = pack(Path::new("/nonexistent/tether-agent"), 7).unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent/tether-agent"),
+            "{err}"
+        );
     }
 }
