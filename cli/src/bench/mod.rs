@@ -80,6 +80,20 @@ pub(crate) async fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Re
         sizes.sessions = n.max(1);
     }
     raise_open_files(sizes.sessions);
+    // The default crowd shrinks to what this machine can open (a session the relay cannot
+    // open would fail the figure); one the user asked for is tried as asked, and fails saying
+    // what to raise.
+    let mut sessions_fitted = None;
+    if options.sessions.is_none() {
+        if let Some((fit, why)) = sessions::fitting(sizes.sessions, open_files_limit()) {
+            progress(&format!(
+                "{} idle sessions instead of {}: {why}",
+                fit, sizes.sessions
+            ));
+            sessions_fitted = Some(format!("{} do not fit: {why}", sizes.sessions));
+            sizes.sessions = fit;
+        }
+    }
     let mut results = Results::new();
     let mut direct = Results::new();
     measure_floors(&sizes, &mut results, progress).await;
@@ -118,6 +132,7 @@ pub(crate) async fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Re
         sandbox,
         quick: options.quick,
         sessions: sizes.sessions,
+        sessions_fitted,
         transfer_bytes: sizes.transfer_bytes,
         agent_binary: options.agent_binary.map(|p| p.display().to_string()),
         floors: collect(FLOORS, &mut results),
@@ -391,6 +406,13 @@ fn raise_open_files(sessions: usize) {
         return;
     }
     let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+}
+
+/// The soft limit on open files after [`raise_open_files`], if it can be read.
+fn open_files_limit() -> Option<u64> {
+    getrlimit(Resource::RLIMIT_NOFILE)
+        .ok()
+        .map(|(soft, _)| soft)
 }
 
 /// Descriptors an idle session costs the process that needs the most of them: the relay,

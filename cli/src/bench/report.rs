@@ -33,6 +33,9 @@ pub(crate) struct Report {
     pub quick: bool,
     /// Idle sessions opened for the figures marked 7.
     pub sessions: usize,
+    /// Why fewer idle sessions than the run's default were opened, when they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions_fitted: Option<String>,
     /// Bytes of each upload and download.
     pub transfer_bytes: u64,
     /// The agent binary whose size is reported.
@@ -323,6 +326,12 @@ impl Report {
         if let Some(agent) = &self.agent_binary {
             let _ = writeln!(out, "agent binary {agent}");
         }
+        if let Some(why) = &self.sessions_fitted {
+            let _ = writeln!(
+                out,
+                "idle sessions: {why}; the figures marked 7 are for fewer"
+            );
+        }
         if self.quick {
             let full = super::sizes::FULL;
             let _ = writeln!(
@@ -430,6 +439,7 @@ mod tests {
             sandbox: Some("sb-1".into()),
             quick: true,
             sessions: 50,
+            sessions_fitted: None,
             transfer_bytes: 1 << 20,
             agent_binary: None,
             floors: vec![

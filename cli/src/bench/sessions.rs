@@ -158,17 +158,9 @@ async fn open(
 /// instance of its own, and all of those share `kernel.pty.max` less the initial instance's
 /// reserve.
 fn ptys_for(n: usize) -> anyhow::Result<()> {
-    let read = |name: &str| -> Option<u64> {
-        std::fs::read_to_string(format!("/proc/sys/kernel/pty/{name}"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    };
-    let (Some(max), Some(open)) = (read("max"), read("nr")) else {
+    let Some((max, reserve, open)) = pty_counters() else {
         return Ok(()); // not Linux's counters: let the sessions say what fails
     };
-    let reserve = read("reserve").unwrap_or(PTY_RESERVE_DEFAULT);
     let free = max.saturating_sub(reserve).saturating_sub(open);
     let wanted = n as u64;
     anyhow::ensure!(
@@ -179,4 +171,89 @@ fn ptys_for(n: usize) -> anyhow::Result<()> {
         (open + reserve + wanted).next_power_of_two()
     );
     Ok(())
+}
+
+/// Linux's PTY counters: `kernel.pty.max`, the host's reserve, and how many are open.
+fn pty_counters() -> Option<(u64, u64, u64)> {
+    let read = |name: &str| -> Option<u64> {
+        std::fs::read_to_string(format!("/proc/sys/kernel/pty/{name}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let reserve = read("reserve").unwrap_or(PTY_RESERVE_DEFAULT);
+    Some((read("max")?, reserve, read("nr")?))
+}
+
+/// Descriptors a private relay holds per idle session (the client's socket and the agent's).
+const RELAY_DESCRIPTORS_PER_SESSION: u64 = 2;
+/// Descriptors the relay keeps beyond its sessions (its reserve, database, listeners).
+const RELAY_DESCRIPTORS_SPARE: u64 = 1024;
+
+/// When `wanted` idle sessions cannot all be opened here, the most that can (in whole
+/// thousands, or hundreds below a thousand) and why: a private relay inherits `open_files`
+/// and needs two descriptors a session, and each session needs a PTY.
+pub(super) fn fitting(wanted: usize, open_files: Option<u64>) -> Option<(usize, String)> {
+    fit(wanted, open_files, pty_counters())
+}
+
+fn fit(
+    wanted: usize,
+    open_files: Option<u64>,
+    ptys: Option<(u64, u64, u64)>,
+) -> Option<(usize, String)> {
+    let mut most = wanted as u64;
+    let mut why = Vec::new();
+    if let Some(limit) = open_files {
+        let fits = limit.saturating_sub(RELAY_DESCRIPTORS_SPARE) / RELAY_DESCRIPTORS_PER_SESSION;
+        if fits < most {
+            most = fits;
+            why.push(format!(
+                "the relay may open {limit} files (ulimit -n, not raisable here) and needs \
+                 {RELAY_DESCRIPTORS_PER_SESSION} a session"
+            ));
+        }
+    }
+    if let Some((max, reserve, open)) = ptys {
+        let free = max.saturating_sub(reserve).saturating_sub(open);
+        if free < most {
+            most = free;
+            why.push(format!(
+                "sandboxes may open {free} more PTYs (raise kernel.pty.max, now {max})"
+            ));
+        }
+    }
+    if why.is_empty() {
+        return None;
+    }
+    let step = if most >= 1000 { 1000 } else { 100 };
+    let fit = ((most / step) * step).max(1) as usize;
+    Some((fit, why.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_crowd_shrinks_to_the_descriptors_and_ptys_there_are() {
+        // Enough of both: nothing to say.
+        assert_eq!(fit(10_000, Some(1 << 20), Some((1 << 20, 1024, 0))), None);
+        assert_eq!(fit(10_000, None, None), None);
+        // A hard limit of 20,000 descriptors: 9,000 sessions, named why.
+        let (n, why) = fit(10_000, Some(20_000), None).unwrap();
+        assert_eq!(n, 9000);
+        assert!(why.contains("20000 files"), "{why}");
+        // Debian's default kernel.pty.max of 4,096 less the reserve: 3,000, and both reasons.
+        let (n, why) = fit(10_000, Some(20_000), Some((4096, 1024, 2))).unwrap();
+        assert_eq!(n, 3000);
+        assert!(
+            why.contains("kernel.pty.max") && why.contains("files"),
+            "{why}"
+        );
+        // Small numbers round to hundreds, and never to nothing.
+        assert_eq!(fit(10_000, Some(1024 + 2 * 450), None).unwrap().0, 400);
+        assert_eq!(fit(10_000, Some(100), None).unwrap().0, 1);
+    }
 }
