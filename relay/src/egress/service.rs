@@ -1,7 +1,7 @@
 //! The relay's egress service: for each local sandbox with an allowlist, the DNS server and
-//! the proxies serving its network namespace; for each sandbox elsewhere with secrets, its
-//! place on the egress listener. Started when the sandbox is created (or when the relay
-//! restarts) and stopped when it is deleted.
+//! the proxies (TCP and UDP) serving its network namespace; for each sandbox elsewhere with
+//! secrets, its place on the egress listener. Started when the sandbox is created (or when
+//! the relay restarts) and stopped when it is deleted.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -25,6 +25,7 @@ use super::proxy::Proxy;
 use super::remote::Remote;
 use super::resolve::Resolver;
 use super::route::{self, EgressUrl};
+use super::udp::Udp;
 use crate::store::{Registry, RegistryError, SandboxId};
 
 /// The directory under the relay's data directory with each attached sandbox's fake names.
@@ -327,6 +328,14 @@ impl Egress {
             .map_err(tokio_err)?;
         let dns_udp = tokio::net::UdpSocket::from_std(sockets.dns_udp).map_err(tokio_err)?;
         let dns_tcp = tokio::net::TcpListener::from_std(sockets.dns_tcp).map_err(tokio_err)?;
+        let udp = match sockets.udp {
+            Some((socket, opener)) => {
+                let socket = tokio::net::UdpSocket::from_std(socket).map_err(tokio_err)?;
+                let udp = Udp::new(id.to_string(), proxy.allowlist.clone(), opener);
+                Some((Arc::new(udp), socket))
+            }
+            None => None,
+        };
 
         let dns = Arc::new(Dns {
             id: id.to_string(),
@@ -336,6 +345,9 @@ impl Egress {
         let stop = CancellationToken::new();
         tokio::spawn(dns.clone().serve_udp(dns_udp, stop.clone()));
         tokio::spawn(dns.serve_tcp(dns_tcp, stop.clone()));
+        if let Some((udp, socket)) = udp {
+            tokio::spawn(udp.serve(socket, stop.clone()));
+        }
         tokio::spawn(proxy.clone().serve(proxy_listener, true, stop.clone()));
         if let Some(explicit) = explicit {
             tokio::spawn(proxy.serve(explicit, false, stop.clone()));
