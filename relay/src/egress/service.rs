@@ -47,6 +47,11 @@ pub struct EgressConfig {
     /// Where the egress listener listens (`--egress-listen`); by default every IPv4 address,
     /// on the port of `url`.
     pub listen: Option<SocketAddr>,
+    /// The relay's certificate chain (PEM, `--tls-cert`), which serves an `https` egress URL:
+    /// set by the relay from its TLS files, not a flag of its own. Its last certificate is
+    /// installed in sandboxes elsewhere with their CA, so they trust the listener even when
+    /// a private CA signed it.
+    pub listener_cert: Option<PathBuf>,
 }
 
 /// CA certificates (PEM) to install in sandboxes being created, by sandbox id: the egress
@@ -131,6 +136,9 @@ pub struct Egress {
     url: Option<EgressUrl>,
     listen: Option<SocketAddr>,
     remote: Arc<Remote>,
+    /// The certificate sandboxes elsewhere must trust to reach an `https` egress listener
+    /// (PEM: the last of the relay's chain), if the URL is `https`.
+    listener_anchor: Option<String>,
 }
 
 impl std::fmt::Debug for Egress {
@@ -163,6 +171,14 @@ impl Egress {
             "--egress-listen needs --egress-url: the address at which sandboxes reach that \
              listener"
         );
+        let listener_anchor = match (&url, &config.listener_cert) {
+            (Some(url), Some(path)) if url.tls => {
+                let chain = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                last_certificate(&chain)
+            }
+            _ => None,
+        };
         Ok(Egress {
             state_dir: data_dir.join(STATE_DIR),
             resolver: Arc::new(resolver),
@@ -173,6 +189,7 @@ impl Egress {
             url,
             listen: config.listen,
             remote: Arc::new(Remote::default()),
+            listener_anchor,
         })
     }
 
@@ -384,14 +401,20 @@ impl Egress {
         Ok(())
     }
 
-    /// Installs sandbox `id`'s CA through the agent of `session` (a sandbox elsewhere).
+    /// Installs sandbox `id`'s CA through the agent of `session` (a sandbox elsewhere), with
+    /// the certificate that an `https` egress listener's chain ends in: without it, a listener
+    /// whose certificate a private CA signed would be a proxy the sandbox cannot trust.
     pub async fn install_trust(
         &self,
         id: &SandboxId,
         session: &tether_client::Session,
         ca_pem: &str,
     ) -> Result<(), EgressError> {
-        let replaced = super::trust::install(session, ca_pem)
+        let trusted = match &self.listener_anchor {
+            Some(anchor) => format!("{}\n{anchor}", ca_pem.trim_end()),
+            None => ca_pem.to_string(),
+        };
+        let replaced = super::trust::install(session, &trusted)
             .await
             .map_err(|source| EgressError::Trust {
                 id: id.to_string(),
@@ -457,9 +480,30 @@ impl Egress {
     }
 }
 
+/// The last PEM certificate of `chain` (where a chain file puts its root), if it has one.
+fn last_certificate(chain: &str) -> Option<String> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let start = chain.rfind(BEGIN)?;
+    let end = start + chain[start..].find(END)? + END.len();
+    Some(format!("{}\n", &chain[start..end]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_listener_anchor_is_the_chains_last_certificate() {
+        let chain = "-----BEGIN CERTIFICATE-----\nLEAF\n-----END CERTIFICATE-----\n\
+                     -----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----\n";
+        assert_eq!(
+            last_certificate(chain).as_deref(),
+            Some("-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----\n")
+        );
+        assert_eq!(last_certificate("no pem here"), None);
+        assert_eq!(last_certificate("-----BEGIN CERTIFICATE-----\ncut"), None);
+    }
 
     fn egress(data_dir: &Path, url: Option<&str>) -> anyhow::Result<Egress> {
         let config = EgressConfig {
