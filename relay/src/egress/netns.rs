@@ -5,7 +5,7 @@
 //! (nftables), run from that thread so they act on the sandbox's namespace.
 //!
 //! A sandbox with IPv4 networks to reach keeps that thread (one per sandbox) as its
-//! [`Opener`]: UDP replies must leave from sockets made in the namespace, one per flow, and
+//! `Opener`: UDP replies must leave from sockets made in the namespace, one per flow, and
 //! only a thread inside can make them. The thread ends when its `Opener` is dropped.
 
 use std::fs::File;
