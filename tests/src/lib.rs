@@ -239,6 +239,13 @@ impl Relay {
         relay
     }
 
+    /// This relay, with its [`Relay::tether`] commands trusting `ca` (`TETHER_CA_CERT`): for
+    /// a relay started with TLS files among other arguments.
+    pub fn trusting(mut self, ca: &Path) -> Relay {
+        self.ca_cert = Some(ca.to_path_buf());
+        self
+    }
+
     /// The relay's pid on this host.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("the relay runs").id()

@@ -121,6 +121,8 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
             ca_file: args.egress_ca_file,
             url: args.egress_url,
             listen: args.egress_listen,
+            // The relay sets it from its TLS files.
+            listener_cert: None,
         },
         docker_host: args.docker_host,
         connections: ConnectionLimits {

@@ -40,6 +40,20 @@ pub(super) const DNS_TCP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time to live of the fake addresses in DNS answers, in seconds.
 pub(super) const DNS_TTL_SECS: u32 = 60;
 
+/// UDP flows (a sandbox socket and an address in an allowed network) one sandbox may have at
+/// once; a datagram that would start another is dropped until one ends. Each holds two
+/// sockets and a 64 KiB buffer: 512 descriptors and 16 MiB at most.
+pub(super) const MAX_UDP_FLOWS: usize = 256;
+
+/// How long a UDP flow may go without a datagram either way before it ends (its sockets
+/// close; a later datagram starts it again): 60 s, past any DNS or NTP exchange and twice the
+/// keep-alive of protocols that send them (WireGuard's is 25 s).
+pub(super) const UDP_FLOW_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Largest UDP datagram relayed: 64 KiB, so none is ever cut (IPv4's largest payload is
+/// 65,507 bytes).
+pub(super) const MAX_DATAGRAM_BYTES: usize = 64 * 1024;
+
 /// Largest DNS message read over UDP: 4 KiB (EDNS sizes are rarely above).
 pub(super) const MAX_DNS_UDP_BYTES: usize = 4096;
 

@@ -6,7 +6,7 @@
 //! - [`service`]: the relay-wide [`Egress`] that attaches to and detaches from sandboxes.
 //! - Local sandboxes: [`netns`] enters a sandbox's network namespace to set its route and
 //!   `rules` (nftables) and open the relay's sockets there; `dns` answers lookups with fake
-//!   addresses from the sandbox's `pool`.
+//!   addresses from the sandbox's `pool`; `udp` relays datagrams to allowed networks.
 //! - Sandboxes elsewhere (cloud sandboxes with secrets): [`route`] is where they reach the
 //!   relay (`--egress-url`), their credential and environment; `remote` is the egress
 //!   listener, which authenticates each request before handing it to the sandbox's proxy;
@@ -35,5 +35,6 @@ mod sniff;
 mod stream;
 pub mod trust;
 mod tunnel;
+mod udp;
 
 pub use service::{Egress, EgressConfig, EgressError, TrustShelf};

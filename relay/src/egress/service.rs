@@ -1,7 +1,7 @@
 //! The relay's egress service: for each local sandbox with an allowlist, the DNS server and
-//! the proxies serving its network namespace; for each sandbox elsewhere with secrets, its
-//! place on the egress listener. Started when the sandbox is created (or when the relay
-//! restarts) and stopped when it is deleted.
+//! the proxies (TCP and UDP) serving its network namespace; for each sandbox elsewhere with
+//! secrets, its place on the egress listener. Started when the sandbox is created (or when
+//! the relay restarts) and stopped when it is deleted.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -25,6 +25,7 @@ use super::proxy::Proxy;
 use super::remote::Remote;
 use super::resolve::Resolver;
 use super::route::{self, EgressUrl};
+use super::udp::Udp;
 use crate::store::{Registry, RegistryError, SandboxId};
 
 /// The directory under the relay's data directory with each attached sandbox's fake names.
@@ -46,6 +47,11 @@ pub struct EgressConfig {
     /// Where the egress listener listens (`--egress-listen`); by default every IPv4 address,
     /// on the port of `url`.
     pub listen: Option<SocketAddr>,
+    /// The relay's certificate chain (PEM, `--tls-cert`), which serves an `https` egress URL:
+    /// set by the relay from its TLS files, not a flag of its own. Its last certificate is
+    /// installed in sandboxes elsewhere with their CA, so they trust the listener even when
+    /// a private CA signed it.
+    pub listener_cert: Option<PathBuf>,
 }
 
 /// CA certificates (PEM) to install in sandboxes being created, by sandbox id: the egress
@@ -130,6 +136,9 @@ pub struct Egress {
     url: Option<EgressUrl>,
     listen: Option<SocketAddr>,
     remote: Arc<Remote>,
+    /// The certificate sandboxes elsewhere must trust to reach an `https` egress listener
+    /// (PEM: the last of the relay's chain), if the URL is `https`.
+    listener_anchor: Option<String>,
 }
 
 impl std::fmt::Debug for Egress {
@@ -162,6 +171,14 @@ impl Egress {
             "--egress-listen needs --egress-url: the address at which sandboxes reach that \
              listener"
         );
+        let listener_anchor = match (&url, &config.listener_cert) {
+            (Some(url), Some(path)) if url.tls => {
+                let chain = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                last_certificate(&chain)
+            }
+            _ => None,
+        };
         Ok(Egress {
             state_dir: data_dir.join(STATE_DIR),
             resolver: Arc::new(resolver),
@@ -172,6 +189,7 @@ impl Egress {
             url,
             listen: config.listen,
             remote: Arc::new(Remote::default()),
+            listener_anchor,
         })
     }
 
@@ -327,6 +345,14 @@ impl Egress {
             .map_err(tokio_err)?;
         let dns_udp = tokio::net::UdpSocket::from_std(sockets.dns_udp).map_err(tokio_err)?;
         let dns_tcp = tokio::net::TcpListener::from_std(sockets.dns_tcp).map_err(tokio_err)?;
+        let udp = match sockets.udp {
+            Some((socket, opener)) => {
+                let socket = tokio::net::UdpSocket::from_std(socket).map_err(tokio_err)?;
+                let udp = Udp::new(id.to_string(), proxy.allowlist.clone(), opener);
+                Some((Arc::new(udp), socket))
+            }
+            None => None,
+        };
 
         let dns = Arc::new(Dns {
             id: id.to_string(),
@@ -336,6 +362,9 @@ impl Egress {
         let stop = CancellationToken::new();
         tokio::spawn(dns.clone().serve_udp(dns_udp, stop.clone()));
         tokio::spawn(dns.serve_tcp(dns_tcp, stop.clone()));
+        if let Some((udp, socket)) = udp {
+            tokio::spawn(udp.serve(socket, stop.clone()));
+        }
         tokio::spawn(proxy.clone().serve(proxy_listener, true, stop.clone()));
         if let Some(explicit) = explicit {
             tokio::spawn(proxy.serve(explicit, false, stop.clone()));
@@ -372,14 +401,20 @@ impl Egress {
         Ok(())
     }
 
-    /// Installs sandbox `id`'s CA through the agent of `session` (a sandbox elsewhere).
+    /// Installs sandbox `id`'s CA through the agent of `session` (a sandbox elsewhere), with
+    /// the certificate that an `https` egress listener's chain ends in: without it, a listener
+    /// whose certificate a private CA signed would be a proxy the sandbox cannot trust.
     pub async fn install_trust(
         &self,
         id: &SandboxId,
         session: &tether_client::Session,
         ca_pem: &str,
     ) -> Result<(), EgressError> {
-        let replaced = super::trust::install(session, ca_pem)
+        let trusted = match &self.listener_anchor {
+            Some(anchor) => format!("{}\n{anchor}", ca_pem.trim_end()),
+            None => ca_pem.to_string(),
+        };
+        let replaced = super::trust::install(session, &trusted)
             .await
             .map_err(|source| EgressError::Trust {
                 id: id.to_string(),
@@ -445,9 +480,30 @@ impl Egress {
     }
 }
 
+/// The last PEM certificate of `chain` (where a chain file puts its root), if it has one.
+fn last_certificate(chain: &str) -> Option<String> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let start = chain.rfind(BEGIN)?;
+    let end = start + chain[start..].find(END)? + END.len();
+    Some(format!("{}\n", &chain[start..end]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_listener_anchor_is_the_chains_last_certificate() {
+        let chain = "-----BEGIN CERTIFICATE-----\nLEAF\n-----END CERTIFICATE-----\n\
+                     -----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----\n";
+        assert_eq!(
+            last_certificate(chain).as_deref(),
+            Some("-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----\n")
+        );
+        assert_eq!(last_certificate("no pem here"), None);
+        assert_eq!(last_certificate("-----BEGIN CERTIFICATE-----\ncut"), None);
+    }
 
     fn egress(data_dir: &Path, url: Option<&str>) -> anyhow::Result<Egress> {
         let config = EgressConfig {

@@ -53,7 +53,7 @@ pub fn info(spec: &SandboxSpec, enforced_by: &str, guarantees: Guarantees) -> Ne
 /// What the relay guarantees where it enforces the network itself (local sandboxes: their own
 /// network namespace, and for an allowlist the relay's DNS and egress proxy).
 pub fn relay_enforced(spec: &SandboxSpec) -> NetworkInfo {
-    let mut guarantees = match spec.network {
+    let guarantees = match spec.network {
         NetworkPolicy::None => {
             Guarantees::new(&["no network: the sandbox has its own loopback only"], &[])
         }
@@ -66,21 +66,15 @@ pub fn relay_enforced(spec: &SandboxSpec) -> NetworkInfo {
                 "DNS is answered by the relay: allowed names only, nothing is forwarded, so no \
                  data leaves in DNS queries",
                 "connections go only to allowed names (TLS SNI and HTTP Host checked against \
-                 the name) and allowed networks, through the relay's egress proxy; every other \
-                 packet is refused",
+                 the name) and allowed networks, through the relay's egress proxy; UDP only to \
+                 allowed networks (never port 53, which is the relay's DNS), relayed by the \
+                 relay; every other packet is refused",
                 "secrets never enter the sandbox: it holds placeholders, replaced with the \
                  values on the way out to the secrets' own hosts only",
             ],
             &[],
         ),
     };
-    if spec.network == NetworkPolicy::Allowlist && !spec.egress.allow_cidrs.is_empty() {
-        guarantees.not.push(
-            "UDP to the allowed networks: they are reached over TCP only, and UDP to them is \
-             refused like UDP anywhere (DNS is the relay's)"
-                .to_string(),
-        );
-    }
     info(spec, RELAY, guarantees)
 }
 
@@ -114,7 +108,7 @@ mod tests {
     }
 
     #[test]
-    fn allowed_networks_say_udp_does_not_reach_them() {
+    fn allowed_networks_say_udp_reaches_them_and_nothing_else() {
         let spec = SandboxSpec {
             network: NetworkPolicy::Allowlist,
             egress: EgressSpec {
@@ -124,10 +118,13 @@ mod tests {
             ..SandboxSpec::default()
         };
         let info = relay_enforced(&spec);
+        assert!(info.not_guaranteed.is_empty(), "{:?}", info.not_guaranteed);
         assert!(
-            info.not_guaranteed.iter().any(|n| n.starts_with("UDP")),
+            info.guarantees
+                .iter()
+                .any(|g| g.contains("UDP only to allowed networks")),
             "{:?}",
-            info.not_guaranteed
+            info.guarantees
         );
     }
 }

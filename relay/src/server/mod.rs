@@ -216,9 +216,14 @@ async fn start_serving(
     let admin_token = auth::ensure_admin_token(&registry, &admin_token_file).await?;
     let policy = policy::Policy::new(&config.policy, &config.data_dir, providers.keys().copied())?;
     let tls = config.tls.as_ref().map(tls::load).transpose()?;
+    // An https egress listener serves the relay's own certificate, which sandboxes must trust.
+    let egress_config = crate::egress::EgressConfig {
+        listener_cert: config.tls.as_ref().map(|t| t.cert.clone()),
+        ..config.egress.clone()
+    };
     let egress = Arc::new(Egress::new(
         &config.data_dir,
-        &config.egress,
+        &egress_config,
         registry.clone(),
         trust,
     )?);

@@ -6,8 +6,10 @@
 //! Allowed names work over HTTP and HTTPS and through pip; everything else is refused (HTTP
 //! with a 403 that says why, HTTPS by name or by a forged server name, raw TCP and UDP to the
 //! upstream's address, DNS lookups); a DNS-tunnel lookup never leaves (the upstream's UDP 53
-//! sees nothing); nothing inside can undo the rules; a CIDR allowance reaches its network; a
-//! restarted relay keeps serving the sandbox.
+//! sees nothing); nothing inside can undo the rules; a CIDR allowance reaches its network, over
+//! TCP and UDP (replies from the address sent to; port 53 and other addresses refused); a
+//! flood of UDP flows stops at the cap and leaves no socket behind; a restarted relay keeps
+//! serving the sandbox.
 
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, UdpSocket};
@@ -32,6 +34,10 @@ const NAMES: [&str; 5] = [
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The pause between two looks at the upstream's record file.
 const POLL: Duration = Duration::from_millis(20);
+/// The port of the UDP echo server [`Upstream::udp_echo`] runs.
+const ECHO_PORT: u16 = 7777;
+/// UDP flows the relay allows one sandbox (the relay's `MAX_UDP_FLOWS`).
+const MAX_UDP_FLOWS: usize = 256;
 
 /// Upstream namespaces made by this process, so parallel tests get different ones.
 static UPSTREAMS: AtomicU32 = AtomicU32::new(0);
@@ -153,6 +159,57 @@ impl Upstream {
                 Instant::now() < deadline,
                 "the control datagram never arrived"
             );
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+/// A process the test started, killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Upstream {
+    /// A UDP server on every address of the upstream's namespace, port [`ECHO_PORT`], that
+    /// answers each datagram with `echo:` and the datagram.
+    fn udp_echo(&self) -> Killed {
+        let script = format!(
+            "import socket\n\
+             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+             s.bind(('0.0.0.0', {ECHO_PORT}))\n\
+             print('ready', flush=True)\n\
+             while True:\n    \
+                 data, peer = s.recvfrom(65536)\n    \
+                 s.sendto(b'echo:' + data, peer)\n"
+        );
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.ns, "/usr/bin/python3", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "the UDP echo server did not start");
+        Killed(child)
+    }
+
+    /// Waits until the upstream has recorded a datagram holding `text`.
+    fn wait_for_datagram(&self, text: &str) {
+        let record = self.dir.path().join("record");
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while !std::fs::read_to_string(&record)
+            .unwrap_or_default()
+            .contains(text)
+        {
+            assert!(Instant::now() < deadline, "{text} never arrived");
             std::thread::sleep(POLL);
         }
     }
@@ -595,4 +652,173 @@ fn a_sandbox_of_an_oci_image_trusts_its_ca_through_the_images_own_bundle() {
     fails(&relay, &id, "echo x >> /etc/ssl/certs/ca-certificates.crt");
     let keys = relay.sh(&id, "grep -rl 'PRIVATE [K]EY' /etc /tmp /root");
     assert_eq!(String::from_utf8_lossy(&keys.stdout), "", "a key inside");
+}
+
+/// Runs the Python `script` in sandbox `id` (from stdin, so it needs no quoting).
+fn python(relay: &Relay, id: &str, script: &str) -> String {
+    ok(relay, id, &format!("python3 - <<'EOF'\n{script}\nEOF"))
+}
+
+/// The relay's open file descriptors.
+fn descriptors(relay: &Relay) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", relay.pid()))
+        .unwrap()
+        .count()
+}
+
+#[test]
+fn udp_reaches_an_allowed_network_and_nothing_else() {
+    let upstream = Upstream::start();
+    let _echo = upstream.udp_echo();
+    let mut relay = relay_for(&upstream);
+    let addr = upstream.addr;
+    let id = relay.create(&["--allow-cidr", &format!("{addr}/32")]);
+
+    // A connected socket: its datagrams arrive and the replies come from where it sent
+    // (the kernel would drop them otherwise); an unconnected one sees that address too.
+    let exchange = format!(
+        "import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(20)
+s.connect(('{addr}', {ECHO_PORT}))
+for i in range(3):
+    s.send(b'ping%d' % i)
+    print(s.recv(100).decode())
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.settimeout(20)
+u.sendto(b'hello', ('{addr}', {ECHO_PORT}))
+data, peer = u.recvfrom(100)
+print(data.decode(), peer[0], peer[1])
+u.sendto(b'udp-allowed-{id}', ('{addr}', 9999))"
+    );
+    let got = python(&relay, &id, &exchange);
+    assert_eq!(
+        got,
+        format!("echo:ping0\necho:ping1\necho:ping2\necho:hello {addr} {ECHO_PORT}\n")
+    );
+    upstream.wait_for_datagram(&format!("udp-allowed-{id}"));
+
+    // Port 53 of an allowed address is still the relay's DNS server: the query is answered
+    // (NXDOMAIN, as the name is not allowed) and never reaches the upstream's port 53.
+    let dns = python(
+        &relay,
+        &id,
+        &format!(
+            "import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(20)
+s.connect(('{addr}', 53))
+s.send(b'\\x12\\x34\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x04leak\\x04test\\x00\\x00\\x01\\x00\\x01')
+reply = s.recv(512)
+print(reply[:2].hex(), reply[3] & 15)"
+        ),
+    );
+    assert_eq!(dns.trim(), "1234 3", "not the relay's NXDOMAIN: {dns}");
+
+    // Another address (the host's end of the veth, outside the /32) and a fake address are
+    // refused at once, and nothing arrives at the host's socket.
+    let other = Ipv4Addr::from(u32::from(addr) - 1);
+    let host = UdpSocket::bind((other, 0)).unwrap();
+    let port = host.local_addr().unwrap().port();
+    let refused = python(
+        &relay,
+        &id,
+        &format!(
+            "import socket
+for dest in [('{other}', {port}), ('198.18.0.9', {ECHO_PORT})]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.sendto(b'must-not-arrive', dest)
+        s.settimeout(2)
+        print('answered', s.recvfrom(100))
+    except OSError as e:
+        print('refused', type(e).__name__)"
+        ),
+    );
+    assert_eq!(
+        refused, "refused PermissionError\nrefused PermissionError\n",
+        "{refused}"
+    );
+    host.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    assert!(
+        host.recv_from(&mut buf).is_err(),
+        "a refused datagram arrived"
+    );
+    let leaked = upstream.datagrams_from_sandboxes();
+    assert!(
+        leaked.iter().all(|l| !l.starts_with("53 ")),
+        "a DNS query left: {leaked:?}"
+    );
+
+    // A restarted relay relays UDP again (its policy route was already in the namespace).
+    relay.restart();
+    let again = python(
+        &relay,
+        &id,
+        &format!(
+            "import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(20)
+s.connect(('{addr}', {ECHO_PORT}))
+s.send(b'again')
+print(s.recv(100).decode())"
+        ),
+    );
+    assert_eq!(again, "echo:again\n");
+}
+
+#[test]
+fn a_flood_of_udp_flows_stops_at_the_cap_and_leaves_no_socket_behind() {
+    let upstream = Upstream::start();
+    let _echo = upstream.udp_echo();
+    let relay = relay_for(&upstream);
+    let addr = upstream.addr;
+    let id = relay.create(&["--allow-cidr", &format!("{addr}/32")]);
+    let before = descriptors(&relay);
+
+    // More sockets than the cap, each starting a flow (paced, so none is lost to a full
+    // queue): the first MAX_UDP_FLOWS are answered, the rest dropped.
+    let flood = format!(
+        "import socket, time
+socks = []
+for i in range({}):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(b'flow%d' % i, ('{addr}', {ECHO_PORT}))
+    socks.append(s)
+    time.sleep(0.002)
+answered = 0
+deadline = time.time() + 5
+for s in socks:
+    s.settimeout(max(0.01, deadline - time.time()))
+    try:
+        s.recv(100)
+        answered += 1
+    except OSError:
+        pass
+print(answered)",
+        MAX_UDP_FLOWS + 64
+    );
+    let answered: usize = python(&relay, &id, &flood).trim().parse().unwrap();
+    assert_eq!(answered, MAX_UDP_FLOWS, "answered flows");
+    // Two sockets a flow, and nothing more.
+    let during = descriptors(&relay);
+    assert!(
+        during <= before + 2 * MAX_UDP_FLOWS + 8,
+        "{before} descriptors before the flood, {during} during it"
+    );
+    assert_eq!(ok(&relay, &id, "echo still-served"), "still-served\n");
+
+    // Deleting the sandbox ends its flows: their sockets close.
+    let rm = relay.tether().args(["rm", &id]).output().unwrap();
+    assert!(rm.status.success(), "{}", text(&rm));
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while descriptors(&relay) > before {
+        assert!(
+            Instant::now() < deadline,
+            "{} descriptors after the delete, {before} before the flood",
+            descriptors(&relay)
+        );
+        std::thread::sleep(POLL);
+    }
 }

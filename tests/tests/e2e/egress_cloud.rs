@@ -12,7 +12,9 @@
 //! off the allowlist is refused (403); one sandbox's credential never puts in another's
 //! secrets; a restarted relay serves the sandbox again; a deleted sandbox's credential is
 //! revoked; nothing of the value reaches the relay's log; `tether info` says what holds.
-//! Without `--egress-url`, a cloud create with a secret is refused naming the flag.
+//! Without `--egress-url`, a cloud create with a secret is refused naming the flag. With an
+//! `https` egress URL (E2B's fake), the listener serves TLS with the relay's certificate,
+//! signed by a private CA that the sandbox is given, and the secret still reaches its host.
 //!
 //! Needs root (namespaces), and the Debian packages docker-registry and busybox-static, curl
 //! on this host (copied into the image), and the static agent.
@@ -502,4 +504,108 @@ fn cloud_secrets_without_an_egress_url_are_refused_naming_the_flag() {
     let said = text(&out);
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("drop --env https_proxy"), "{said}");
+}
+
+/// A private CA and a relay certificate it signed for 127.0.0.1 and localhost, as files in
+/// `dir`: the chain (leaf, then the CA, as an operator with a private CA writes it), the key,
+/// and the CA alone (PEM text too).
+fn relay_certificate(dir: &Path) -> (PathBuf, PathBuf, PathBuf, String) {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "relay's private CA");
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    let issuer =
+        rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let (chain, key_path, ca) = (
+        dir.join("relay.crt"),
+        dir.join("relay.key"),
+        dir.join("ca.pem"),
+    );
+    std::fs::write(&chain, format!("{}{}", leaf.pem(), issuer.pem())).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    std::fs::write(&ca, issuer.pem()).unwrap();
+    (chain, key_path, ca, issuer.pem())
+}
+
+#[test]
+fn e2b_secrets_reach_their_host_through_a_tls_egress_listener() {
+    let upstream = Upstream::start();
+    let registry = RegistryServer::start();
+    let base = push_curl_image(&registry);
+    let port = free_port();
+    let reach = format!("127.0.0.1:{port}");
+    let cloud = Cloud::start("e2b", &reach);
+    let image = "tether-curl-e2b-tls";
+    cloud.build(&base, image);
+
+    let pki = tempfile::tempdir().unwrap();
+    let (cert, key, ca, ca_pem) = relay_certificate(pki.path());
+    let hosts = upstream.hosts_file();
+    let upstream_ca = upstream.dir.path().join("ca.pem");
+    let egress_url = format!("https://{reach}");
+    let relay = Relay::start_with_settings(
+        &cloud.config_toml(),
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--egress-hosts",
+            hosts.to_str().unwrap(),
+            "--egress-ca-file",
+            upstream_ca.to_str().unwrap(),
+            "--egress-url",
+            &egress_url,
+            "--egress-listen",
+            &reach,
+        ],
+        |_| {},
+    )
+    .trusting(&ca);
+
+    let id = create_with_secret(&relay, &cloud, image, ("KEY_A", VALUE_A), &[]);
+    let proxy = proxy_url(&relay, &id);
+    assert!(
+        proxy.starts_with(&format!("https://{id}:")) && proxy.ends_with(&reach),
+        "{proxy}"
+    );
+    // The sandbox trusts the listener by the relay's CA, installed with its own.
+    let bundle = ok(&relay, &id, "cat /etc/ssl/certs/ca-certificates.crt");
+    assert!(
+        bundle.contains(ca_pem.trim()),
+        "the relay's CA is not trusted"
+    );
+
+    // Through the TLS listener, the secret's host receives the value.
+    let echoed = ok(
+        &relay,
+        &id,
+        "curl -sSf -H \"Authorization: Bearer $KEY_A\" https://api.allowed.test/echo",
+    );
+    assert!(echoed.contains(&format!("Bearer {VALUE_A}")), "{echoed}");
+    // And over TLS as over plain HTTP, a request without the credential is refused.
+    let missing = fails(
+        &relay,
+        &id,
+        &format!("curl -sS -x https://{reach} https://api.allowed.test/echo"),
+    );
+    assert!(missing.contains("407"), "{missing}");
+    // Plain HTTP on the TLS listener gets nowhere.
+    let plain = fails(
+        &relay,
+        &id,
+        &format!("curl -sS --max-time 10 -x http://{reach} https://api.allowed.test/echo"),
+    );
+    assert!(!plain.contains(VALUE_A), "{plain}");
+    nowhere_inside(&relay, &id, VALUE_A);
 }
