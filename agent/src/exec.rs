@@ -14,7 +14,7 @@ use std::sync::Arc;
 use bytes::{Buf, Bytes};
 use nix::sys::signal::Signal;
 use tether_proto::frame;
-use tether_proto::limits::{DATA_CHUNK, HEADER_LEN};
+use tether_proto::limits::{BULK_CHUNK, HEADER_LEN};
 use tether_proto::op::{Op, Reply};
 use tether_proto::{ByteOffset, Channel, Control, ErrorCode, ProcessId};
 use tracing::warn;
@@ -26,9 +26,11 @@ use crate::replay::{Read, Reader};
 use crate::signal;
 use crate::stream::{Inbound, OpError, OpResult, StreamCtx, StreamIn, StreamOut};
 
-/// Most bytes a sender takes from a ring at once: one frame's worth. The ring frees them for
-/// the writer as soon as that frame is queued.
-const SEND_BYTES: usize = DATA_CHUNK;
+/// Most bytes a sender takes from a ring at once: one frame's worth, as large as a bulk
+/// frame when that much is waiting (a frame carries what the ring holds, so output as it
+/// comes still goes out at once, in small frames). The ring frees them for the writer as
+/// soon as that frame is queued.
+const SEND_BYTES: usize = BULK_CHUNK;
 
 /// Runs a process operation.
 pub(crate) async fn run(ctx: StreamCtx, op: Op, agent: Arc<Agent>) -> OpResult {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use tether_proto::frame;
-use tether_proto::limits::{DATA_CHUNK, HEADER_LEN};
+use tether_proto::limits::{BULK_CHUNK, DATA_CHUNK, HEADER_LEN};
 use tether_proto::op::{Reply, WatchEvent};
 use tether_proto::window::RecvWindow;
 use tether_proto::{Channel, Control, ErrorCode, StreamId};
@@ -158,7 +158,7 @@ impl StreamOut {
         if len == 0 {
             return Ok(());
         }
-        if len > DATA_CHUNK {
+        if len > BULK_CHUNK {
             return self
                 .data(channel, frame.split_off(HEADER_LEN).freeze())
                 .await;

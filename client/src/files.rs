@@ -3,7 +3,7 @@
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use tether_proto::frame;
-use tether_proto::limits::DATA_CHUNK;
+use tether_proto::limits::{BULK_CHUNK, DATA_CHUNK};
 use tether_proto::op::{
     AgentInfo, FileStat, GrepMatch, GrepSpec, ListeningPort, Op, Reply, WatchEvent, WriteSpec,
 };
@@ -278,7 +278,7 @@ async fn pump_in<R: AsyncRead + Unpin>(
 ) -> Result<(), ClientError> {
     let mut total = 0u64;
     loop {
-        let mut buf = frame::data_buffer(DATA_CHUNK);
+        let mut buf = frame::data_buffer(BULK_CHUNK);
         // What one read gives goes out at once: a source that trickles (a pipe, a tar
         // being packed) is not held back to fill the frame.
         let n = source.read_buf(&mut buf).await.map_err(local)?;

@@ -26,7 +26,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 use tether_proto::control::ExitStatus;
-use tether_proto::limits::{DATA_CHUNK, HEADER_LEN, INITIAL_WINDOW, MAX_PAYLOAD};
+use tether_proto::limits::{BULK_CHUNK, DATA_CHUNK, HEADER_LEN, INITIAL_WINDOW, MAX_PAYLOAD};
 use tether_proto::op::{Op, Reply, WatchEvent};
 use tether_proto::window::RecvWindow;
 use tether_proto::{
@@ -688,7 +688,7 @@ impl StreamSender {
     }
 
     /// Sends the data frame built in `frame` (from [`frame::data_buffer`], at most
-    /// [`DATA_CHUNK`] bytes after the header's room) on channel `in`. With credit for the
+    /// [`BULK_CHUNK`] bytes after the header's room) on channel `in`. With credit for the
     /// whole payload, the common case, the buffer itself goes out and the payload is never
     /// copied; with less, it goes in pieces as credit arrives, like [`Self::send`].
     pub async fn send_in_place(&self, mut frame: BytesMut) -> Result<(), ClientError> {
@@ -696,7 +696,7 @@ impl StreamSender {
         if len == 0 {
             return Ok(());
         }
-        if len <= DATA_CHUNK && self.credit.available_permits() >= len {
+        if len <= BULK_CHUNK && self.credit.available_permits() >= len {
             if let Ok(permits) = self.credit.try_acquire_many(len as u32) {
                 permits.forget();
                 return self

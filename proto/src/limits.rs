@@ -9,9 +9,15 @@ pub const HEADER_LEN: usize = 6;
 /// Largest payload a frame may carry: 1 MiB. Larger frames are a protocol error.
 pub const MAX_PAYLOAD: usize = 1 << 20;
 
-/// Largest data payload a sender should produce: 64 KiB. Keeps latency of interleaved
-/// streams low while amortising per-frame costs.
+/// Largest data payload a sender should produce for bytes as they come: 64 KiB. Keeps
+/// latency of interleaved streams low while amortising per-frame costs.
 pub const DATA_CHUNK: usize = 64 << 10;
+
+/// Largest data payload a sender should produce when that much is already waiting (a
+/// process's buffered output, a file being read): 256 KiB. A quarter of the frames, and of
+/// the per-frame work at both ends, for bulk bytes; a frame of it takes about 0.3 ms on a
+/// loopback at 1 GB/s, the most another stream waits behind it.
+pub const BULK_CHUNK: usize = 256 << 10;
 
 /// Credit each direction of a stream starts with unless the opener asks for another: 4 MiB.
 pub const INITIAL_WINDOW: u32 = 4 << 20;

@@ -350,6 +350,7 @@ fn limits_table_matches_the_code() {
         ("HEADER_LEN", limits::HEADER_LEN as u64),
         ("MAX_PAYLOAD", limits::MAX_PAYLOAD as u64),
         ("DATA_CHUNK", limits::DATA_CHUNK as u64),
+        ("BULK_CHUNK", limits::BULK_CHUNK as u64),
         ("INITIAL_WINDOW", limits::INITIAL_WINDOW as u64),
         ("MAX_WINDOW", limits::MAX_WINDOW as u64),
         ("DEFAULT_RING", limits::DEFAULT_RING as u64),

@@ -12,7 +12,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use bytes::BytesMut;
-use tether_proto::limits::{DATA_CHUNK, HEADER_LEN};
+use tether_proto::limits::{BULK_CHUNK, HEADER_LEN};
 use tether_proto::op::{IfExists, Reply, WriteSpec};
 use tether_proto::{frame, Channel, ErrorCode, WirePath};
 
@@ -72,14 +72,14 @@ pub(super) fn send_file(mut file: File, limit: u64, out: &mut Outgoing) -> io::R
     Ok(sent)
 }
 
-/// Reads up to `want` bytes of `file` straight into data frames of at most [`DATA_CHUNK`]
+/// Reads up to `want` bytes of `file` straight into data frames of at most [`BULK_CHUNK`]
 /// bytes each, so they reach the socket without another copy. Returns the frames and the
 /// bytes they hold: fewer than `want` only at the end of the file.
 fn read_frames(file: &mut File, want: usize) -> io::Result<(Vec<BytesMut>, usize)> {
-    let mut frames = Vec::with_capacity(want.div_ceil(DATA_CHUNK));
+    let mut frames = Vec::with_capacity(want.div_ceil(BULK_CHUNK));
     let mut total = 0;
     while total < want {
-        let size = (want - total).min(DATA_CHUNK);
+        let size = (want - total).min(BULK_CHUNK);
         let mut frame = frame::data_buffer(size);
         frame.resize(HEADER_LEN + size, 0);
         let n = read_full(file, &mut frame[HEADER_LEN..])?;

@@ -4,11 +4,14 @@
 //! forwarded to its process group, and, when it runs under a terminal, the window size
 //! followed. We exit as it exits: its code, or 128 + the signal that ended it.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
 use tokio::sync::mpsc;
@@ -50,14 +53,17 @@ pub(super) async fn wire(mut process: Process, wiring: Wiring) -> anyhow::Result
     let mut signals = Signals::new(wiring.pty)?;
     let mut interrupts = 0;
     let mut hung_up: Option<Instant> = None;
-    let mut stdout = std::io::stdout();
-    let mut stderr = std::io::stderr();
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    // Output goes straight to the descriptors from here on: whatever std still buffers goes
+    // first.
+    let _ = std::io::Write::flush(&mut stdout.lock());
     loop {
         tokio::select! {
             event = process.next() => {
                 let written = match event {
-                    Some(Ok(ProcessEvent::Stdout(bytes))) => write(&mut stdout, &bytes),
-                    Some(Ok(ProcessEvent::Stderr(bytes))) => write(&mut stderr, &bytes),
+                    Some(Ok(ProcessEvent::Stdout(bytes))) => write(stdout.as_fd(), &bytes),
+                    Some(Ok(ProcessEvent::Stderr(bytes))) => write(stderr.as_fd(), &bytes),
                     Some(Ok(ProcessEvent::Dropped { .. })) => Ok(()),
                     Some(Ok(ProcessEvent::Exit(status))) => return Ok(status),
                     Some(Err(e)) => return Err(e.into()),
@@ -113,9 +119,27 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-fn write(out: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
-    out.write_all(bytes)?;
-    out.flush()
+/// Writes all of `bytes` to `fd` straight from the frame that carried them: no buffer in
+/// between (std's stdout is line-buffered, which costs a scan and a second write for output
+/// that does not end a line) and nothing held back. Waits when `fd` is non-blocking and full
+/// (a descriptor shared with a parent that set O_NONBLOCK).
+fn write(fd: BorrowedFd<'_>, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        match nix::unistd::write(fd, bytes) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => {
+                let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) | Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 fn signalled(sig: Signal) -> ExitStatus {
