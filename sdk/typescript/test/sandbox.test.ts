@@ -180,6 +180,14 @@ describe("commands", () => {
     // The process waits for a line on stdin, so it is still running when we detach (an exit
     // delivered on the exec stream would collect it).
     const h = await sandbox.commands.start("printf 'hello world'; read line; echo \"$line\"", { background: true, stdin: true });
+    // Attaching past what the process has written so far is refused: detach only once all of
+    // "hello world" exists (a loaded machine may not have run printf yet).
+    let seen = 0;
+    while (seen < "hello world".length) {
+      const chunk = await h.next();
+      assert.ok(chunk, "the process ended before printing");
+      seen += chunk.bytes.length;
+    }
     await h.detach();
     const again = await sandbox.commands.attach(h.processId, { outOffset: 6, stdin: true });
     const first = await again.next();
