@@ -106,22 +106,15 @@ impl Upstream {
         let ca_pem = make_certificates(dir.path());
         let script = dir.path().join("upstream.py");
         std::fs::write(&script, UPSTREAM_PY).unwrap();
-        let mut child = Command::new("ip")
+        let mut command = Command::new("ip");
+        command
             .args(["netns", "exec", &ns, "/usr/bin/python3"])
             .arg(&script)
             .arg(&www)
             .arg(dir.path().join("cert.pem"))
             .arg(dir.path().join("key.pem"))
-            .arg(dir.path().join("record"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "the upstream did not start");
+            .arg(dir.path().join("record"));
+        let child = started(command, "the upstream did not start");
         Upstream {
             ns,
             addr,
@@ -187,17 +180,9 @@ impl Upstream {
                  data, peer = s.recvfrom(65536)\n    \
                  s.sendto(b'echo:' + data, peer)\n"
         );
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "/usr/bin/python3", "-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "the UDP echo server did not start");
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.ns, "/usr/bin/python3", "-c", &script]);
+        let child = started(command, "the UDP echo server did not start");
         Killed(child)
     }
 
@@ -224,6 +209,22 @@ impl Drop for Upstream {
 }
 
 /// A PEP 503 index under `www/simple` with one small wheel, `tinypkg`.
+/// Spawns `command` (a server that prints `ready` once it listens) and waits for that line;
+/// `failed` is the assertion's message otherwise.
+fn started(mut command: Command, failed: &str) -> Child {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "{failed}");
+    child
+}
+
 fn make_index(www: &Path) {
     let script = r#"
 import os, sys, zipfile
