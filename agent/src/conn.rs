@@ -1,16 +1,18 @@
 //! One client connection: the handshake, then the multiplexer that routes frames to streams.
 //!
-//! A reader loop decodes frames and routes them; one writer task owns the WebSocket sink and
-//! sends whatever the streams queue in the bounded outbox, flushing once the queue is empty.
+//! A reader loop decodes frames and routes them; one writer task owns the socket's writing side
+//! and sends whatever the streams queue in the bounded outbox, flushing once the queue is empty.
 //! Each stream runs its operation in its own task, so a stalled stream stalls nobody else.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
+use tokio::io::AsyncWrite;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -24,14 +26,17 @@ use tether_proto::{
 };
 
 use crate::agent::Agent;
-use crate::ops;
 use crate::stream::{Credit, Inbound, OpError, StreamCtx};
+use crate::{ops, ws_out};
 
 /// Frames queued for the writer before producers wait: bounds the agent's memory per connection.
 const OUTBOX_FRAMES: usize = 256;
 
 /// A connection that sends nothing (not even a pong) for this long is considered dead.
 const DEAD_AFTER: Duration = Duration::from_secs(3 * PING_INTERVAL_SECS);
+
+/// How long, after the peer's close frame, the reader waits for the connection to end.
+const CLOSE_REPLY: Duration = Duration::from_secs(1);
 
 /// The capabilities this agent announces in `welcome`.
 pub(crate) const CAPABILITIES: &[&str] = &[
@@ -61,22 +66,40 @@ struct Entry {
 
 type Streams = Arc<Mutex<HashMap<StreamId, Entry>>>;
 
-/// Serves one WebSocket connection until it closes. `authed` is true when the token was
-/// already checked at the HTTP upgrade.
-pub(crate) async fn serve<Si, So>(mut sink: Si, mut source: So, agent: Arc<Agent>, authed: bool)
+/// What sends a connection's frames: [`ws_out::Writer`] on connections the agent accepted,
+/// tungstenite's own sink on those it dialled (where its frames must be masked).
+pub(crate) trait Writer: Send + 'static {
+    /// Sends what `queue` yields as binary messages, with pings between, until the queue
+    /// closes or the peer goes; then a close frame with `code`, unless one went out already.
+    fn run(
+        self,
+        queue: mpsc::Receiver<Bytes>,
+        code: Arc<AtomicU16>,
+    ) -> impl Future<Output = ()> + Send;
+}
+
+impl<W: AsyncWrite + Unpin + Send + 'static> Writer for ws_out::Writer<W> {
+    fn run(
+        self,
+        queue: mpsc::Receiver<Bytes>,
+        code: Arc<AtomicU16>,
+    ) -> impl Future<Output = ()> + Send {
+        ws_out::Writer::run(self, queue, code)
+    }
+}
+
+/// Tungstenite's sink as a [`Writer`].
+pub(crate) struct SinkWriter<Si>(pub(crate) Si);
+
+impl<Si> Writer for SinkWriter<Si>
 where
     Si: futures_util::Sink<Message, Error = WsError> + Unpin + Send + 'static,
-    So: futures_util::Stream<Item = Result<Message, WsError>> + Unpin,
 {
-    let (outbox, mut queue) = mpsc::channel::<Bytes>(OUTBOX_FRAMES);
-    // The close code the writer sends: 1001 unless the reader saw a fault that has its own.
-    let close_code = Arc::new(AtomicU16::new(CloseCode::Away.into()));
-    let writer_close_code = close_code.clone();
-
-    let writer = tokio::spawn(async move {
+    async fn run(self, mut queue: mpsc::Receiver<Bytes>, code: Arc<AtomicU16>) {
+        let mut sink = self.0;
         // Whether the queue closed or the peer went away, try to say goodbye with the code.
         let _ = writer::write_frames(&mut sink, &mut queue).await;
-        let code = CloseCode::from(writer_close_code.load(Ordering::Acquire));
+        let code = CloseCode::from(code.load(Ordering::Acquire));
         let _ = sink
             .send(Message::Close(Some(CloseFrame {
                 code,
@@ -84,7 +107,20 @@ where
             })))
             .await;
         let _ = sink.close().await;
-    });
+    }
+}
+
+/// Serves one WebSocket connection until it closes. `authed` is true when the token was
+/// already checked at the HTTP upgrade.
+pub(crate) async fn serve<W, So>(out: W, mut source: So, agent: Arc<Agent>, authed: bool)
+where
+    W: Writer,
+    So: futures_util::Stream<Item = Result<Message, WsError>> + Unpin,
+{
+    let (outbox, queue) = mpsc::channel::<Bytes>(OUTBOX_FRAMES);
+    // The close code the writer sends: 1001 unless the reader saw a fault that has its own.
+    let close_code = Arc::new(AtomicU16::new(CloseCode::Away.into()));
+    let writer = tokio::spawn(out.run(queue, close_code.clone()));
 
     if let Err(e) = handshake(&mut source, &outbox, &agent, authed).await {
         debug!("handshake failed: {}", e.message);
@@ -120,7 +156,12 @@ where
         };
         let bytes = match msg {
             Message::Binary(b) => b,
-            Message::Close(_) => break,
+            Message::Close(_) => {
+                // Tungstenite sends its reply (the peer's code echoed) on the next read, which
+                // then ends at once (or, where the agent dialled, once the peer hangs up).
+                let _ = tokio::time::timeout(CLOSE_REPLY, source.next()).await;
+                break;
+            }
             Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => continue,
             Message::Text(_) => {
                 reject(

@@ -37,6 +37,7 @@ mod spawn;
 mod stream;
 mod sys;
 mod users;
+mod ws_out;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 use tether_proto::{auth, limits};
 
 use crate::agent::Agent;
-use crate::{budget, conn};
+use crate::{budget, conn, ws_out};
 
 /// Largest WebSocket message accepted: twice the largest frame, so a slightly oversized
 /// frame reaches the decoder (and gets a protocol error) while a huge one is cut off.
@@ -173,11 +173,17 @@ where
             }
         }
     };
-    match tokio_tungstenite::accept_hdr_async_with_config(io, check, Some(ws_config())).await {
-        Ok(ws) => {
-            use futures_util::StreamExt;
-            let (sink, source) = ws.split();
-            conn::serve(sink, source, agent, authed).await
+    // The upgrade writes its response to the socket; then the agent's own writer takes the
+    // socket's writing side, and tungstenite only reads.
+    let (read, write) = tokio::io::split(io);
+    let io = ws_out::Duplex::new(read, write);
+    let config = ws_out::reader_config(ws_config());
+    match tokio_tungstenite::accept_hdr_async_with_config(io, check, Some(config)).await {
+        Ok(mut ws) => {
+            let Some((socket, tap)) = ws.get_mut().take_writer() else {
+                unreachable!("a fresh connection's writer is taken once");
+            };
+            conn::serve(ws_out::Writer::new(socket, tap), ws, agent, authed).await
         }
         Err(e) => debug!("WebSocket upgrade failed: {e}"),
     }
@@ -220,7 +226,7 @@ pub(crate) async fn dial(url: String, agent: Arc<Agent>) -> anyhow::Result<()> {
                     let source =
                         futures_util::stream::once(std::future::ready(Ok(first))).chain(source);
                     // We dialled the relay we were configured with, so it is trusted.
-                    conn::serve(sink, source, agent, true).await;
+                    conn::serve(conn::SinkWriter(sink), source, agent, true).await;
                 });
             }
             Err(e) => {
