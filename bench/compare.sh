@@ -2,10 +2,13 @@
 # Tether next to OpenSSH on loopback, in one run: starts a private sshd (host and client keys
 # in a temporary directory, one reused connection through ControlMaster) and a private Tether
 # relay with one local sandbox, measures the same things through both with bench/measure.py,
-# runs `tether bench` against the sandbox, and prints the figures side by side.
+# runs `tether bench --embedded --direct` (its own relay and sandbox, same binaries, and the
+# data path again straight to the agent), and prints the figures side by side: every table of
+# the README's Performance section comes from one run.
 #
 #   bench/compare.sh            # full: 1 GiB transfers
 #   bench/compare.sh --quick    # small sizes, a smoke check
+#   KEEP=DIR bench/compare.sh   # also keeps the raw results (results.jsonl, bench.json) in DIR
 #
 # Needs root on a fresh Debian machine (it installs openssh-server, and local sandboxes need
 # namespaces). TETHER_BIN and TETHER_AGENT_BIN choose prebuilt binaries; otherwise they are
@@ -197,9 +200,14 @@ else
     echo "SWE-ReX: not measured (python3 -m venv or pip install swe-rex failed)" >&2
 fi
 
-step "tether bench against the sandbox"
+step "tether bench --embedded --direct (its own relay and sandbox)"
+# The compared sandbox goes first: the bench's idle sessions need the descriptors.
+tether rm "$sandbox" >/dev/null && sandbox=""
 quick=(); [ "${1:-}" = "--quick" ] && quick=(--quick)
-tether bench "${quick[@]}" --json "$sandbox" > "$work/bench.json" || true
+tether bench "${quick[@]}" --embedded --direct --json > "$work/bench.json" || true
+if [ -n "${KEEP:-}" ]; then
+    mkdir -p "$KEEP" && cp "$results" "$work/bench.json" "$KEEP/"
+fi
 
 echo
 echo "tether $(tether --version | awk '{print $2}') vs $(ssh -V 2>&1 | cut -d, -f1), $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs"

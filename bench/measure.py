@@ -233,6 +233,20 @@ def cmd_table(args):
         for floor in floors:
             text, _, _ = fmt(None if floor.get("kind") == "failed" else floor)
             print(f"  {floor['name']:<46}{text}")
+    direct = [fig for fig in bench.values() if fig.get("direct")]
+    if direct:
+        print("\nthrough the relay vs straight to the agent (tether bench --direct):")
+        for fig in direct:
+            d = fig["direct"]
+            relayed_text, relayed, kind = fmt(None if fig.get("kind") == "failed" else fig)
+            direct_text, straight, _ = fmt(None if d.get("kind") == "failed" else d)
+            cost = ""
+            if relayed and straight:
+                if kind == "latency":
+                    cost = f"+{(relayed - straight) * 1e3:.0f} µs"
+                else:
+                    cost = f"{relayed / straight:.0%} of direct"
+            print(f"  {fig['name']:<46}{relayed_text:<34}{direct_text:<34}{cost}")
 
 
 if __name__ == "__main__":
