@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::AsyncWrite;
 use tokio::sync::mpsc;
@@ -21,12 +20,10 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::{debug, warn};
 
 use tether_proto::limits::{INITIAL_WINDOW, MAX_WINDOW, PING_INTERVAL_SECS};
-use tether_proto::{
-    auth, frame, writer, Channel, Control, ErrorCode, Frame, StreamId, PROTOCOL_VERSION,
-};
+use tether_proto::{auth, writer, Channel, Control, ErrorCode, Frame, StreamId, PROTOCOL_VERSION};
 
 use crate::agent::Agent;
-use crate::stream::{Credit, Inbound, OpError, StreamCtx};
+use crate::stream::{Credit, Inbound, OpError, Outbox, Outgoing, StreamCtx};
 use crate::{ops, ws_out};
 
 /// Frames queued for the writer before producers wait: bounds the agent's memory per connection.
@@ -73,7 +70,7 @@ pub(crate) trait Writer: Send + 'static {
     /// closes or the peer goes; then a close frame with `code`, unless one went out already.
     fn run(
         self,
-        queue: mpsc::Receiver<Bytes>,
+        queue: mpsc::Receiver<Outgoing>,
         code: Arc<AtomicU16>,
     ) -> impl Future<Output = ()> + Send;
 }
@@ -81,7 +78,7 @@ pub(crate) trait Writer: Send + 'static {
 impl<W: AsyncWrite + Unpin + Send + 'static> Writer for ws_out::Writer<W> {
     fn run(
         self,
-        queue: mpsc::Receiver<Bytes>,
+        queue: mpsc::Receiver<Outgoing>,
         code: Arc<AtomicU16>,
     ) -> impl Future<Output = ()> + Send {
         ws_out::Writer::run(self, queue, code)
@@ -95,7 +92,7 @@ impl<Si> Writer for SinkWriter<Si>
 where
     Si: futures_util::Sink<Message, Error = WsError> + Unpin + Send + 'static,
 {
-    async fn run(self, mut queue: mpsc::Receiver<Bytes>, code: Arc<AtomicU16>) {
+    async fn run(self, mut queue: mpsc::Receiver<Outgoing>, code: Arc<AtomicU16>) {
         let mut sink = self.0;
         // Whether the queue closed or the peer went away, try to say goodbye with the code.
         let _ = writer::write_frames(&mut sink, &mut queue).await;
@@ -117,7 +114,7 @@ where
     W: Writer,
     So: futures_util::Stream<Item = Result<Message, WsError>> + Unpin,
 {
-    let (outbox, queue) = mpsc::channel::<Bytes>(OUTBOX_FRAMES);
+    let (outbox, queue) = mpsc::channel::<Outgoing>(OUTBOX_FRAMES);
     // The close code the writer sends: 1001 unless the reader saw a fault that has its own.
     let close_code = Arc::new(AtomicU16::new(CloseCode::Away.into()));
     let writer = tokio::spawn(out.run(queue, close_code.clone()));
@@ -126,7 +123,7 @@ where
         debug!("handshake failed: {}", e.message);
         close_code.store(CloseCode::Policy.into(), Ordering::Release);
         let _ = outbox
-            .send(frame::encode_control(&Control::Error {
+            .send(Outgoing::control(&Control::Error {
                 stream: None,
                 code: e.code,
                 message: e.message,
@@ -183,14 +180,14 @@ where
                         ErrorCode::InvalidArgument
                     };
                     let _ = outbox
-                        .send(frame::encode_control(&Control::Error {
+                        .send(Outgoing::control(&Control::Error {
                             stream: Some(stream),
                             code,
                             message: e.to_string(),
                         }))
                         .await;
                     let _ = outbox
-                        .send(frame::encode_control(&Control::Closed { stream }))
+                        .send(Outgoing::control(&Control::Closed { stream }))
                         .await;
                 }
                 None => reject(&outbox, None, &e.to_string()).await,
@@ -206,7 +203,7 @@ where
 
 async fn handshake<S>(
     source: &mut S,
-    outbox: &mpsc::Sender<Bytes>,
+    outbox: &Outbox,
     agent: &Agent,
     authed: bool,
 ) -> Result<(), OpError>
@@ -261,7 +258,7 @@ where
         capabilities: CAPABILITIES.iter().map(|c| c.to_string()).collect(),
     };
     outbox
-        .send(frame::encode_control(&welcome))
+        .send(Outgoing::control(&welcome))
         .await
         .map_err(|_| OpError::gone())
 }
@@ -313,9 +310,9 @@ fn violation_code(e: &WsError) -> Option<CloseCode> {
     }
 }
 
-async fn reject(outbox: &mpsc::Sender<Bytes>, stream: Option<StreamId>, message: &str) {
+async fn reject(outbox: &Outbox, stream: Option<StreamId>, message: &str) {
     let _ = outbox
-        .send(frame::encode_control(&Control::Error {
+        .send(Outgoing::control(&Control::Error {
             stream,
             code: ErrorCode::InvalidArgument,
             message: message.to_string(),
@@ -323,7 +320,7 @@ async fn reject(outbox: &mpsc::Sender<Bytes>, stream: Option<StreamId>, message:
         .await;
 }
 
-async fn route(frame: Frame, streams: &Streams, outbox: &mpsc::Sender<Bytes>, agent: &Arc<Agent>) {
+async fn route(frame: Frame, streams: &Streams, outbox: &Outbox, agent: &Arc<Agent>) {
     match frame {
         Frame::Data {
             stream,
@@ -380,12 +377,7 @@ async fn route(frame: Frame, streams: &Streams, outbox: &mpsc::Sender<Bytes>, ag
     }
 }
 
-async fn control(
-    msg: Control,
-    streams: &Streams,
-    outbox: &mpsc::Sender<Bytes>,
-    agent: &Arc<Agent>,
-) {
+async fn control(msg: Control, streams: &Streams, outbox: &Outbox, agent: &Arc<Agent>) {
     let (stream, inbound) = match msg {
         Control::Open { stream, window, op } => {
             return open(stream, window, op, streams, outbox, agent).await;
@@ -429,7 +421,7 @@ async fn open(
     window: Option<u32>,
     op: tether_proto::op::Op,
     streams: &Streams,
-    outbox: &mpsc::Sender<Bytes>,
+    outbox: &Outbox,
     agent: &Arc<Agent>,
 ) {
     if stream == StreamId::CONNECTION {
@@ -455,14 +447,14 @@ async fn open(
             }
             debug!("refusing {stream}: {}", e.message);
             let _ = outbox
-                .send(frame::encode_control(&Control::Error {
+                .send(Outgoing::control(&Control::Error {
                     stream: Some(stream),
                     code: e.code,
                     message: e.message,
                 }))
                 .await;
             let _ = outbox
-                .send(frame::encode_control(&Control::Closed { stream }))
+                .send(Outgoing::control(&Control::Closed { stream }))
                 .await;
             return;
         }
@@ -506,7 +498,7 @@ async fn open(
         drop(place);
         if let Err(e) = result {
             let _ = outbox
-                .send(frame::encode_control(&Control::Error {
+                .send(Outgoing::control(&Control::Error {
                     stream: Some(stream),
                     code: e.code,
                     message: e.message,
@@ -514,7 +506,7 @@ async fn open(
                 .await;
         }
         let _ = outbox
-            .send(frame::encode_control(&Control::Closed { stream }))
+            .send(Outgoing::control(&Control::Closed { stream }))
             .await;
     });
 }

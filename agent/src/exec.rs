@@ -13,8 +13,7 @@ use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
 use nix::sys::signal::Signal;
-use tether_proto::frame;
-use tether_proto::limits::{BULK_CHUNK, HEADER_LEN};
+use tether_proto::limits::BULK_CHUNK;
 use tether_proto::op::{Op, Reply};
 use tether_proto::{ByteOffset, Channel, Control, ErrorCode, ProcessId};
 use tracing::warn;
@@ -155,15 +154,16 @@ async fn attach(
     }
 }
 
-/// Sends one channel from `reader` until the channel ends, then its `eof`. Each frame is
-/// built around what the ring holds at that moment, however many reads of the pump it took
-/// (a terminal gives at most 4 KiB per read): the bytes are copied once, into the frame.
+/// Sends one channel from `reader` until the channel ends, then its `eof`. Each frame holds
+/// what the ring has at that moment, however many reads of the pump it took (a terminal
+/// gives at most 4 KiB per read), as the ring's own pieces: the writer gathers them into the
+/// socket, so the agent never copies output on its way out.
 async fn send_channel(out: &StreamOut, channel: Channel, mut reader: Reader) -> OpResult {
     loop {
-        match reader.read_into(SEND_BYTES, frame::data_buffer).await {
-            Read::Data(frame) => {
-                let n = frame.len() - HEADER_LEN;
-                out.data_in_place(channel, frame).await?;
+        match reader.read_into(SEND_BYTES, |_| Vec::new()).await {
+            Read::Data(pieces) => {
+                let n = pieces.iter().map(Bytes::len).sum();
+                out.data_parts(channel, pieces).await?;
                 reader.advance(n);
             }
             Read::Dropped { from, to } => {

@@ -12,6 +12,7 @@
 //! attached the writer never waits: the ring overwrites its oldest bytes.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -49,11 +50,30 @@ struct State {
     next_reader: u64,
 }
 
+/// Where a read gathers the ring's bytes: copied into one buffer ([`BytesMut`]), or kept as
+/// the ring's own pieces (`Vec<Bytes>`, no copy: each piece shares the ring's memory).
+pub(crate) trait Gather {
+    /// Adds `chunk[range]`.
+    fn gather(&mut self, chunk: &Bytes, range: Range<usize>);
+}
+
+impl Gather for BytesMut {
+    fn gather(&mut self, chunk: &Bytes, range: Range<usize>) {
+        self.extend_from_slice(&chunk[range]);
+    }
+}
+
+impl Gather for Vec<Bytes> {
+    fn gather(&mut self, chunk: &Bytes, range: Range<usize>) {
+        self.push(chunk.slice(range));
+    }
+}
+
 /// What a reader gets next.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Read {
+pub(crate) enum Read<B = BytesMut> {
     /// Bytes starting at the reader's offset.
-    Data(BytesMut),
+    Data(B),
     /// Bytes `from..to` were overwritten before this reader got them; it continues at `to`.
     Dropped {
         /// First lost offset.
@@ -200,12 +220,12 @@ impl State {
     /// boundaries, into the buffer `buffer` makes for their exact count (appended to what it
     /// already holds). The caller holds the ring's lock for the copy: a sender asks for one
     /// frame (64 KiB, microseconds), which the pump can wait for.
-    fn read(
+    fn read<B: Gather>(
         &self,
         offset: ByteOffset,
         max: usize,
-        buffer: impl FnOnce(usize) -> BytesMut,
-    ) -> Option<Read> {
+        buffer: impl FnOnce(usize) -> B,
+    ) -> Option<Read<B>> {
         if offset < self.start {
             return Some(Read::Dropped {
                 from: offset,
@@ -226,7 +246,7 @@ impl State {
             let (start, chunk) = &self.chunks[index];
             let skip = (at - start) as usize;
             let take = (chunk.len() - skip).min((stop - at) as usize);
-            buf.extend_from_slice(&chunk[skip..skip + take]);
+            buf.gather(chunk, skip..skip + take);
             at += take as u64;
             index += 1;
         }
@@ -257,16 +277,15 @@ impl Reader {
         self.offset
     }
 
-    /// Waits for what comes next. Data (up to `max` bytes, gathered across however many
-    /// chunks the pump pushed) is copied into the buffer that `buffer` returns for their
-    /// count, so a sender builds its frame around the bytes with one copy however small the
-    /// pieces they arrived in. It is not consumed until [`Self::advance`] says it was
-    /// delivered.
-    pub(crate) async fn read_into(
+    /// Waits for what comes next. Data (up to `max` bytes, across however many chunks the
+    /// pump pushed) is gathered into what `buffer` returns for their count: copied into one
+    /// buffer, or as the ring's own pieces, which a writer that gathers sends with no copy.
+    /// It is not consumed until [`Self::advance`] says it was delivered.
+    pub(crate) async fn read_into<B: Gather>(
         &mut self,
         max: usize,
-        buffer: impl Fn(usize) -> BytesMut,
-    ) -> Read {
+        buffer: impl Fn(usize) -> B,
+    ) -> Read<B> {
         let ring = self.ring.clone();
         loop {
             let mut notified = pin!(ring.data.notified());
@@ -279,11 +298,11 @@ impl Reader {
     }
 
     /// What comes next if it is there already; see [`Self::read_into`].
-    pub(crate) fn try_read_into(
+    pub(crate) fn try_read_into<B: Gather>(
         &mut self,
         max: usize,
-        buffer: impl Fn(usize) -> BytesMut,
-    ) -> Option<Read> {
+        buffer: impl Fn(usize) -> B,
+    ) -> Option<Read<B>> {
         if let Some(from) = self.lost_from.take() {
             return Some(Read::Dropped {
                 from,

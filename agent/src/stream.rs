@@ -74,7 +74,72 @@ impl OpError {
 pub(crate) type OpResult = Result<(), OpError>;
 
 /// Where a connection's outgoing frames go: its writer task.
-pub(crate) type Outbox = mpsc::Sender<Bytes>;
+pub(crate) type Outbox = mpsc::Sender<Outgoing>;
+
+/// One frame on its way to the connection's writer.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outgoing {
+    /// The whole frame in one piece.
+    Whole(Bytes),
+    /// A data frame as its header and the pieces of its payload as the output ring holds
+    /// them: a writer that gathers (`writev`) sends them without copying.
+    Parts(Vec<Bytes>),
+}
+
+impl Outgoing {
+    /// A control frame carrying `msg`.
+    pub(crate) fn control(msg: &Control) -> Outgoing {
+        Outgoing::Whole(frame::encode_control(msg))
+    }
+
+    /// The frame's pieces, in order.
+    pub(crate) fn pieces(&self) -> &[Bytes] {
+        match self {
+            Outgoing::Whole(frame) => std::slice::from_ref(frame),
+            Outgoing::Parts(parts) => parts,
+        }
+    }
+
+    /// The frame's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.pieces().iter().map(Bytes::len).sum()
+    }
+}
+
+impl From<Bytes> for Outgoing {
+    fn from(frame: Bytes) -> Outgoing {
+        Outgoing::Whole(frame)
+    }
+}
+
+/// The frame in one piece (copied together where it was in several), for a writer that takes
+/// whole messages.
+impl From<Outgoing> for Bytes {
+    fn from(frame: Outgoing) -> Bytes {
+        match frame {
+            Outgoing::Whole(frame) => frame,
+            Outgoing::Parts(parts) => parts.concat().into(),
+        }
+    }
+}
+
+/// Splits `pieces` after their first `n` bytes: the rest is returned, in order.
+fn split_pieces(pieces: &mut Vec<Bytes>, n: usize) -> Vec<Bytes> {
+    let mut kept = 0;
+    for i in 0..pieces.len() {
+        let len = pieces[i].len();
+        if kept + len > n {
+            let mut rest = pieces.split_off(i);
+            let head = rest[0].split_to(n - kept);
+            if !head.is_empty() {
+                pieces.push(head);
+            }
+            return rest;
+        }
+        kept += len;
+    }
+    Vec::new()
+}
 
 /// Send credit for one stream's agent→client data, granted by window frames.
 #[derive(Debug)]
@@ -175,6 +240,30 @@ impl StreamOut {
         self.data(channel, payload).await
     }
 
+    /// Sends `payload`, given as the output ring's pieces, as one data frame on `channel`.
+    /// With credit for all of it, the common case, the pieces go to the writer as they are
+    /// (never copied on the agent's side); with less, what the credit covers goes first and
+    /// the rest as credit arrives, like [`Self::data`].
+    pub(crate) async fn data_parts(&self, channel: Channel, mut payload: Vec<Bytes>) -> OpResult {
+        let len: usize = payload.iter().map(Bytes::len).sum();
+        if len == 0 {
+            return Ok(());
+        }
+        if len > BULK_CHUNK {
+            return self.data(channel, payload.concat().into()).await;
+        }
+        let n = self.credit.take(len).await;
+        let rest = split_pieces(&mut payload, n);
+        let mut parts = Vec::with_capacity(1 + payload.len());
+        parts.push(frame::data_header(self.id, channel));
+        parts.extend(payload);
+        self.raw(Outgoing::Parts(parts)).await?;
+        if rest.is_empty() {
+            return Ok(());
+        }
+        self.data(channel, rest.concat().into()).await
+    }
+
     /// Waits for credit, then takes up to `max` bytes of it. For producers that read into
     /// a buffer sized to the credit they hold; return what was not used with [`Self::refund`].
     pub(crate) async fn reserve(&self, max: usize) -> usize {
@@ -225,8 +314,11 @@ impl StreamOut {
         .await
     }
 
-    async fn raw(&self, frame: Bytes) -> OpResult {
-        self.outbox.send(frame).await.map_err(|_| OpError::gone())
+    async fn raw(&self, frame: impl Into<Outgoing>) -> OpResult {
+        self.outbox
+            .send(frame.into())
+            .await
+            .map_err(|_| OpError::gone())
     }
 }
 
@@ -257,7 +349,7 @@ impl StreamIn {
             // A closed outbox means the connection is gone; recv() will say so.
             let _ = self
                 .outbox
-                .send(frame::encode_window(self.id, credit))
+                .send(frame::encode_window(self.id, credit).into())
                 .await;
         }
     }
@@ -295,7 +387,7 @@ impl StreamIn {
             self.in_credit.fetch_add(credit as u64, Ordering::AcqRel);
             let _ = self
                 .outbox
-                .blocking_send(frame::encode_window(self.id, credit));
+                .blocking_send(frame::encode_window(self.id, credit).into());
         }
     }
 }
@@ -333,5 +425,35 @@ impl StreamCtx {
     /// Splits into the sending and receiving halves.
     pub(crate) fn split(self) -> (StreamOut, StreamIn) {
         (self.out, self.input)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(parts: &[&'static [u8]]) -> Vec<Bytes> {
+        parts.iter().map(|p| Bytes::from_static(p)).collect()
+    }
+
+    #[test]
+    fn pieces_split_after_any_byte() {
+        let all = b"abcdefg";
+        for n in 0..=all.len() + 1 {
+            let mut head = pieces(&[b"ab", b"cde", b"", b"fg"]);
+            let rest = split_pieces(&mut head, n);
+            let cut = n.min(all.len());
+            assert_eq!(head.concat(), &all[..cut], "n = {n}");
+            assert_eq!(rest.concat(), &all[cut..], "n = {n}");
+        }
+    }
+
+    #[test]
+    fn a_frame_in_pieces_is_the_same_frame_whole() {
+        let parts = Outgoing::Parts(pieces(&[b"head", b"er", b"payload"]));
+        assert_eq!(parts.len(), 13);
+        assert_eq!(Bytes::from(parts), Bytes::from_static(b"headerpayload"));
+        let whole = Outgoing::from(Bytes::from_static(b"x"));
+        assert_eq!(whole.pieces(), [Bytes::from_static(b"x")]);
     }
 }

@@ -17,15 +17,20 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use tether_proto::writer::PING_PERIOD;
 
-/// Frames written by one `writev` at most: two slices each, well under `IOV_MAX` (1024).
+use crate::stream::Outgoing;
+
+/// Frames written by one `writev` at most.
 const BATCH_FRAMES: usize = 64;
+
+/// Slices one `writev` is given at most: Linux's `IOV_MAX`. A batch may hold more (a frame
+/// gathered from many small pieces); the rest goes in the next call.
+const IOV_MAX: usize = 1024;
 
 /// Bytes of payload one batch collects before it is written, so that a pong waiting in the
 /// tap is not held behind megabytes of output.
@@ -253,7 +258,7 @@ impl<W: AsyncWrite + Unpin + Send> Writer<W> {
     /// Sends until the queue closes, the peer's close has been answered or the socket fails;
     /// then, unless a close frame went out already, a close frame with `code`, and shuts the
     /// socket's write side.
-    pub(crate) async fn run(mut self, mut queue: mpsc::Receiver<Bytes>, code: Arc<AtomicU16>) {
+    pub(crate) async fn run(mut self, mut queue: mpsc::Receiver<Outgoing>, code: Arc<AtomicU16>) {
         match self.pump(&mut queue).await {
             Ok(Ended::QueueClosed) => {
                 let code = code.load(Ordering::Acquire).to_be_bytes();
@@ -269,7 +274,7 @@ impl<W: AsyncWrite + Unpin + Send> Writer<W> {
         let _ = self.socket.shutdown().await;
     }
 
-    async fn pump(&mut self, queue: &mut mpsc::Receiver<Bytes>) -> io::Result<Ended> {
+    async fn pump(&mut self, queue: &mut mpsc::Receiver<Outgoing>) -> io::Result<Ended> {
         // The first ping is due one period from now, as in `tether_proto::writer`.
         let start = tokio::time::Instant::now() + PING_PERIOD;
         let mut ping = tokio::time::interval_at(start, PING_PERIOD);
@@ -311,22 +316,26 @@ enum Ended {
     CloseSent,
 }
 
-/// Writes each of `payloads` as one binary message, header and payload side by side in one
-/// `writev` (more where the socket takes less).
-async fn write_binary<W: AsyncWrite + Unpin>(socket: &mut W, payloads: &[Bytes]) -> io::Result<()> {
+/// Writes each of `payloads` as one binary message, its header and its pieces side by side
+/// in one `writev` (more where the socket takes less).
+async fn write_binary<W: AsyncWrite + Unpin>(
+    socket: &mut W,
+    payloads: &[Outgoing],
+) -> io::Result<()> {
     let headers: Vec<([u8; 10], usize)> = payloads
         .iter()
         .map(|p| header(OP_BINARY, p.len()))
         .collect();
-    let mut slices: Vec<IoSlice<'_>> = headers
-        .iter()
-        .zip(payloads)
-        .flat_map(|((h, n), p)| [IoSlice::new(&h[..*n]), IoSlice::new(p)])
-        .collect();
+    let mut slices: Vec<IoSlice<'_>> = Vec::new();
+    for ((h, n), payload) in headers.iter().zip(payloads) {
+        slices.push(IoSlice::new(&h[..*n]));
+        slices.extend(payload.pieces().iter().map(|p| IoSlice::new(p)));
+    }
     let mut rest = &mut slices[..];
     IoSlice::advance_slices(&mut rest, 0); // drops empty payloads' slices from the front
     while !rest.is_empty() {
-        let n = socket.write_vectored(rest).await?;
+        let most = rest.len().min(IOV_MAX);
+        let n = socket.write_vectored(&rest[..most]).await?;
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
@@ -339,6 +348,7 @@ async fn write_binary<W: AsyncWrite + Unpin>(socket: &mut W, payloads: &[Bytes])
 mod tests {
     use super::*;
 
+    use bytes::Bytes;
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
     use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
@@ -397,7 +407,7 @@ mod tests {
         step: usize,
     ) -> (
         Server,
-        mpsc::Sender<Bytes>,
+        mpsc::Sender<Outgoing>,
         tokio::task::JoinHandle<()>,
         WebSocketStream<Pipe>,
     ) {
@@ -465,7 +475,7 @@ mod tests {
                 let payloads = payloads.clone();
                 tokio::spawn(async move {
                     for p in payloads {
-                        tx.send(p).await.unwrap();
+                        tx.send(p.into()).await.unwrap();
                     }
                 })
             };
@@ -486,6 +496,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_frame_in_more_pieces_than_one_writev_takes_arrives_whole() {
+        let (_server, tx, writer, mut client) = pair(1 << 20).await;
+        // 3,000 pieces of 3 bytes: three times IOV_MAX slices for one frame.
+        let pieces: Vec<Bytes> = (0..3000u32)
+            .map(|i| Bytes::from(i.to_be_bytes()[1..].to_vec()))
+            .collect();
+        let want = pieces.concat();
+        tx.send(Outgoing::Parts(pieces)).await.unwrap();
+        tx.send(Bytes::from_static(b"next").into()).await.unwrap();
+        drop(tx);
+        match client.next().await.unwrap().unwrap() {
+            Message::Binary(got) => assert!(got[..] == want[..], "{} bytes", got.len()),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            client.next().await.unwrap().unwrap(),
+            Message::Binary(Bytes::from_static(b"next"))
+        );
+        writer.await.unwrap();
+    }
+
+    #[tokio::test]
     async fn pings_are_answered_between_frames_and_the_peers_close_ends_the_writer() {
         let (mut server, tx, writer, mut client) = pair(5).await;
         // The server's reader is what answers, as the agent's reader loop runs it: after the
@@ -498,12 +530,14 @@ mod tests {
                 }
             }
         });
-        tx.send(Bytes::from_static(b"before")).await.unwrap();
+        tx.send(Bytes::from_static(b"before").into()).await.unwrap();
         client
             .send(Message::Ping(Bytes::from_static(b"p1")))
             .await
             .unwrap();
-        tx.send(Bytes::from(vec![1u8; 200_000])).await.unwrap();
+        tx.send(Bytes::from(vec![1u8; 200_000]).into())
+            .await
+            .unwrap();
         let mut seen = Vec::new();
         while seen.len() < 3 {
             match client.next().await.unwrap().unwrap() {
@@ -526,7 +560,7 @@ mod tests {
         client.send(Message::Close(Some(normal))).await.unwrap();
         reader.await.unwrap();
         writer.await.unwrap();
-        assert!(tx.send(Bytes::from_static(b"after")).await.is_err());
+        assert!(tx.send(Bytes::from_static(b"after").into()).await.is_err());
         match client.next().await {
             Some(Ok(Message::Close(Some(f)))) => assert_eq!(f.code, CloseCode::Normal),
             other => panic!("{other:?}"),

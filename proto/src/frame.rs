@@ -161,6 +161,14 @@ pub fn encode_data(stream: StreamId, channel: Channel, payload: &[u8]) -> Bytes 
     buf.freeze()
 }
 
+/// A data frame's header alone, for a sender that sends the payload's pieces beside it
+/// without copying them (a writer that gathers, `writev`).
+pub fn data_header(stream: StreamId, channel: Channel) -> Bytes {
+    let mut buf = BytesMut::with_capacity(HEADER_LEN);
+    header(&mut buf, FrameKind::Data, stream, channel);
+    buf.freeze()
+}
+
 /// A buffer for one data frame of up to `payload` bytes: the header's room, zeroed, and
 /// capacity for the payload after it. Read the payload into it (append), then seal it with
 /// [`finish_data_in_place`]: the bytes are never copied on their way to the socket.

@@ -20,12 +20,10 @@ pub const PING_PERIOD: Duration = Duration::from_secs(PING_INTERVAL_SECS - 5);
 /// Sends what `queue` yields on `sink` as binary messages, with pings between, until the queue
 /// closes (`Ok`) or the sink fails (its error). The sink is left open: the caller sends the
 /// close frame it chooses.
-pub async fn write_frames<S>(
-    sink: &mut S,
-    queue: &mut mpsc::Receiver<Bytes>,
-) -> Result<(), S::Error>
+pub async fn write_frames<S, T>(sink: &mut S, queue: &mut mpsc::Receiver<T>) -> Result<(), S::Error>
 where
     S: Sink<Message> + Unpin,
+    T: Into<Bytes>,
 {
     write_frames_pinging(sink, queue, PING_PERIOD).await
 }
@@ -33,13 +31,14 @@ where
 /// [`write_frames`], pinging every `period` instead of every [`PING_PERIOD`]: a side that
 /// gives up on a peer silent for less than [`PING_INTERVAL_SECS`] pings more often, so that a
 /// live peer's pongs always arrive in time.
-pub async fn write_frames_pinging<S>(
+pub async fn write_frames_pinging<S, T>(
     sink: &mut S,
-    queue: &mut mpsc::Receiver<Bytes>,
+    queue: &mut mpsc::Receiver<T>,
     period: Duration,
 ) -> Result<(), S::Error>
 where
     S: Sink<Message> + Unpin,
+    T: Into<Bytes>,
 {
     // The first ping is due one period from now; `interval` would fire at once and cost a
     // timer-wheel tick before the first frame goes out.
@@ -49,10 +48,10 @@ where
         tokio::select! {
             next = queue.recv() => {
                 let Some(first) = next else { return Ok(()) };
-                sink.feed(Message::Binary(first)).await?;
+                sink.feed(Message::Binary(first.into())).await?;
                 // Batch whatever else is already queued into one flush.
                 while let Ok(more) = queue.try_recv() {
-                    sink.feed(Message::Binary(more)).await?;
+                    sink.feed(Message::Binary(more.into())).await?;
                 }
                 sink.flush().await?;
             }

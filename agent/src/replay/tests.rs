@@ -51,6 +51,25 @@ fn reads_respect_max() {
 }
 
 #[test]
+fn a_read_into_pieces_shares_the_rings_memory() {
+    let r = ring(1 << 20);
+    let big = Bytes::from(vec![b'x'; MERGE_BELOW]);
+    let other = Bytes::from(vec![b'y'; MERGE_BELOW]);
+    r.push(big.clone());
+    r.push(other.clone());
+    let mut reader = r.attach(1).unwrap();
+    // From inside the first chunk, to inside the second: two pieces, no copy.
+    let Some(Read::Data(pieces)) = reader.try_read_into(MERGE_BELOW, |_| Vec::new()) else {
+        panic!("data expected")
+    };
+    assert_eq!(pieces.len(), 2);
+    assert_eq!(pieces[0].as_ptr(), big[1..].as_ptr());
+    assert_eq!(pieces[1].as_ptr(), other.as_ptr());
+    assert_eq!(pieces.iter().map(Bytes::len).sum::<usize>(), MERGE_BELOW);
+    assert_eq!(pieces[1].len(), 1);
+}
+
+#[test]
 fn one_read_gathers_many_chunks_after_the_buffers_prefix() {
     let r = ring(1 << 20);
     let big = vec![b'x'; MERGE_BELOW];
