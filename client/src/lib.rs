@@ -6,7 +6,8 @@
 //! - [`Session`] is one multiplexed connection to an agent. Run processes with
 //!   [`Session::exec`] (a [`Process`] handle streams output and takes stdin, signals,
 //!   resizes), and files with the helpers in [`files`]. [`Session::open`] is the low-level
-//!   entry point for any operation.
+//!   entry point for any operation; [`Session::download_blocking`] hands a download's bytes
+//!   to code that writes them with blocking calls ([`Received`]).
 //! - [`tls`]: whom `https://` and `wss://` connections trust (the webpki roots, plus the
 //!   PEM file in `TETHER_CA_CERT` for a relay with a private CA or a self-signed certificate).
 //!
@@ -32,12 +33,14 @@ pub mod files;
 pub mod hostfs;
 pub mod local;
 mod process;
+mod received;
 mod relay;
 mod session;
 pub mod size;
 pub mod tls;
 
 pub use process::{Output, Process, ProcessEvent};
+pub use received::Received;
 pub use relay::{RelayClient, DEFAULT_RELAY};
 pub use session::{Event, RawStream, Session, StreamSender};
 

@@ -1,12 +1,11 @@
 //! `tether cp ID:/path LOCAL`: a file or a directory tree from a sandbox written here,
 //! through [`Dest`], [`Landing`] and [`unpack`], so that nothing the agent sends can write
 //! outside `LOCAL`. A file moves as a `read` stream, a directory as a `tar_read` stream,
-//! unpacked as it flows, never whole in memory. `LOCAL` follows `cp -r`: an existing
+//! unpacked as it flows, never whole in memory; either is written on one blocking thread
+//! straight from the frames ([`Session::download_blocking`]). `LOCAL` follows `cp -r`: an existing
 //! directory receives the source inside it under its own name.
 
 use std::path::Path;
-
-use tokio_util::io::SyncIoBridge;
 
 use tether_proto::op::{FileKind, Op};
 use tether_proto::ErrorCode;
@@ -19,9 +18,6 @@ use super::unpack::{unpack, Unpacked};
 use super::ModePolicy;
 use crate::escape::escape_os;
 use crate::Session;
-
-/// Bytes buffered between the network and the tar unpacker.
-const PIPE_BYTES: usize = 1 << 20; // 1 MiB
 
 /// Told how a download is going: the total when known (a file's announced size), and the
 /// bytes moved so far.
@@ -87,19 +83,26 @@ async fn download_file(
         .try_clone_to_owned()
         .map_err(HostFsError::io("open", escape_os(dir.as_os_str())))?;
     let mut landing = Landing::create(fd, escape_os(target.as_os_str()).into_owned())?;
-    let file = landing
+    let mut file = landing
         .file()
         .try_clone()
         .map_err(HostFsError::io("write", landing.shown().to_string()))?;
+    let shown = landing.shown().to_string();
     let op = Op::Read {
         path: src.into(),
         offset: 0,
         len: None,
     };
     session
-        .download(op, tokio::fs::File::from_std(file), |n| {
-            progress(Some(size), n)
-        })
+        .download_blocking(
+            op,
+            move |received| {
+                received
+                    .write_all_to(&mut file)
+                    .map_err(HostFsError::io("write", shown))
+            },
+            |n| progress(Some(size), n),
+        )
         .await?;
     landing.land(name, modes.apply(mode), None)?;
     Ok(Unpacked {
@@ -116,22 +119,17 @@ async fn download_dir(
     progress: Progress<'_>,
 ) -> Result<Unpacked, HostFsError> {
     let dest = Dest::open(target, true)?;
-    let (writer, reader) = tokio::io::duplex(PIPE_BYTES);
-    let bridge = SyncIoBridge::new(reader);
-    let unpacking = tokio::task::spawn_blocking(move || unpack(bridge, &dest, modes));
     let op = Op::TarRead {
         path: src.into(),
         exclude: Vec::new(),
     };
-    let (copied, unpacked) = tokio::join!(
-        session.download(op, writer, |n| progress(None, n)),
-        unpacking
-    );
-    // When unpacking fails the download fails too, on the closed pipe: report the cause.
-    let unpacked =
-        unpacked.map_err(|e| HostFsError::Malformed(format!("the unpacker stopped: {e}")))??;
-    copied?;
-    Ok(unpacked)
+    session
+        .download_blocking(
+            op,
+            move |received| unpack(received, &dest, modes),
+            |n| progress(None, n),
+        )
+        .await
 }
 
 /// The last component of a remote path, if it names something (not `/`, `.` or `..`), and
