@@ -6,7 +6,8 @@
 #   A_BIN=... A_AGENT=... B_BIN=... B_AGENT=... bench/ab.sh latency      # ms
 #
 # throughput: `tether exec ID -- dd` of MIB MiB to /dev/null, `tether cp` of a MIB MiB file up
-# and down (tmpfs here). latency: `tether exec ID -- true` as a new process N times, and
+# and down (/dev/shm here, the sandbox's /tmp there: its own disk, so the file is read once
+# before the timed download, which then comes from the page cache, as an upload goes to it). latency: `tether exec ID -- true` as a new process N times, and
 # `tether create` + `tether exec` of the new sandbox M times (create to first output through
 # the CLI), each measured by bench/measure.py (median, p99). ROUNDS (default 5) rounds; the
 # summary prints each build's per-round medians and their median. Needs root (local sandboxes).
@@ -42,13 +43,14 @@ for round in $(seq "$rounds"); do
         export TETHER_RELAY=$(sed -n 's/^listening //p' "$dir.out")
         [ -n "$TETHER_RELAY" ] || { cat "$dir.log" >&2; exit 1; }
         export TETHER_TOKEN=$(cat "$dir/admin.token")
-        sb=$("$b" create)
+        sb=$("$b" create --memory 3G)
         if [ "$mode" = throughput ]; then
             "$b" exec "$sb" -- dd if=/dev/zero bs=1M count=64 >/dev/null 2>&1
             t0=$(now); "$b" exec "$sb" -- dd if=/dev/zero bs=1M count="$mib" 2>/dev/null >/dev/null; t1=$(now)
             put "$build" "stdout MB/s" "$(mbps "$t0" "$t1")"
             t0=$(now); "$b" cp "$src" "$sb:/tmp/ab.bin"; t1=$(now)
             put "$build" "cp upload MB/s" "$(mbps "$t0" "$t1")"
+            "$b" exec "$sb" -- sh -c 'sync && cat /tmp/ab.bin > /dev/null'
             rm -f "$dst"; t0=$(now); "$b" cp "$sb:/tmp/ab.bin" "$dst"; t1=$(now)
             put "$build" "cp download MB/s" "$(mbps "$t0" "$t1")"
         else

@@ -13,8 +13,9 @@
 # Needs root on a fresh Debian machine (it installs openssh-server, and local sandboxes need
 # namespaces). TETHER_BIN and TETHER_AGENT_BIN choose prebuilt binaries; otherwise they are
 # built (release), with the static musl agent when its target is installed. Files go through
-# tmpfs on both ends: /dev/shm here, /tmp in the sandbox (sshd's "remote" is this machine, so
-# its side uses /dev/shm too).
+# /dev/shm here and /tmp in the sandbox (its own disk: ext4 on a loop device, in the host's
+# page cache; sshd's "remote" is this machine, so its side uses /dev/shm too). Each download
+# reads a file the sandbox has read once before, so it comes from the page cache.
 set -euo pipefail
 
 repo="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)"
@@ -136,7 +137,7 @@ for _ in $(seq 200); do grep -q '^listening ' "$work/relay.out" 2>/dev/null && b
 export TETHER_RELAY=$(sed -n 's/^listening //p' "$work/relay.out")
 [ -n "$TETHER_RELAY" ] || { cat "$work/relay.log" >&2; exit 1; }
 export TETHER_TOKEN=$(cat "$work/relay/admin.token")
-sandbox=$(tether create)
+sandbox=$(tether create --memory 3G)  # room to keep the 1 GiB file in its page cache
 
 # --- measurements: one JSON line per result --------------------------------------------
 results="$work/results.jsonl"
@@ -180,6 +181,8 @@ record up_cp rate "$runs" "$bytes" --setup "$rm_remote" -- \
     "$TETHER_BIN" cp "$src" "$sandbox:/tmp/tb.bin"
 
 step "download"
+# The last upload's file, written back and read once: downloads come from the page cache.
+tether exec "$sandbox" -- sh -c 'sync && cat /tmp/tb.bin > /dev/null'
 record ssh_down_cat rate "$runs" "$bytes" -- sh -c "${sshc[*]} cat $src > $dst"
 record scp_down rate "$runs" "$bytes" -- "${scpc[@]}" "bench:$src" "$dst"
 record down_cat rate "$runs" "$bytes" -- sh -c "$TETHER_BIN exec $sandbox -- cat /tmp/tb.bin > $dst"

@@ -81,13 +81,13 @@ pub(super) const FIGURES: &[Spec] = &[
     ),
     spec(
         "upload",
-        "5 upload, tmpfs to tmpfs",
+        "5 upload, host tmpfs to sandbox /tmp",
         Some("tmpfs"),
         Some(Goal::Rate(1e9)),
     ),
     spec(
         "download",
-        "5 download, tmpfs to tmpfs",
+        "5 download, sandbox /tmp to host tmpfs",
         Some("tmpfs"),
         Some(Goal::Rate(1e9)),
     ),

@@ -225,6 +225,11 @@ impl Sandbox {
     }
 }
 
+/// The memory limit of the bench's sandbox: the 1 GiB transfer file stays in its page cache
+/// (under a relay's default limit it would not, and every download would read it back
+/// through the sandbox's disk), with room to spare for the idle sessions.
+const MEMORY_BYTES: u64 = 3 << 30;
+
 /// The request for a sandbox the bench creates.
 pub(super) fn request() -> CreateRequest {
     let mut req = CreateRequest::default();
@@ -234,5 +239,6 @@ pub(super) fn request() -> CreateRequest {
     req.spec.ttl = Some(SANDBOX_TTL);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     req.spec.cpus = Some((cores as f64).min(MAX_CPUS));
+    req.spec.memory_bytes = Some(MEMORY_BYTES);
     req
 }
