@@ -1,6 +1,7 @@
 //! Sparse files in tar streams, both ways, for the agent and the client alike: [`append_sparse`]
 //! archives a file with holes as a GNU sparse entry (only its data, found with
-//! [`data_extents`]: `SEEK_DATA`/`SEEK_HOLE`), and [`copy_sparse`] lands one with its holes.
+//! [`data_extents`]: `SEEK_DATA`/`SEEK_HOLE`), and [`copy_sparse`] lands one with its holes
+//! ([`copy_dense`] a plain entry).
 //! Archives are part of the wire contract (`tar_read`/`tar_write` carry them), so both ends
 //! share this one writer and reader of the format.
 
@@ -123,6 +124,23 @@ impl Read for Extents {
         }
         self.left -= n as u64;
         Ok(n)
+    }
+}
+
+/// Writes what `from` yields to `to` through `buffer` (a dense entry's content); returns the
+/// bytes copied. `io::copy` would write in pieces of its own 8 KiB stack buffer.
+pub fn copy_dense(from: &mut impl Read, to: &mut impl Write, buffer: &mut [u8]) -> io::Result<u64> {
+    let mut copied = 0u64;
+    loop {
+        match from.read(buffer) {
+            Ok(0) => return Ok(copied),
+            Ok(n) => {
+                to.write_all(&buffer[..n])?;
+                copied += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! this same archive landed; FIFOs and devices are not made, only named in
 //! [`Unpacked::special`] for the summary.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::time::{Duration, SystemTime};
 
 use std::collections::HashSet;
@@ -19,6 +19,7 @@ use super::pack::copy_sparse;
 use super::path::SandboxPath;
 use super::ModePolicy;
 use crate::escape::escape;
+use tether_proto::sparse::copy_dense;
 
 /// What an unpack wrote.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -74,7 +75,7 @@ pub fn unpack<R: Read>(input: R, dest: &Dest, modes: ModePolicy) -> Result<Unpac
                 let copied = if kind == EntryType::GNUSparse {
                     copy_sparse(&mut entry, landing.file(), &mut buffer)
                 } else {
-                    copy(&mut entry, landing.file(), &mut buffer)
+                    copy_dense(&mut entry, landing.file(), &mut buffer)
                 }
                 .map_err(HostFsError::io("write", dest.shown(&path)))?;
                 if copied != announced {
@@ -127,23 +128,6 @@ pub fn unpack<R: Read>(input: R, dest: &Dest, modes: ModePolicy) -> Result<Unpac
         dest.chmod_dir(&path, mode)?;
     }
     Ok(done)
-}
-
-/// Writes what `from` yields to `to` through `buffer`; returns the bytes copied.
-/// `io::copy` would write in pieces of its own 8 KiB stack buffer: 32 times the write calls.
-fn copy(from: &mut impl Read, to: &mut impl Write, buffer: &mut [u8]) -> io::Result<u64> {
-    let mut copied = 0u64;
-    loop {
-        match from.read(buffer) {
-            Ok(0) => return Ok(copied),
-            Ok(n) => {
-                to.write_all(&buffer[..n])?;
-                copied += n as u64;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 fn kind_name(kind: EntryType) -> String {

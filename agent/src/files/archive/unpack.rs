@@ -16,7 +16,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, FileTimes, Permissions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -30,7 +30,7 @@ use tar::{EntryType, Header};
 use tracing::warn;
 
 use super::super::atomic::temp_name;
-use tether_proto::sparse::copy_sparse;
+use tether_proto::sparse::{copy_dense, copy_sparse};
 
 /// Bytes copied from the archive to a file per write: 256 KiB.
 const COPY_BUFFER: usize = 256 << 10;
@@ -115,7 +115,7 @@ impl Lander {
                 let size = entry.size();
                 let copied = match kind {
                     EntryType::GNUSparse => copy_sparse(entry, &mut file, &mut self.buffer)?,
-                    _ => copy(entry, &mut file, &mut self.buffer)?,
+                    _ => copy_dense(entry, &mut file, &mut self.buffer)?,
                 };
                 if copied != size {
                     // The entry's reader ends quietly where the archive does.
@@ -263,22 +263,6 @@ fn link_name(header: &Header) -> io::Result<PathBuf> {
         .link_name()?
         .map(|p| p.into_owned())
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a link without a target"))
-}
-
-/// Copies `from` to its end; returns the bytes copied.
-fn copy(from: &mut impl Read, to: &mut File, buffer: &mut [u8]) -> io::Result<u64> {
-    let mut copied = 0;
-    loop {
-        match from.read(buffer) {
-            Ok(0) => return Ok(copied),
-            Ok(n) => {
-                to.write_all(&buffer[..n])?;
-                copied += n as u64;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 fn shown(parent: &[OsString], name: &OsStr) -> PathBuf {
