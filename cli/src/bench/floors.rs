@@ -36,6 +36,14 @@ const READ_BYTES: usize = 1 << 20;
 /// the agent writes an upload in.
 const WRITE_BYTES: usize = 64 << 10;
 
+/// How a hangup of the local PTY is confirmed, as the agent confirms one (its
+/// `output::pump`): read again once, and when the last read was full (a terminal's line
+/// discipline gives at most 4 KiB less one byte per read while its writer streams), this
+/// many more times, this far apart.
+const TERMINAL_READ_BYTES: usize = (4 << 10) - 1;
+const HANGUP_RETRIES: u32 = 5;
+const HANGUP_RETRY_EVERY: Duration = Duration::from_millis(1);
+
 /// Spawning and reaping `true`, `n` times.
 pub(super) async fn spawn(n: usize) -> anyhow::Result<Latency> {
     blocking(move || {
@@ -234,13 +242,30 @@ fn under_pty(argv: &[String]) -> anyhow::Result<(OwnedFd, Child)> {
 fn drain(mut source: impl Read) -> anyhow::Result<u64> {
     let mut buf = vec![0u8; READ_BYTES];
     let mut total = 0u64;
+    let mut full_read = false;
+    let mut hangups = 0;
     loop {
         match source.read(&mut buf) {
             Ok(0) => return Ok(total),
-            Ok(n) => total += n as u64,
+            Ok(n) => {
+                total += n as u64;
+                full_read = n >= TERMINAL_READ_BYTES;
+                hangups = 0;
+            }
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            // A PTY master reports that every slave is closed as EIO.
-            Err(e) if e.raw_os_error() == Some(nix::libc::EIO) => return Ok(total),
+            // A PTY master reports that every slave is closed as EIO, possibly before the
+            // last bytes are readable: confirmed as the agent confirms it (its
+            // `output::pump`), so the floor and the figure end a terminal alike.
+            Err(e) if e.raw_os_error() == Some(nix::libc::EIO) => {
+                let reads = if full_read { 1 + HANGUP_RETRIES } else { 1 };
+                if hangups >= reads {
+                    return Ok(total);
+                }
+                if hangups > 0 {
+                    std::thread::sleep(HANGUP_RETRY_EVERY);
+                }
+                hangups += 1;
+            }
             Err(e) => return Err(e.into()),
         }
     }
