@@ -13,10 +13,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio_util::io::SyncIoBridge;
 
-use tether_proto::op::{FileKind, Op, Reply, WriteSpec};
+use tether_proto::op::{FileKind, FileStat, Op, Reply, WriteSpec};
 
+use tether_client::hostfs::download::{download_dir, download_file, Progress};
 use tether_client::hostfs::unpack::Unpacked;
-use tether_client::hostfs::{self, Dest, Landing, ModePolicy};
+use tether_client::hostfs::{self, ModePolicy};
 use tether_client::Session;
 
 use super::constants::UPLOAD_PIPE_BYTES;
@@ -174,7 +175,7 @@ pub(super) async fn download(server: &Server, args: DownloadArgs) -> Result<Valu
     let landed = if is_dir {
         land_dir(&session, &args.sandbox_path, &target).await?
     } else {
-        land_file(&session, &args.sandbox_path, stat.mode, &target).await?
+        land_file(&session, &args.sandbox_path, &stat, &target).await?
     };
     Ok(json!({
         "sandbox_path": args.sandbox_path,
@@ -191,45 +192,22 @@ fn remote_name(path: &str) -> Option<&str> {
     hostfs::SandboxPath::parse_str(name).ok().map(|_| name)
 }
 
-/// A file from the sandbox, written under a temporary name in its (checked, canonical)
-/// directory and renamed into place: a symlink standing at the name is replaced, not
-/// followed.
+/// A file from the sandbox, through the lander `tether cp` uses: written under a temporary
+/// name in its (checked, canonical) directory and renamed into place, so a symlink standing
+/// at the name is replaced, not followed.
 async fn land_file(
     session: &Session,
     src: &str,
-    mode: u32,
+    stat: &FileStat,
     target: &Path,
 ) -> Result<Unpacked, ToolError> {
-    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
-        return Err(invalid(format!("{} names no file", target.display())));
-    };
-    let dest = Dest::open(dir, false)?;
-    let fd = dest
-        .root()
-        .try_clone_to_owned()
-        .map_err(|e| ToolError::HostIo(format!("cannot open {}: {e}", dir.display())))?;
-    let mut landing = Landing::create(fd, target.display().to_string())?;
-    let file = landing
-        .file()
-        .try_clone()
-        .map_err(|e| ToolError::HostIo(format!("cannot write {}: {e}", target.display())))?;
-    let op = Op::Read {
-        path: src.into(),
-        offset: 0,
-        len: None,
-    };
-    session
-        .download(op, tokio::fs::File::from_std(file), |_| {})
-        .await?;
-    landing.land(name, ModePolicy::DropSpecial.apply(mode), None)?;
-    Ok(Unpacked {
-        files: 1,
-        ..Unpacked::default()
-    })
+    let mode = ModePolicy::DropSpecial;
+    let quiet: Progress<'_> = &|_, _| {};
+    Ok(download_file(session, src, stat.size, stat.mode, target, mode, quiet).await?)
 }
 
-/// A directory tree from the sandbox, unpacked as it streams through [`hostfs::unpack`]
-/// into `target` (created if missing; its parent is checked and canonical).
+/// A directory tree from the sandbox, unpacked as it streams into `target` (created if
+/// missing; its parent is checked and canonical), through the unpacker `tether cp` uses.
 async fn land_dir(session: &Session, src: &str, target: &Path) -> Result<Unpacked, ToolError> {
     match std::fs::symlink_metadata(target) {
         Ok(m) if m.is_dir() => {}
@@ -242,18 +220,6 @@ async fn land_dir(session: &Session, src: &str, target: &Path) -> Result<Unpacke
         Err(_) => std::fs::create_dir(target)
             .map_err(|e| ToolError::HostIo(format!("cannot create {}: {e}", target.display())))?,
     }
-    let dest = Dest::open(target, false)?;
-    let (writer, reader) = tokio::io::duplex(UPLOAD_PIPE_BYTES);
-    let bridge = SyncIoBridge::new(reader);
-    let unpacking =
-        tokio::task::spawn_blocking(move || hostfs::unpack(bridge, &dest, ModePolicy::DropSpecial));
-    let op = Op::TarRead {
-        path: src.into(),
-        exclude: Vec::new(),
-    };
-    let (copied, unpacked) = tokio::join!(session.download(op, writer, |_| {}), unpacking);
-    // When unpacking fails the download fails too, on the closed pipe: report the cause.
-    let unpacked = unpacked.map_err(|e| ToolError::HostIo(format!("unpacking stopped: {e}")))??;
-    copied?;
-    Ok(unpacked)
+    let quiet: Progress<'_> = &|_, _| {};
+    Ok(download_dir(session, src, target, ModePolicy::DropSpecial, quiet).await?)
 }

@@ -57,7 +57,10 @@ pub async fn download(
     }
 }
 
-async fn download_file(
+/// Writes the file `src` (of `size` bytes, for `progress`) to `target`: under a temporary
+/// name in `target`'s directory, renamed into place with `mode` as `modes` allows, so a
+/// symlink standing at `target` is replaced, not followed.
+pub async fn download_file(
     session: &Session,
     src: &str,
     size: u64,
@@ -111,7 +114,9 @@ async fn download_file(
     })
 }
 
-async fn download_dir(
+/// Unpacks the tree at `src` into the directory `target` (created, with its parents, if
+/// missing) as it streams: nothing in the archive lands outside `target`.
+pub async fn download_dir(
     session: &Session,
     src: &str,
     target: &Path,
