@@ -2,10 +2,11 @@
 //! or dialling out to a relay. Each accepted connection is upgraded to a WebSocket (checking
 //! the token at the upgrade when the client sends one) and handed to [`crate::conn::serve`].
 
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,18 +86,48 @@ pub(crate) async fn unix_listener(fd: OwnedFd, agent: Arc<Agent>) -> anyhow::Res
 /// Creates a Unix socket at `path` (mode 0600: only the agent's user may connect) and
 /// accepts connections on it forever.
 pub(crate) async fn unix_path(path: PathBuf, agent: Arc<Agent>) -> anyhow::Result<()> {
-    let listener = UnixListener::bind(&path).with_context(|| {
+    let listener = bind_private(&path).with_context(|| {
         format!(
             "cannot listen on the Unix socket {}: remove what is there, or choose another path",
             path.display()
         )
     })?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("cannot restrict the Unix socket {}", path.display()))?;
     info!("listening on unix:{}", path.display());
     // A machine-readable readiness line for whoever started us (tests, scripts).
     println!("listening unix:{}", path.display());
     accept_unix(listener, agent).await
+}
+
+/// Binds a Unix socket that appears at `path` already restricted to mode 0600. A socket is
+/// created with the umask's mode, so binding at `path` and restricting it after would leave
+/// a moment in which anyone the umask allows could connect. It is bound in a new directory
+/// of mode 0700 beside `path`, restricted there, then hard-linked at `path`, which refuses a
+/// path already taken rather than replacing it.
+fn bind_private(path: &Path) -> io::Result<UnixListener> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "it names no file"))?;
+    let mut staging = parent.to_path_buf();
+    staging.push(format!(
+        ".{}.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
+    let socket = staging.join("s");
+    let bound = (|| {
+        let listener = UnixListener::bind(&socket)?;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::hard_link(&socket, path)?;
+        Ok(listener)
+    })();
+    let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_dir(&staging);
+    bound
 }
 
 async fn accept_unix(listener: UnixListener, agent: Arc<Agent>) -> anyhow::Result<()> {

@@ -566,9 +566,16 @@ async fn an_agent_serves_a_unix_socket_of_its_own_to_its_user_only() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // It appears already restricted (it is bound elsewhere and linked here), and the place
+    // it was bound in is gone.
     let meta = std::fs::metadata(&path).unwrap();
     assert!(meta.file_type().is_socket());
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["agent.sock"]);
 
     let ws = unix_upgrade(&path, &agent.token).await.unwrap();
     let session = Session::handshake(ws).await.unwrap();
