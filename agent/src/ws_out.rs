@@ -19,6 +19,8 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{mpsc, Notify};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Control, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use tether_proto::writer::PING_PERIOD;
@@ -41,10 +43,9 @@ const BATCH_BYTES: usize = 1 << 20;
 /// reached by a peer that floods pings and never reads.
 const TAP_CAP: usize = 16 << 10;
 
-const OP_BINARY: u8 = 0x2;
-const OP_CLOSE: u8 = 0x8;
-const OP_PING: u8 = 0x9;
-const FIN: u8 = 0x80;
+const BINARY: OpCode = OpCode::Data(Data::Binary);
+const CLOSE: OpCode = OpCode::Control(Control::Close);
+const PING: OpCode = OpCode::Control(Control::Ping);
 
 /// `config` for a connection whose writer is a [`Writer`]: tungstenite writes only pongs and
 /// close replies, each at once, and holds back at most [`TAP_CAP`] of them (a peer that floods
@@ -184,35 +185,25 @@ impl TapOut {
 /// The length of the whole WebSocket frames at the start of `bytes`.
 fn whole_frames(bytes: &[u8]) -> usize {
     let mut at = 0;
-    while let Some(len) = frame_len(&bytes[at..]) {
+    while let Some((_, len)) = frame_at(&bytes[at..]) {
         at += len;
     }
     at
 }
 
-/// The length of the frame at the start of `b`, if all of it is there.
-fn frame_len(b: &[u8]) -> Option<usize> {
-    let (&b1, rest) = b.get(1).zip(b.get(2..))?;
-    let (payload, mut header) = match b1 & 0x7f {
-        126 => (
-            u64::from(u16::from_be_bytes(rest.get(..2)?.try_into().ok()?)),
-            4,
-        ),
-        127 => (u64::from_be_bytes(rest.get(..8)?.try_into().ok()?), 10),
-        n => (u64::from(n), 2),
-    };
-    if b1 & 0x80 != 0 {
-        header += 4; // the masking key
-    }
-    let end = usize::try_from(payload).ok()?.checked_add(header)?;
-    (b.len() >= end).then_some(end)
+/// The opcode and length of the frame at the start of `b`, if all of it is there.
+fn frame_at(b: &[u8]) -> Option<(OpCode, usize)> {
+    let mut cursor = io::Cursor::new(b);
+    let (header, payload) = FrameHeader::parse(&mut cursor).ok()??;
+    let end = usize::try_from(cursor.position().checked_add(payload)?).ok()?;
+    (b.len() >= end).then_some((header.opcode, end))
 }
 
 /// Whether the whole frames in `frames` include a close frame.
 fn has_close(frames: &[u8]) -> bool {
     let mut at = 0;
-    while let Some(len) = frame_len(&frames[at..]) {
-        if frames[at] & 0x0f == OP_CLOSE {
+    while let Some((opcode, len)) = frame_at(&frames[at..]) {
+        if opcode == CLOSE {
             return true;
         }
         at += len;
@@ -220,25 +211,18 @@ fn has_close(frames: &[u8]) -> bool {
     false
 }
 
-/// An unmasked frame's header: FIN, `op`, and the payload length in 1, 3 or 9 bytes.
-fn header(op: u8, len: usize) -> ([u8; 10], usize) {
+/// A final, unmasked frame's header: `opcode` and the payload length in 1, 3 or 9 bytes.
+fn header(opcode: OpCode, len: usize) -> ([u8; 10], usize) {
     let mut h = [0u8; 10];
-    h[0] = FIN | op;
-    let n = match len {
-        0..=125 => {
-            h[1] = len as u8;
-            2
+    let n = {
+        let mut rest = &mut h[..];
+        FrameHeader {
+            opcode,
+            ..FrameHeader::default()
         }
-        126..=0xffff => {
-            h[1] = 126;
-            h[2..4].copy_from_slice(&(len as u16).to_be_bytes());
-            4
-        }
-        _ => {
-            h[1] = 127;
-            h[2..10].copy_from_slice(&(len as u64).to_be_bytes());
-            10
-        }
+        .format(len as u64, &mut rest)
+        .expect("an unmasked header takes at most 10 bytes");
+        10 - rest.len()
     };
     (h, n)
 }
@@ -262,7 +246,7 @@ impl<W: AsyncWrite + Unpin + Send> Writer<W> {
         match self.pump(&mut queue).await {
             Ok(Ended::QueueClosed) => {
                 let code = code.load(Ordering::Acquire).to_be_bytes();
-                let (h, n) = header(OP_CLOSE, code.len());
+                let (h, n) = header(CLOSE, code.len());
                 let frame = [&h[..n], &code[..]].concat();
                 if self.socket.write_all(&frame).await.is_err() {
                     return;
@@ -303,7 +287,7 @@ impl<W: AsyncWrite + Unpin + Send> Writer<W> {
                     written?;
                 }
                 _ = ping.tick() => {
-                    let (h, n) = header(OP_PING, 0);
+                    let (h, n) = header(PING, 0);
                     self.socket.write_all(&h[..n]).await?;
                 }
             }
@@ -322,10 +306,8 @@ async fn write_binary<W: AsyncWrite + Unpin>(
     socket: &mut W,
     payloads: &[Outgoing],
 ) -> io::Result<()> {
-    let headers: Vec<([u8; 10], usize)> = payloads
-        .iter()
-        .map(|p| header(OP_BINARY, p.len()))
-        .collect();
+    let headers: Vec<([u8; 10], usize)> =
+        payloads.iter().map(|p| header(BINARY, p.len())).collect();
     let mut slices: Vec<IoSlice<'_>> = Vec::new();
     for ((h, n), payload) in headers.iter().zip(payloads) {
         slices.push(IoSlice::new(&h[..*n]));
@@ -434,13 +416,13 @@ mod tests {
             (0xffff, vec![0x82, 126, 0xff, 0xff]),
             (0x10000, vec![0x82, 127, 0, 0, 0, 0, 0, 1, 0, 0]),
         ] {
-            let (h, n) = header(OP_BINARY, len);
+            let (h, n) = header(BINARY, len);
             assert_eq!(&h[..n], &want[..], "length {len}");
             let mut frame = h[..n].to_vec();
             frame.resize(n + len, 7);
-            assert_eq!(frame_len(&frame), Some(n + len));
+            assert_eq!(frame_at(&frame).map(|f| f.1), Some(n + len));
             if len > 0 {
-                assert_eq!(frame_len(&frame[..n + len - 1]), None, "length {len}");
+                assert_eq!(frame_at(&frame[..n + len - 1]), None, "length {len}");
             }
         }
     }
@@ -456,7 +438,7 @@ mod tests {
         assert_eq!(whole_frames(&bytes), 0);
         // A length that cannot fit in memory is never whole, and does not overflow.
         assert_eq!(
-            frame_len(&[0x82, 127, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
+            frame_at(&[0x82, 127, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
             None
         );
         assert!(has_close(&[0x88, 2, 0x03, 0xe8]));
