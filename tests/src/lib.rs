@@ -251,8 +251,9 @@ impl Relay {
         self.child.as_ref().expect("the relay runs").id()
     }
 
-    /// Starts a relay on an existing data directory (for restart tests).
-    fn start_on(data_dir: &Path) -> Relay {
+    /// Starts a relay on `data_dir`, an existing directory the caller keeps (on a file system
+    /// of the test's own, say).
+    pub fn start_on(data_dir: &Path) -> Relay {
         Relay::start_from(&bin("tether"), data_dir, &[], |_| {})
     }
 
@@ -433,6 +434,69 @@ impl Drop for Relay {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// A tmpfs of a given size mounted on a fresh directory, for tests of a full disk; unmounted
+/// (lazily, should a loop device still hold a file on it) when dropped. Needs root.
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (as mount(8) takes it: `4m`) on a fresh directory.
+    #[track_caller]
+    pub fn mount(size: &str) -> Tmpfs {
+        require::root("mounting a tmpfs");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let status = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "tether-e2e-full",
+            ])
+            .arg(dir.path())
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mount a tmpfs on {}",
+            dir.path().display()
+        );
+        Tmpfs { dir }
+    }
+
+    /// Where it is mounted.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Fills it with a file named `name`, written until the disk refuses (ENOSPC).
+    pub fn fill(&self, name: &str) -> PathBuf {
+        use std::io::Write;
+        let path = self.path().join(name);
+        let mut file = std::fs::File::create(&path).expect("create the filler");
+        let chunk = vec![0x5a_u8; 64 << 10];
+        loop {
+            match file.write(&chunk) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::StorageFull => break,
+                Err(e) => panic!("fill {}: {e}", path.display()),
+            }
+        }
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
     }
 }
 

@@ -2,9 +2,14 @@
 //! counts them as active every [`ACTIVITY_INTERVAL`](super::constants::ACTIVITY_INTERVAL).
 //! Each sandbox may have at most [`MAX_TUNNELS_PER_SANDBOX`] open at once: every tunnel holds
 //! two of the relay's descriptors, which one sandbox's clients must not take from the rest.
+//!
+//! Also which sandboxes had activity the registry could not record (its disk full, its
+//! database unreachable): a client's session never fails for that, and the reaper treats them
+//! as active until the record is written, so a relay that could not write never idles out a
+//! sandbox that was in use.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::constants::MAX_TUNNELS_PER_SANDBOX;
 use crate::store::SandboxId;
@@ -17,10 +22,11 @@ use crate::store::SandboxId;
 )]
 pub(super) struct TooManyTunnels(SandboxId);
 
-/// Open tunnels per sandbox.
+/// Open tunnels per sandbox, and activity not yet recorded.
 #[derive(Default)]
 pub(super) struct Tunnels {
     open: Mutex<HashMap<SandboxId, usize>>,
+    unrecorded: Mutex<HashSet<SandboxId>>,
 }
 
 impl Tunnels {
@@ -40,20 +46,47 @@ impl Tunnels {
         })
     }
 
-    /// Whether any tunnel to `id` is open.
-    pub(super) fn is_open(&self, id: &SandboxId) -> bool {
-        self.lock().contains_key(id)
+    /// Whether `id` counts as in use: a tunnel to it is open, or it had activity the registry
+    /// has not recorded yet.
+    pub(super) fn is_active(&self, id: &SandboxId) -> bool {
+        self.lock().contains_key(id) || lock(&self.unrecorded).contains(id)
     }
 
-    /// Every sandbox with an open tunnel.
-    pub(super) fn open_ids(&self) -> Vec<SandboxId> {
-        self.lock().keys().cloned().collect()
+    /// Every sandbox whose activity the registry should record now: those with an open tunnel
+    /// and those whose last record failed. Once written, pass them to [`Tunnels::recorded`].
+    pub(super) fn to_record(&self) -> Vec<SandboxId> {
+        let mut ids: Vec<SandboxId> = self.lock().keys().cloned().collect();
+        ids.extend(
+            lock(&self.unrecorded)
+                .iter()
+                .filter(|id| !ids.contains(id))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        ids
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, usize>> {
-        // The map is consistent after every statement, so a poisoned lock is safe to use.
-        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    /// Notes that activity on `id` could not be recorded; whether it was recorded until now.
+    pub(super) fn unrecorded(&self, id: SandboxId) -> bool {
+        lock(&self.unrecorded).insert(id)
     }
+
+    /// The activity of `ids` is in the registry now.
+    pub(super) fn recorded(&self, ids: &[SandboxId]) {
+        let mut unrecorded = lock(&self.unrecorded);
+        for id in ids {
+            unrecorded.remove(id);
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<SandboxId, usize>> {
+        lock(&self.open)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Each map is consistent after every statement, so a poisoned lock is safe to use.
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// One open tunnel; dropping it closes the count.
@@ -92,10 +125,32 @@ mod tests {
         let a = tunnels.open(id.clone()).unwrap();
         let b = tunnels.open(id.clone()).unwrap();
         drop(a);
-        assert!(tunnels.is_open(&id));
-        assert_eq!(tunnels.open_ids(), vec![id.clone()]);
+        assert!(tunnels.is_active(&id));
+        assert_eq!(tunnels.to_record(), vec![id.clone()]);
         drop(b);
-        assert!(!tunnels.is_open(&id));
+        assert!(!tunnels.is_active(&id));
+        assert!(tunnels.to_record().is_empty());
+    }
+
+    #[test]
+    fn activity_not_recorded_counts_until_it_is() {
+        let tunnels = Arc::new(Tunnels::default());
+        let id = SandboxId::from("sb-x".to_string());
+        let other = SandboxId::from("sb-y".to_string());
+        let open = tunnels.open(other.clone()).unwrap();
+        tunnels.unrecorded(id.clone());
+        tunnels.unrecorded(other.clone());
+        assert!(tunnels.is_active(&id));
+        let mut due = tunnels.to_record();
+        due.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        assert_eq!(due, vec![id.clone(), other.clone()], "each once");
+        // A write that covered only `other` leaves `id` to record.
+        tunnels.recorded(std::slice::from_ref(&other));
+        assert_eq!(tunnels.to_record(), vec![other.clone(), id.clone()]);
+        tunnels.recorded(&tunnels.to_record());
+        assert!(!tunnels.is_active(&id));
+        drop(open);
+        assert!(!tunnels.is_active(&other));
     }
 
     #[test]

@@ -130,6 +130,12 @@ impl ApiError {
 
 impl From<RegistryError> for ApiError {
     fn from(e: RegistryError) -> ApiError {
+        if e.is_disk_full() {
+            return ApiError::Unavailable(format!(
+                "the relay cannot write its database: the disk holding its data directory is \
+                 full ({e}); free space on that disk, then retry"
+            ));
+        }
         ApiError::Internal(format!("{e}"))
     }
 }

@@ -41,7 +41,7 @@ use tracing::debug;
 use super::auth::Caller;
 use super::error::ApiError;
 use super::sandboxes::find;
-use super::state::{now_ms, Relay};
+use super::state::Relay;
 use crate::store::{SandboxId, SandboxRecord};
 use tether_client::api::PreviewInfo;
 use tether_client::{files, Session};
@@ -313,10 +313,7 @@ async fn forward(
         .tunnels
         .open(sandbox.id.clone())
         .map_err(|full| refuse(StatusCode::SERVICE_UNAVAILABLE, full.to_string()))?;
-    let _ = relay
-        .registry
-        .touch(vec![sandbox.id.clone()], now_ms())
-        .await;
+    relay.record_activity(&sandbox.id).await;
     let agent = relay
         .connect_agent(&*provider, sandbox)
         .await

@@ -68,9 +68,10 @@ pub(super) async fn run(relay: Arc<Relay>, interval: Duration) {
         }
         if last_activity.elapsed() >= activity_every {
             last_activity = Instant::now();
-            let open = relay.tunnels.open_ids();
-            if let Err(e) = relay.registry.touch(open, now_ms()).await {
-                warn!("cannot record tunnel activity: {e}");
+            let active = relay.tunnels.to_record();
+            match relay.registry.touch(active.clone(), now_ms()).await {
+                Ok(()) => relay.tunnels.recorded(&active),
+                Err(e) => warn!("cannot record tunnel activity: {e}"),
             }
         }
         lease = acquire(&relay).await;
@@ -227,7 +228,7 @@ async fn reap_one(
         (DestroyReason::Gone, evidence, Due::Gone)
     } else if sandbox.idle(now)
         && sandbox.last_active_ms.saturating_add(quiet) <= now
-        && !relay.tunnels.is_open(&sandbox.id)
+        && !relay.tunnels.is_active(&sandbox.id)
     {
         let idle = sandbox.idle_timeout.unwrap_or_default();
         let evidence = format!(

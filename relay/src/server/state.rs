@@ -18,7 +18,7 @@ use super::activity::Tunnels;
 use super::error::ApiError;
 use super::policy::Policy;
 use crate::provider::{Provider, ProviderError, SandboxState};
-use crate::store::{NodeId, Registry, SandboxRecord};
+use crate::store::{NodeId, Registry, SandboxId, SandboxRecord};
 
 /// One running relay's shared state.
 pub(super) struct Relay {
@@ -175,6 +175,21 @@ impl Relay {
             .spawn(work)
             .await
             .map_err(|e| ApiError::Internal(format!("a relay task failed: {e}")))?
+    }
+
+    /// Records client activity on sandbox `id` now. Never fails the caller: activity the
+    /// registry cannot take (its disk full, its database unreachable) is kept in memory, where
+    /// the reaper counts it as activity and writes it once it can.
+    pub(super) async fn record_activity(&self, id: &SandboxId) {
+        if let Err(e) = self.registry.touch(vec![id.clone()], now_ms()).await {
+            // Said once per sandbox until a record is written again, not on every session.
+            if self.tunnels.unrecorded(id.clone()) {
+                warn!(
+                    "cannot record activity on sandbox {id}: {e}; it counts as active until \
+                     the record is written"
+                );
+            }
+        }
     }
 
     /// A 401 that says what to do.

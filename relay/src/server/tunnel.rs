@@ -53,7 +53,7 @@ use super::constants::{CLOSE_GRACE, MAX_BATCH, MAX_MESSAGE, SPLICE_UNANNOUNCED_M
 use super::error::ApiError;
 use super::sandboxes::find;
 use super::splice::{self, Conn, End, Raw};
-use super::state::{now_ms, Relay};
+use super::state::Relay;
 use crate::provider::{AgentSocket, ProviderError, SandboxState};
 use crate::store::SandboxId;
 
@@ -169,10 +169,7 @@ pub(super) async fn open(
         return Err(ApiError::dead(&sandbox.id));
     }
     let guard = admit(&relay, &sandbox.id)?;
-    relay
-        .registry
-        .touch(vec![sandbox.id.clone()], now_ms())
-        .await?;
+    relay.record_activity(&sandbox.id).await;
     let agent = match relay.connect_agent(&*provider, &sandbox).await {
         Ok(agent) => agent,
         Err(ProviderError::Unavailable(message)) => return Err(ApiError::Unavailable(message)),
@@ -253,13 +250,7 @@ pub(super) fn carry_session(
         if let Some(task) = keep_alive {
             task.abort();
         }
-        if let Err(e) = relay
-            .registry
-            .touch(vec![guard.id().clone()], now_ms())
-            .await
-        {
-            warn!("cannot record activity on sandbox {}: {e}", guard.id());
-        }
+        relay.record_activity(guard.id()).await;
         debug!("tunnel to sandbox {} closed", guard.id());
         drop((guard, task));
     });

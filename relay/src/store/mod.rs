@@ -125,6 +125,18 @@ pub enum RegistryError {
     },
 }
 
+impl RegistryError {
+    /// Whether the database could not be written because its disk is full: nothing the
+    /// request did wrong, and over once space is freed.
+    pub(crate) fn is_disk_full(&self) -> bool {
+        matches!(
+            self,
+            RegistryError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DiskFull
+        )
+    }
+}
+
 /// The registry: cheap to clone, shared by every request and background task.
 #[derive(Clone)]
 pub struct Registry {

@@ -13,7 +13,7 @@ use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use tether_e2e::{sha256_hex, Relay};
+use tether_e2e::{sha256_hex, Relay, Tmpfs};
 
 /// The names every directory level of the tree uses, as bytes.
 fn odd_names() -> Vec<Vec<u8>> {
@@ -424,14 +424,7 @@ fn failures_name_the_path_and_the_cause_and_leave_nothing() {
 
     // A full disk here, through cp down and a sync pull: the file and the cause, said once,
     // and nothing partial or temporary left. The disk is a 4 MiB tmpfs of the test's own.
-    let full = tempfile::tempdir().unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=4m", "tether-e2e-full"])
-        .arg(full.path())
-        .status()
-        .unwrap();
-    assert!(mounted.success(), "mount tmpfs");
-    let unmount = Unmount(full.path().to_path_buf());
+    let full = Tmpfs::mount("4m");
     let made = relay.sh(
         &id,
         "mkdir -p /tmp/pull && head -c 8388608 /dev/urandom > /tmp/pull/big && echo x > /tmp/pull/a",
@@ -462,7 +455,7 @@ fn failures_name_the_path_and_the_cause_and_leave_nothing() {
             .collect();
         assert!(partial.is_empty(), "{verb} left {partial:?}");
     }
-    drop(unmount);
+    drop(full);
 
     // A missing remote file: "No such file", not "Not a directory".
     let (said, _) = fails(
@@ -585,14 +578,6 @@ fn arguments_variables_and_workdirs_that_are_not_utf8_arrive_exactly() {
 }
 
 /// Unmounts its directory when dropped, so a failing test leaves no mount behind.
-struct Unmount(PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// Every path under `root`, recursively.
 fn walk(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();

@@ -429,3 +429,58 @@ async fn a_sandbox_exhausting_descriptors_through_port_tunnels_keeps_its_agent()
         }
     }
 }
+
+#[test]
+fn a_relay_whose_disk_fills_keeps_serving_its_sandboxes_and_loses_none() {
+    // The relay's data directory (its database, its sandboxes' disks) on a small disk of the
+    // test's own, which then fills up.
+    let disk = tether_e2e::Tmpfs::mount("96m");
+    let data_dir = disk.path().join("data");
+    std::fs::create_dir(&data_dir).unwrap();
+    let relay = Relay::start_on(&data_dir);
+    // Idle out after 4 s without a client: the activity below, though the relay cannot record
+    // it, must keep it.
+    let id = relay.create(&["--idle-timeout", "4s"]);
+    let filler = disk.fill("filler");
+
+    // A full disk fails nothing of a running sandbox: the relay's own records are what
+    // cannot be written. Sessions through the relay go on for longer than the idle timeout.
+    let full_since = Instant::now();
+    while full_since.elapsed() < Duration::from_secs(6) {
+        let out = relay.sh(&id, "echo alive");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(out.stdout, b"alive\n");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // What needs the disk is refused at once, saying why and what to do.
+    let asked = Instant::now();
+    let out = relay.tether().args(["create"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "created on a full disk: {out:?}");
+    assert!(
+        said.contains("full") || said.contains("No space left on device"),
+        "{said}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        asked.elapsed()
+    );
+
+    // Space comes back. The reaper, able to write again, must not take the activity it could
+    // not record for idleness: the sandbox is still there after several of its ticks.
+    std::fs::remove_file(&filler).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let listed = relay.tether().args(["ls", "--json"]).output().unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains(&id) && listed.contains("\"running\""),
+        "{listed}"
+    );
+    let out = relay.sh(&id, "echo back");
+    assert_eq!(out.stdout, b"back\n", "{out:?}");
+    // And creating works again.
+    let other = relay.create(&[]);
+    assert_eq!(relay.sh(&other, "echo new").stdout, b"new\n");
+}

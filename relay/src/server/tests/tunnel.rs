@@ -93,7 +93,7 @@ async fn round_trips(t: &TestRelay) {
     // The tunnel's end counts as activity, and it no longer holds the sandbox open.
     let relay = t.relay.as_ref().unwrap().relay.clone();
     eventually("the tunnel to close", || async {
-        !relay.tunnels.is_open(&sb.id.clone().into())
+        !relay.tunnels.is_active(&sb.id.clone().into())
     })
     .await;
 }
@@ -446,7 +446,7 @@ async fn a_spliced_tunnel_drops_a_silent_agent_and_a_silent_client() {
     let sb = t.create(&t.admin(), json!({"provider": "fake"})).await;
     let announce = "X-Tether-Ping-Interval: 200\r\n";
     let relay = t.relay.as_ref().unwrap().relay.clone();
-    let open = || relay.tunnels.is_open(&sb.id.clone().into());
+    let open = || relay.tunnels.is_active(&sb.id.clone().into());
 
     // Both sides speak every 100 ms: the session outlives many timeouts.
     let (mut client, _) = raw_client(&t, &sb.id, announce, b"").await;
