@@ -42,6 +42,24 @@ pub fn admin_token_path() -> PathBuf {
 /// synced, and atomically, so a reader sees the old file or the whole new one, never a
 /// partial token. The temporary file beside it is created 0600 and removed if anything fails.
 pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    private_file(path, contents)?
+        .persist(path)
+        .map(drop)
+        .map_err(|e| e.error)
+}
+
+/// Creates a private file as [`write_private`] writes one, but never replaces one: an existing
+/// `path` is an `AlreadyExists` error and stays as it was. On a full disk, nothing is left
+/// behind: no empty or partial file for the next start to read as damaged.
+pub fn create_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    private_file(path, contents)?
+        .persist_noclobber(path)
+        .map(drop)
+        .map_err(|e| e.error)
+}
+
+/// `contents` in a new, synced, mode 0600 temporary file beside `path`.
+fn private_file(path: &Path, contents: &str) -> std::io::Result<tempfile::NamedTempFile> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -49,9 +67,10 @@ pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     let mut file = tempfile::Builder::new()
         .permissions(std::fs::Permissions::from_mode(0o600))
         .tempfile_in(dir)?;
-    file.write_all(contents.as_bytes())?;
+    // Through the file itself: NamedTempFile's own writes name the temporary path in errors.
+    file.as_file_mut().write_all(contents.as_bytes())?;
     file.as_file().sync_all()?;
-    file.persist(path).map(drop).map_err(|e| e.error)
+    Ok(file)
 }
 
 /// The relay named by `flag`, else by `TETHER_RELAY`, else [`DEFAULT_RELAY`](crate::DEFAULT_RELAY).
@@ -164,6 +183,29 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "third\n");
 
         // Nothing but the two files is left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_created_private_file_never_replaces_one_or_follows_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.key");
+        create_private(&path, "one\n").unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let again = create_private(&path, "two\n").unwrap_err();
+        assert_eq!(again.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "one\n");
+
+        // A link planted where it goes (even a dangling one) is neither followed nor replaced.
+        let link = dir.path().join("node.id");
+        let target = dir.path().join("elsewhere");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let planted = create_private(&link, "three\n").unwrap_err();
+        assert_eq!(planted.kind(), std::io::ErrorKind::AlreadyExists);
+        assert!(!target.exists());
+
+        // No temporary file is left behind.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 }

@@ -475,14 +475,23 @@ impl Tmpfs {
 
     /// Fills it with a file named `name`, written until the disk refuses (ENOSPC).
     pub fn fill(&self, name: &str) -> PathBuf {
+        self.fill_leaving(name, 0)
+    }
+
+    /// Fills it with a file named `name` until about `leave` bytes are free (4 KiB pages).
+    pub fn fill_leaving(&self, name: &str, leave: u64) -> PathBuf {
         use std::io::Write;
         let path = self.path().join(name);
         let mut file = std::fs::File::create(&path).expect("create the filler");
+        let stat = nix::sys::statvfs::statvfs(self.path()).expect("statvfs");
+        let free = stat.blocks_available() * stat.fragment_size();
+        let mut left = free.saturating_sub(leave);
         let chunk = vec![0x5a_u8; 64 << 10];
-        loop {
-            match file.write(&chunk) {
+        while left > 0 {
+            let n = chunk.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            match file.write(&chunk[..n]) {
                 Ok(0) => break,
-                Ok(_) => {}
+                Ok(n) => left -= n as u64,
                 Err(e) if e.kind() == std::io::ErrorKind::StorageFull => break,
                 Err(e) => panic!("fill {}: {e}", path.display()),
             }

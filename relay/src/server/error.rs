@@ -131,10 +131,8 @@ impl ApiError {
 impl From<RegistryError> for ApiError {
     fn from(e: RegistryError) -> ApiError {
         if e.is_disk_full() {
-            return ApiError::Unavailable(format!(
-                "the relay cannot write its database: the disk holding its data directory is \
-                 full ({e}); free space on that disk, then retry"
-            ));
+            // Nothing the request did wrong, and over once space is freed; the message says so.
+            return ApiError::Unavailable(e.to_string());
         }
         ApiError::Internal(format!("{e}"))
     }

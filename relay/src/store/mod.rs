@@ -57,7 +57,7 @@ const KEY_CHECK_TEXT: &str = "tether-key-check-v1";
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     /// The database file cannot be opened or set up.
-    #[error("cannot open the relay database {path}: {source}; check that the data directory is writable")]
+    #[error("cannot open the relay database {path}: {source}; check that the data directory is writable and that its disk has free space")]
     Open {
         /// The database file.
         path: PathBuf,
@@ -76,7 +76,7 @@ pub enum RegistryError {
         known: u32,
     },
     /// A query failed.
-    #[error("the relay database failed: {0}")]
+    #[error("the relay database failed: {0}{hint}", hint = disk_full_hint(.0))]
     Sqlite(#[from] rusqlite::Error),
     /// The PostgreSQL database cannot be reached.
     #[error(
@@ -129,11 +129,21 @@ impl RegistryError {
     /// Whether the database could not be written because its disk is full: nothing the
     /// request did wrong, and over once space is freed.
     pub(crate) fn is_disk_full(&self) -> bool {
-        matches!(
-            self,
-            RegistryError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
-                if e.code == rusqlite::ErrorCode::DiskFull
-        )
+        matches!(self, RegistryError::Sqlite(e) if sqlite_disk_full(e))
+    }
+}
+
+fn sqlite_disk_full(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(e, _) if e.code == rusqlite::ErrorCode::DiskFull)
+}
+
+/// What to do about a full disk, said after SQLite's own words for it.
+fn disk_full_hint(e: &rusqlite::Error) -> &'static str {
+    match sqlite_disk_full(e) {
+        true => {
+            "; the disk holding the relay's data directory is full: free space on it, then retry"
+        }
+        false => "",
     }
 }
 

@@ -7,8 +7,6 @@
 //! column) as associated data, so a sealed value copied onto another row or column does not
 //! open. A copy of the database alone (a backup, a leaked file) reveals no token.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
@@ -28,7 +26,7 @@ pub(super) const SEALED_PREFIX: &str = "x1:";
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
     /// The key file cannot be read or written.
-    #[error("cannot {what} the relay's key file {path}: {source}; check the data directory's permissions")]
+    #[error("cannot {what} the relay's key file {path}: {source}; check the data directory's permissions and that its disk has free space")]
     Io {
         /// Read or create.
         what: &'static str,
@@ -94,16 +92,10 @@ impl SecretKey {
             source,
         };
         let bytes: [u8; KEY_BYTES] = rand::random();
-        // `create_new`: if another process raced us here, its key wins and ours fails loudly
-        // rather than replacing a key some tokens may already be sealed under.
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(io)?;
-        file.write_all(format!("{}\n", hex::encode(bytes)).as_bytes())
-            .and_then(|()| file.sync_all())
+        // Never replaces a file: if another process raced us here, its key wins and ours fails
+        // loudly rather than replacing a key some tokens may already be sealed under. Nothing
+        // is left on a full disk.
+        tether_client::local::create_private(path, &format!("{}\n", hex::encode(bytes)))
             .map_err(io)?;
         Ok(SecretKey::from_bytes(&bytes))
     }

@@ -484,3 +484,67 @@ fn a_relay_whose_disk_fills_keeps_serving_its_sandboxes_and_loses_none() {
     let other = relay.create(&[]);
     assert_eq!(relay.sh(&other, "echo new").stdout, b"new\n");
 }
+
+#[test]
+fn a_relay_started_on_a_full_disk_says_so_and_leaves_nothing_that_stops_the_next_start() {
+    // With no space at all, a few KiB (its id and key files fit, its database does not), and a
+    // few hundred: each first start fails naming the disk, or runs; either way, once space is
+    // back, a relay starts on the same directory. A file left empty or half written (an id,
+    // a key) would be read as damaged there.
+    for free_kib in [0_u64, 4, 8, 16, 64, 192] {
+        let disk = tether_e2e::Tmpfs::mount("16m");
+        let data_dir = disk.path().join("data");
+        std::fs::create_dir(&data_dir).unwrap();
+        let filler = disk.fill_leaving("filler", free_kib << 10);
+        let mut first = std::process::Command::new(tether_e2e::bin("tether"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data_dir)
+            .env("TETHER_AGENT_BIN", tether_e2e::bin("tether-agent"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let exited = loop {
+            if let Some(status) = first.try_wait().unwrap() {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        match exited {
+            Some(status) => {
+                let mut said = String::new();
+                first
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut said)
+                    .unwrap();
+                assert!(!status.success(), "{free_kib} KiB free: {said}");
+                assert!(
+                    said.contains("No space left on device")
+                        || said.contains("disk is full")
+                        || said.contains("disk I/O error"),
+                    "{free_kib} KiB free: {said}"
+                );
+                assert!(
+                    said.contains("free space") || said.contains("No space"),
+                    "{said}"
+                );
+            }
+            // It fitted: the relay runs.
+            None => {
+                first.kill().unwrap();
+                first.wait().unwrap();
+            }
+        }
+        std::fs::remove_file(&filler).unwrap();
+        let relay = Relay::start_on(&data_dir);
+        let listed = relay.tether().arg("ls").output().unwrap();
+        assert!(listed.status.success(), "{free_kib} KiB free: {listed:?}");
+    }
+}

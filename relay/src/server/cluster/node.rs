@@ -1,8 +1,6 @@
 //! This relay's identity among the relays sharing its database: a node id made once and kept
 //! in `<data_dir>/node.id`, so a restarted relay owns the sandboxes on its host again.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use anyhow::Context;
@@ -29,19 +27,10 @@ pub(in crate::server) fn load_or_create(dir: &Path) -> anyhow::Result<NodeId> {
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
     let node = NodeId::generate();
-    // `create_new`: the data directory's lock is held, so nobody races us; never replace one.
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .and_then(|mut f| {
-            f.write_all(format!("{node}\n").as_bytes())?;
-            f.sync_all()?;
-            Ok(f)
-        })
+    // Never replaces one (the data directory's lock is held, so nobody races us), and leaves
+    // nothing on a full disk.
+    tether_client::local::create_private(&path, &format!("{node}\n"))
         .with_context(|| format!("cannot write {}", path.display()))?;
-    file.flush()?;
     Ok(node)
 }
 
