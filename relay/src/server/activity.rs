@@ -55,15 +55,11 @@ impl Tunnels {
     /// Every sandbox whose activity the registry should record now: those with an open tunnel
     /// and those whose last record failed. Once written, pass them to [`Tunnels::recorded`].
     pub(super) fn to_record(&self) -> Vec<SandboxId> {
-        let mut ids: Vec<SandboxId> = self.lock().keys().cloned().collect();
-        ids.extend(
-            lock(&self.unrecorded)
-                .iter()
-                .filter(|id| !ids.contains(id))
-                .cloned()
-                .collect::<Vec<_>>(),
-        );
-        ids
+        // Locked in the order `is_active` takes them: open, then unrecorded.
+        let open = self.lock();
+        let unrecorded = lock(&self.unrecorded);
+        let not_open = unrecorded.iter().filter(|id| !open.contains_key(*id));
+        open.keys().chain(not_open).cloned().collect()
     }
 
     /// Notes that activity on `id` could not be recorded; whether it was recorded until now.

@@ -577,7 +577,6 @@ fn arguments_variables_and_workdirs_that_are_not_utf8_arrive_exactly() {
     );
 }
 
-/// Unmounts its directory when dropped, so a failing test leaves no mount behind.
 /// Every path under `root`, recursively.
 fn walk(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
