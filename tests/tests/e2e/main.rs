@@ -14,6 +14,7 @@ mod bench;
 mod chaos;
 mod cli;
 mod dev;
+mod docs;
 mod egress;
 mod egress_cloud;
 mod escape;
