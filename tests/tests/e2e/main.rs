@@ -13,6 +13,7 @@ mod agent_protocol;
 mod bench;
 mod chaos;
 mod cli;
+mod contention;
 mod dev;
 mod docs;
 mod egress;

@@ -67,8 +67,16 @@ pub(super) const DISK_FORMAT: &str = "ext4-v1";
 pub(super) const DISK_TEMPLATE_DIR: &str = "disks";
 /// Disk templates kept, most recently used first (each is a few hundred KiB of metadata).
 pub(super) const DISK_TEMPLATES_KEEP: usize = 8;
-/// How often a create takes the next free loop device when another process took it first.
-pub(super) const LOOP_ATTACH_ATTEMPTS: u32 = 8;
+/// How long a create keeps trying to bind its disk to a loop device while other processes
+/// take the free ones first (the sandbox init's own start is given [`START_TIMEOUT`]).
+pub(super) const LOOP_ATTACH_TIMEOUT: Duration = Duration::from_secs(10);
+/// The first pause before binding again after a loop device was taken; doubled each time up
+/// to [`LOOP_ATTACH_BACKOFF_MAX`], and each pause drawn at random below it.
+pub(super) const LOOP_ATTACH_BACKOFF_MIN: Duration = Duration::from_millis(1);
+/// The longest pause between two attempts to bind a loop device.
+pub(super) const LOOP_ATTACH_BACKOFF_MAX: Duration = Duration::from_millis(100);
+/// The highest loop device number the kernel hands out (minor numbers have 20 bits).
+pub(super) const MAX_LOOP_NUMBER: u32 = (1 << 20) - 1;
 /// How long a delete waits for the kernel to detach a sandbox's loop device.
 pub(super) const LOOP_DETACH_TIMEOUT: Duration = Duration::from_secs(2);
 /// The agent's OOM score adjustment, set by the sandbox init before it enters a user namespace

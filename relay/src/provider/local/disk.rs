@@ -18,23 +18,25 @@ use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Instant, SystemTime};
 
-use loopdev::{LoopControl, LoopDevice};
 use nix::errno::Errno;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::unistd::{lseek, Whence};
 
 use super::constants::{
     DEFAULT_DISK_BYTES, DISK_BLOCK_BYTES, DISK_BYTES_PER_INODE, DISK_FORMAT, DISK_INODE_BYTES,
-    DISK_TEMPLATES_KEEP, DISK_TEMPLATE_DIR, LOOP_ATTACH_ATTEMPTS, LOOP_DETACH_TIMEOUT,
-    MAX_DISK_BYTES, MIN_DISK_BYTES, POLL_INTERVAL, PROVIDER_DIR,
+    DISK_TEMPLATES_KEEP, DISK_TEMPLATE_DIR, LOOP_ATTACH_BACKOFF_MAX, LOOP_ATTACH_BACKOFF_MIN,
+    LOOP_ATTACH_TIMEOUT, LOOP_DETACH_TIMEOUT, MAX_DISK_BYTES, MAX_LOOP_NUMBER, MIN_DISK_BYTES,
+    POLL_INTERVAL, PROVIDER_DIR,
 };
 use super::error::{IoContext, LocalError};
 use super::layout::Layout;
+use super::loopdev::{LoopControl, LoopDevice, LO_FLAGS_AUTOCLEAR};
 use crate::provider::SandboxSpec;
 
 /// Where mkfs.ext4 may be when it is not on the relay's `PATH` (a non-login root shell on
@@ -166,13 +168,7 @@ pub(super) fn release(layout: &Layout) -> Result<(), LocalError> {
     }
     let image = layout.disk_image();
     for device in loop_devices_backed_by(&image) {
-        // LOOP_CLR_FD on a device still open elsewhere (a file system mounted in another mount
-        // namespace) marks it to detach itself on last close.
-        match LoopDevice::open(&device).and_then(|d| d.detach()) {
-            Ok(()) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENXIO | libc::ENOENT)) => {}
-            Err(e) => return Err(e).context(|| format!("detach {}", device.display())),
-        }
+        detach_if_backed_by(&device, &image).context(|| format!("detach {}", device.display()))?;
     }
     let start = Instant::now();
     while !loop_devices_backed_by(&image).is_empty() {
@@ -339,44 +335,20 @@ fn copy_sparse(from: &File, to: &File, len: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Attaches `image` to a free loop device and mounts it on `mount_point`. The device is
-/// detached by [`release`], which finds it by its backing file whatever happened in between.
+/// Attaches `image` to a free loop device and mounts it on `mount_point`. The device clears
+/// itself when the mount goes (or when this process dies before mounting), and [`release`]
+/// also finds it by its backing file whatever happened in between.
 fn attach_and_mount(image: &Path, mount_point: &Path) -> Result<(), LocalError> {
     let backing = OpenOptions::new()
         .read(true)
         .write(true)
         .open(image)
         .context(|| format!("open {}", image.display()))?;
-    let control = LoopControl::open().map_err(|e| {
-        LocalError::Unavailable(format!(
-            "cannot open /dev/loop-control ({e}); sandbox disks are loop devices: load the \
-             loop module (modprobe loop) and run the relay as root"
-        ))
-    })?;
-    let mut attempt = 0;
-    let device = loop {
-        attempt += 1;
-        let device = control
-            .next_free()
-            .context(|| "find a free loop device".to_string())?;
-        // LOOP_SET_FD alone: setting flags (LOOP_SET_STATUS64) freezes the device's queue,
-        // which cost 15-35 ms a create here, against 2-3 ms for the attach itself.
-        match device.attach_fd(backing.as_raw_fd()) {
-            Ok(()) => break device,
-            // Another process took the same free device between our two calls.
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt < LOOP_ATTACH_ATTEMPTS => {
-                continue
-            }
-            Err(e) => {
-                return Err(e).context(|| format!("attach {} to a loop device", image.display()))
-            }
-        }
-    };
-    let path = device.path().ok_or_else(|| {
-        LocalError::io("name the new loop device", io::ErrorKind::NotFound.into())
-    })?;
+    // Held open until the mount holds the device itself: an auto-clearing device with no
+    // opener unbinds at once.
+    let device = attach(image, &backing)?;
     mount(
-        Some(&path),
+        Some(device.path()),
         mount_point,
         Some("ext4"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
@@ -386,11 +358,136 @@ fn attach_and_mount(image: &Path, mount_point: &Path) -> Result<(), LocalError> 
     .context(|| {
         format!(
             "mount {} ({}) on {}",
-            path.display(),
+            device.path().display(),
             image.display(),
             mount_point.display()
         )
     })
+}
+
+/// Serialises this relay's picks of a free loop device with their binding. The kernel tells
+/// every caller asking at the same moment the same free number, and only one can bind it: a
+/// burst of creates in one relay otherwise takes turns failing on one device, every loser
+/// asking again at once and colliding again on the next.
+static ATTACH_TURN: Mutex<()> = Mutex::new(());
+
+/// Binds `backing` (the open `image`) to a loop device, auto-clearing, and returns the device,
+/// open. Other processes on the host may take the device this one was told is free, or hold
+/// a free device open exclusively (so binding it fails until they let go): each such refusal
+/// is retried after a jittered, growing pause, on a device that did not refuse, until
+/// [`LOOP_ATTACH_TIMEOUT`].
+fn attach(image: &Path, backing: &File) -> Result<LoopDevice, LocalError> {
+    let control = LoopControl::open().map_err(|e| {
+        LocalError::Unavailable(format!(
+            "cannot open /dev/loop-control ({e}); sandbox disks are loop devices: load the \
+             loop module (modprobe loop) and run the relay as root"
+        ))
+    })?;
+    let start = Instant::now();
+    let mut refused: Vec<u32> = Vec::new();
+    let mut pause = LOOP_ATTACH_BACKOFF_MIN;
+    loop {
+        let attempt = {
+            let _turn = ATTACH_TURN.lock().unwrap_or_else(PoisonError::into_inner);
+            bind_free(&control, backing, &refused)
+        };
+        let (number, error) = match attempt {
+            Ok(device) => return Ok(device),
+            Err(failed) => failed,
+        };
+        let contended = matches!(error.raw_os_error(), Some(libc::EBUSY | libc::ENXIO));
+        if !contended {
+            return Err(error).context(|| format!("attach {} to a loop device", image.display()));
+        }
+        if let Some(number) = number.filter(|n| !refused.contains(n)) {
+            refused.push(number);
+        }
+        if start.elapsed() + pause > LOOP_ATTACH_TIMEOUT {
+            return Err(LocalError::Unavailable(format!(
+                "could not attach {} to a loop device: every free device was taken by another \
+                 process for {LOOP_ATTACH_TIMEOUT:?} ({error}); retry the create, and check \
+                 `losetup -a` and `lsof /dev/loop*` for programs holding loop devices",
+                image.display()
+            )));
+        }
+        // Full jitter: relays (or other programs) that collided do not retry in step.
+        std::thread::sleep(pause.mul_f64(rand::random::<f64>()));
+        pause = (pause * 2).min(LOOP_ATTACH_BACKOFF_MAX);
+    }
+}
+
+/// One attempt of [`attach`]: the device the kernel says is free or, when that one refused an
+/// earlier attempt (another process holds it open), another unbound device, made if need be.
+/// On failure, the number of the device that refused, when there was one.
+fn bind_free(
+    control: &LoopControl,
+    backing: &File,
+    refused: &[u32],
+) -> Result<LoopDevice, (Option<u32>, io::Error)> {
+    let mut number = control.free().map_err(|e| (None, e))?;
+    if refused.contains(&number) {
+        number = unbound_device_besides(control, refused).map_err(|e| (None, e))?;
+    }
+    let device = LoopDevice::open_number(number).map_err(|e| (Some(number), e))?;
+    device
+        .bind(backing, LO_FLAGS_AUTOCLEAR)
+        .map_err(|e| (Some(number), e))?;
+    Ok(device)
+}
+
+/// The lowest loop device not in `refused` that is unbound (sysfs shows a bound device's
+/// `loop` attributes), made when every existing one is bound or refused.
+fn unbound_device_besides(control: &LoopControl, refused: &[u32]) -> io::Result<u32> {
+    for number in (0..=MAX_LOOP_NUMBER).filter(|n| !refused.contains(n)) {
+        let sys = Path::new("/sys/block").join(format!("loop{number}"));
+        if sys.exists() {
+            if !sys.join("loop").exists() {
+                return Ok(number);
+            }
+            continue;
+        }
+        match control.add(number) {
+            Ok(made) => return Ok(made),
+            // Made by someone else since we looked (or sysfs is not mounted here).
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::ENOSPC))
+}
+
+/// Unbinds loop device `path` if it is still bound to `image`. The check is made on the open
+/// device, which cannot auto-clear and be bound to another sandbox's image while it is held
+/// open: a device found in sysfs a moment ago may since have been given to someone else.
+fn detach_if_backed_by(path: &Path, image: &Path) -> io::Result<()> {
+    let device = match LoopDevice::open(path.to_path_buf()) {
+        Ok(device) => device,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENXIO | libc::ENOENT)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let info = match device.status() {
+        Ok(info) => info,
+        // Unbound since it was listed.
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let ours = match fs::metadata(image) {
+        Ok(meta) => (info.lo_device, info.lo_inode) == (meta.dev(), meta.ino()),
+        // The image is gone (a directory removed under a crashed create): it is ours if sysfs
+        // still names it as this device's backing file now that the device is held.
+        Err(_) => loop_devices_backed_by(image)
+            .iter()
+            .any(|listed| listed == path),
+    };
+    if !ours {
+        return Ok(());
+    }
+    // On a device still open elsewhere (a file system mounted in another mount namespace)
+    // this marks it to unbind itself on its last close.
+    match device.unbind() {
+        Err(e) if e.raw_os_error() != Some(libc::ENXIO) => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// The loop devices (`/dev/loopN`) whose backing file is `image`, from sysfs.
@@ -500,6 +597,73 @@ mod tests {
     impl Drop for Released<'_> {
         fn drop(&mut self) {
             let _ = release(self.0);
+        }
+    }
+
+    /// How many disks [`disks_attach_at_once_while_another_process_holds_a_free_device`]
+    /// attaches at once.
+    const BURST: usize = 200;
+
+    /// Root-only. A burst of disks attached at once in one relay, while another process holds
+    /// the free loop device the kernel hands out next open exclusively (as a program probing
+    /// or formatting it does): every attach succeeds, and release leaves no device attached.
+    #[test]
+    fn disks_attach_at_once_while_another_process_holds_a_free_device() {
+        if !nix::unistd::geteuid().is_root() || mkfs_program().is_none() {
+            return eprintln!("skipped: needs root and mkfs.ext4");
+        }
+        let data = tempfile::tempdir().unwrap();
+        let bytes = MIN_DISK_BYTES;
+        let template = template(data.path(), bytes).unwrap();
+        let layouts: Vec<Layout> = (0..BURST)
+            .map(|i| {
+                let layout = Layout::new(data.path(), &format!("sb-burst-{i}"));
+                layout.create().unwrap();
+                copy_template(&template, &layout.disk_image(), bytes).unwrap();
+                layout
+            })
+            .collect();
+        let _cleanup: Vec<Released<'_>> = layouts.iter().map(Released).collect();
+        let free = Command::new("losetup").arg("-f").output().unwrap();
+        let free = String::from_utf8(free.stdout).unwrap();
+        let _held = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL)
+            .open(free.trim())
+            .unwrap();
+
+        let barrier = std::sync::Barrier::new(BURST);
+        let start = Instant::now();
+        let failed: Vec<String> = std::thread::scope(|scope| {
+            let attaching: Vec<_> = layouts
+                .iter()
+                .map(|layout| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        barrier.wait();
+                        attach_and_mount(&layout.disk_image(), &layout.disk())
+                    })
+                })
+                .collect();
+            attaching
+                .into_iter()
+                .filter_map(|t| t.join().unwrap().err().map(|e| e.to_string()))
+                .collect()
+        });
+        eprintln!(
+            "{BURST} attaches at once: {} failed, in {:?}",
+            failed.len(),
+            start.elapsed()
+        );
+        assert!(
+            failed.is_empty(),
+            "{} of {BURST} attaches failed; the first: {}",
+            failed.len(),
+            failed[0]
+        );
+        for layout in &layouts {
+            release(layout).unwrap();
+            assert!(loop_devices_backed_by(&layout.disk_image()).is_empty());
         }
     }
 

@@ -19,8 +19,8 @@
 //!   the namespaces (`namespaces`) and forks PID 1, which brings `lo` up (`net`), assembles and
 //!   enters its root (`rootfs`, from `mounts`, `etc`, `devfs`, `procfs`), drops capabilities
 //!   (`caps`) and execs the agent with its listening socket as fd 3.
-//! - `sys` holds the only `unsafe` code, `constants` every tunable, `error` the error types,
-//!   `mountinfo` the parser of the host's mount table.
+//! - `sys` and `loopdev` (the loop-device ioctls) hold the only `unsafe` code, `constants`
+//!   every tunable, `error` the error types, `mountinfo` the parser of the host's mount table.
 //!
 //! The relay's `main` must call [`run_if_sandbox_init`] before anything else.
 
@@ -36,6 +36,7 @@ mod etc;
 mod hierarchy;
 mod init;
 mod layout;
+mod loopdev;
 mod meta;
 mod mountinfo;
 mod mounts;
