@@ -112,6 +112,47 @@ async def test_symlinks_from_the_sandbox_lead_nowhere(session: ClientSession, sa
     assert "host secret" not in out["output"]
 
 
+async def test_download_lands_through_the_cli_landers(session: ClientSession, sandbox: str, dirs: Dirs) -> None:
+    # Issue 32's attacks on the SDKs, against `download`, which lands through `tether cp`'s
+    # landers (commit e05e564): links an earlier download left at a file's name (to a file
+    # inside the allowed directory, so the path checks pass), at the old fixed temporary name,
+    # and in a directory's place in a tree.
+    before = outside_listing(dirs)
+    case = dirs.allowed / uuid.uuid4().hex
+    case.mkdir()
+    victim = case / "victim"
+    victim.write_text("keep\n")
+    (case / "f").symlink_to("victim")
+    (case / "f.tether-part").symlink_to("victim")
+    await call(session, "write_file", sandbox_id=sandbox, path="/workspace/payload", content="pwned\n")
+    down = await call(
+        session, "download", sandbox_id=sandbox, sandbox_path="/workspace/payload", host_path=str(case / "f")
+    )
+    assert down["files"] == 1
+    assert victim.read_text() == "keep\n", "written through the link at the final name"
+    assert not (case / "f").is_symlink() and (case / "f").read_text() == "pwned\n"
+    assert sorted(p.name for p in case.iterdir()) == ["f", "f.tether-part", "victim"]
+
+    # A tree into a directory holding a link where the tree has a directory: refused, and
+    # nothing written or chmodded through it; the link at a file's name is replaced.
+    tree = case / "tree"
+    tree.mkdir()
+    (tree / "d").symlink_to(dirs.outside)
+    (tree / "g").symlink_to("../victim")
+    await call(
+        session,
+        "exec",
+        sandbox_id=sandbox,
+        command="mkdir -p /workspace/tree/d && echo pwned > /workspace/tree/g && echo pwned > /workspace/tree/d/x "
+        "&& chmod 777 /workspace/tree/d",
+    )
+    mode = stat.S_IMODE(dirs.outside.stat().st_mode)
+    await fail(session, "download", sandbox_id=sandbox, sandbox_path="/workspace/tree", host_path=str(case))
+    assert stat.S_IMODE(dirs.outside.stat().st_mode) == mode
+    assert outside_listing(dirs) == before
+    assert victim.read_text() == "keep\n"
+
+
 async def test_http_needs_the_token(http_server: HttpServer) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}

@@ -48,10 +48,13 @@ impl AllowedDirs {
     }
 
     /// A host path to write: an existing one resolved and checked, or a new name in an
-    /// existing directory that is itself checked.
+    /// existing directory that is itself checked. A symlink at the path that leads to a
+    /// file stays the path itself (its directory resolved): the lander renames over the link
+    /// and never writes through it, even to a file inside the allowed directories. One that
+    /// leads out of them, or nowhere, is refused: it was likely planted.
     pub(super) fn target(&self, raw: &str) -> Result<PathBuf, ToolError> {
         let path = self.lexical(raw)?;
-        if std::fs::symlink_metadata(&path).is_ok() {
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
             let canonical = std::fs::canonicalize(&path).map_err(|e| {
                 ToolError::PathNotAllowed(format!(
                     "{} is a symlink that cannot be resolved ({e}); refusing to write through it",
@@ -59,7 +62,9 @@ impl AllowedDirs {
                 ))
             })?;
             self.check(raw, &canonical)?;
-            return Ok(canonical);
+            if !meta.file_type().is_symlink() || canonical.is_dir() {
+                return Ok(canonical);
+            }
         }
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(ToolError::InvalidArgument(format!(
@@ -155,6 +160,8 @@ mod tests {
         let f = base.join("f");
         assert_eq!(allowed.existing(f.to_str().unwrap()).unwrap(), f);
         assert_eq!(allowed.target("new").unwrap(), base.join("new"));
+        // A link to a file is the path to replace, not the file to write through.
+        assert_eq!(allowed.target("in").unwrap(), base.join("in"));
     }
 
     #[test]

@@ -226,6 +226,74 @@ mod tests {
         assert!(dir.path().join("esc/pwned").is_file());
     }
 
+    /// The attacks of issue 32 on the SDKs, against this lander: links an earlier transfer
+    /// left (a `sync` pull keeps links of any target) at a file's name, at the old fixed
+    /// temporary name, and in a directory's place, then the `sub/y -> ..` chain.
+    #[test]
+    fn links_planted_before_the_transfer_are_replaced_or_refused() {
+        use std::os::unix::fs::symlink;
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        symlink(&victim, dir.path().join("f")).unwrap();
+        symlink(&victim, dir.path().join("f.tether-part")).unwrap();
+        symlink(outside.path(), dir.path().join("d")).unwrap();
+        let dest = Dest::open(dir.path(), false).unwrap();
+        let files = archive(|b| {
+            b.append_data(&mut header(EntryType::Regular, 0o644, 4), "f", &b"EVIL"[..])
+                .unwrap();
+        });
+        unpack(&files[..], &dest, ModePolicy::DropSpecial).unwrap();
+        assert!(!dir.path().join("f").is_symlink(), "the link is replaced");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("f")).unwrap(),
+            "EVIL"
+        );
+        for path in ["d", "d/g"] {
+            let kind = if path == "d" {
+                EntryType::Directory
+            } else {
+                EntryType::Regular
+            };
+            let through = archive(|b| {
+                b.append_data(&mut header(kind, 0o777, 0), path, io::empty())
+                    .unwrap();
+            });
+            assert!(matches!(
+                unpack(&through[..], &dest, ModePolicy::DropSpecial),
+                Err(HostFsError::NotADirectory { .. })
+            ));
+        }
+        // The chain lands as links (a link is never followed here), and nothing goes
+        // through it: a later file at its name replaces it.
+        let chain = archive(|b| {
+            for (name, target) in [("sub/y", ".."), ("esc", "sub/y/../../victim")] {
+                b.append_link(&mut header(EntryType::Symlink, 0o777, 0), name, target)
+                    .unwrap();
+            }
+        });
+        unpack(&chain[..], &dest, ModePolicy::DropSpecial).unwrap();
+        let again = archive(|b| {
+            b.append_data(
+                &mut header(EntryType::Regular, 0o644, 4),
+                "esc",
+                &b"EVIL"[..],
+            )
+            .unwrap();
+        });
+        unpack(&again[..], &dest, ModePolicy::DropSpecial).unwrap();
+        assert!(!dir.path().join("esc").is_symlink());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        let mode = std::fs::metadata(outside.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "nothing was chmodded through `d`");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
+    }
+
     #[test]
     fn absurd_times_do_not_panic_and_lying_sizes_land_nothing() {
         let mut far = header(EntryType::Regular, 0o644, 1);

@@ -37,6 +37,8 @@ export const REATTACH_ATTEMPTS = 5;
 
 /** The most bytes `files.read` and downloads keep in memory unless told otherwise: 256 MiB. */
 export const DEFAULT_MAX_DOWNLOAD = 256 << 20;
+/** Entries in one archive `files.downloadDir` unpacks. */
+export const MAX_TAR_ENTRIES = 1_000_000;
 /** Output kept by `commands.run` unless told otherwise: 64 MiB, then `truncated`. */
 export const DEFAULT_OUTPUT_LIMIT = 64 << 20;
 

@@ -1,9 +1,11 @@
 //! The sandbox's file system: read and write (atomic), metadata, listing, glob, grep, edit,
 //! batches with per-file results, tar archives both ways, and watches. Downloads are bounded
-//! by a byte limit, and every size and path the agent reports is checked before use.
+//! by a byte limit, and every size and path the agent reports is checked before use. Every host
+//! file written here (`downloadFile`, `downloadDir`) lands through `landing.ts`.
 
 import { DEFAULT_MAX_DOWNLOAD } from "./constants.js";
 import { ConnectionLostError, NotFoundError, ProtocolError, TooLargeError } from "./errors.js";
+import { HostFile, unpackTar } from "./landing.js";
 import type { Stream } from "./protocol/connection.js";
 import { expectReply, flag, objects, optStr, str, streamError, uint } from "./protocol/fields.js";
 import type { Sandbox } from "./sandbox.js";
@@ -297,6 +299,58 @@ export class Files {
   async readTar(path: string, options: { exclude?: readonly string[]; maxBytes?: number } = {}): Promise<Uint8Array> {
     const stream = await (await this.sandbox.connection()).openStream("tar_read", { path, exclude: [...(options.exclude ?? [])] });
     return readDownload(stream, options.maxBytes ?? DEFAULT_MAX_DOWNLOAD, `tar of ${path}`);
+  }
+
+  /**
+   * Streams a sandbox file to the host file `local` (at most `maxBytes`); returns its size.
+   * It lands through `landing.ts`: under a fresh random name beside `local`, renamed over it
+   * when complete (a symlink at `local` is replaced, never written through), removed if the
+   * download fails; with the sandbox's permission bits (never setuid).
+   */
+  async downloadFile(path: string, local: string, options: { maxBytes?: number } = {}): Promise<number> {
+    const limit = options.maxBytes ?? DEFAULT_MAX_DOWNLOAD;
+    const stream = await (await this.sandbox.connection()).openStream("read", { path });
+    const first = await stream.next();
+    if (first === null) throw new ProtocolError(`read ${path}: the stream closed without a reply`);
+    if (first.kind === "message" && first.message.type === "error") throw streamError(first.message);
+    if (first.kind !== "message" || first.message.type !== "reply") throw new ProtocolError(`read ${path}: expected a stat reply first`);
+    const mode = fileInfo(first.message).mode;
+    const file = await HostFile.beside(local);
+    try {
+      let total = 0;
+      let complete = false;
+      for (;;) {
+        const item = await stream.next();
+        if (item === null) break;
+        if (item.kind === "data") {
+          total += item.bytes.length;
+          if (total > limit) {
+            stream.cancel();
+            throw new TooLargeError(`${path} is larger than ${limit} bytes; pass a larger maxBytes`);
+          }
+          await file.write(item.bytes);
+          continue;
+        }
+        if (item.message.type === "error") throw streamError(item.message);
+        if (item.message.type === "eof") complete = true;
+      }
+      if (!complete) throw new ConnectionLostError(`${path}: the download ended before it was complete`);
+      await file.land(mode);
+      return total;
+    } finally {
+      await file.discard();
+    }
+  }
+
+  /**
+   * Copies the sandbox directory `path` into the host directory `local` (created if missing);
+   * returns the names written. Everything lands through `landing.ts`: entries that would land
+   * outside `local` (absolute names, `..`, symlinks that lead out on the real tree, anything
+   * through a symlink already in `local`) are refused, as are hard links and devices.
+   */
+  async downloadDir(path: string, local: string, options: { exclude?: readonly string[]; maxBytes?: number } = {}): Promise<string[]> {
+    const limit = options.maxBytes ?? DEFAULT_MAX_DOWNLOAD;
+    return unpackTar(await this.readTar(path, { ...options, maxBytes: limit }), local, limit);
   }
 
   /** Unpacks a tar (or, with `gzip`, tar.gz) archive into a directory, created if missing. */

@@ -34,6 +34,15 @@ DEFAULT_MAX_DOWNLOAD = 4 << 30  # 4 GiB: default cap on a directory download (un
 MAX_TAR_ENTRIES = 1_000_000  # entries in one downloaded archive
 MAX_QUEUED_CONTROLS = 100_000  # unread control messages (watch events) one stream may queue
 
+# --- landing files on this machine (_landing.py) ----------------------------------------------
+MAX_NAME_BYTES = 255  # bytes in one component of a name from the sandbox (NAME_MAX)
+MAX_PATH_BYTES = 4095  # bytes in a whole name or link target from the sandbox (PATH_MAX - 1)
+MAX_LINK_HOPS = 40  # links followed resolving one link target, as the kernel allows
+LANDING_PREFIX = ".tether-"  # temporary names: this prefix and LANDING_RANDOM_HEX hex digits
+LANDING_RANDOM_HEX = 12  # 48 random bits per temporary name
+LANDING_ATTEMPTS = 16  # fresh names tried before giving up (each taken: someone else's)
+LANDING_COPY = 1 << 20  # 1 MiB: bytes copied per write when landing a file
+
 # --- the code session ----------------------------------------------------------------------
 CODE_DRIVER_DIR = "/tmp/.tether"  # where the driver script is uploaded in the sandbox
 CODE_REPLY_MAX = 256 << 20  # 256 MiB: the largest reply line the driver may send

@@ -2,7 +2,8 @@
 batches with per-file errors, directories as tar archives, and watches.
 
 Sizes the sandbox reports are checked against what arrives and capped: a hostile sandbox
-cannot make the host buffer more than the caller allowed.
+cannot make the host buffer more than the caller allowed. Every host file written here
+(``download_file``, ``download_dir``) lands through :mod:`._landing`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._constants import BULK_WINDOW, DEFAULT_MAX_DOWNLOAD, DEFAULT_MAX_READ
+from ._landing import land_file
 from ._protocol import Data, Message, Stream, expect_reply, raise_if_error
 from ._tar import pack_directory, safe_extract
 from .errors import ConnectionLost, NotFound, ProtocolError, TooLarge, agent_error
@@ -187,31 +189,32 @@ class AsyncFiles:
     async def download_file(
         self, path: str, local: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_DOWNLOAD
     ) -> int:
-        """Streams ``path`` from the sandbox to a host file (constant memory); returns its size."""
+        """Streams ``path`` from the sandbox to a host file (constant memory); returns its size.
+        The file lands whole or not at all, with the sandbox's permission bits (never setuid);
+        a symlink at ``local`` is replaced, not written through."""
         stream = await self._sandbox._open("read", {"path": path}, window=BULK_WINDOW)
         first = await stream.recv()
         if first is None or isinstance(first, Data):
             raise ProtocolError("a read stream did not start with its stat reply")
         raise_if_error(first)
+        mode = FileInfo.from_json(first).mode
         total, complete = 0, False
-        tmp = Path(f"{os.fspath(local)}.tether-part")
-        try:
-            with open(tmp, "wb") as f:
-                while (item := await stream.recv()) is not None:
-                    if isinstance(item, Data):
-                        total += len(item.data)
-                        if total > max_bytes:
-                            await stream.cancel()
-                            raise TooLarge(f"{path} is over max_bytes={max_bytes}")
-                        f.write(item.data)
-                        continue
-                    raise_if_error(item)
-                    complete = complete or item.get("type") == "eof"
+        # Through _landing: a fresh random temporary name beside `local`, renamed over it
+        # (replacing, never following, a symlink there); removed if the download fails.
+        with land_file(local, mode) as out:
+            while (item := await stream.recv()) is not None:
+                if isinstance(item, Data):
+                    total += len(item.data)
+                    if total > max_bytes:
+                        await stream.cancel()
+                        raise TooLarge(f"{path} is over max_bytes={max_bytes}")
+                    out.write(item.data)
+                    continue
+                raise_if_error(item)
+                complete = complete or item.get("type") == "eof"
             if not complete:
                 raise ProtocolError(f"the download of {path} ended without its eof")
-            os.replace(tmp, local)
-        finally:
-            tmp.unlink(missing_ok=True)
+            out.land_here()
         return total
 
     # --- metadata and directories -----------------------------------------------------------

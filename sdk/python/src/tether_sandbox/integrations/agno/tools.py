@@ -26,6 +26,7 @@ from typing import Any
 from agno.tools import Toolkit
 
 from ... import errors
+from ..._landing import write_host_file
 from ..._sync import CommandHandle
 from .manager import MAX_TTL_S, SandboxManager, SandboxSlot
 
@@ -370,7 +371,7 @@ class TetherTools(Toolkit):
                 return _err(f"the last run made {len(images)} figure(s); no index {result_index}")
             dest = self._local(output_path, f"figure-{slot.sandbox_id}-{result_index}.png")
             dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(images[result_index])
+            write_host_file(dest, images[result_index])
         except (OSError, LookupError) as exc:
             return _err(f"Error saving the figure: {exc}")
         return _ok(file_path=str(dest), bytes=len(images[result_index]))
