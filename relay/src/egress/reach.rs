@@ -47,7 +47,10 @@ const NEVER: [&str; 7] = [
 
 /// Networks reachable only inside a network on the sandbox's allowlist.
 pub const GUARDED: [(&str, &str); 7] = [
-    ("169.254.0.0/16", "link-local (cloud metadata at 169.254.169.254)"),
+    (
+        "169.254.0.0/16",
+        "link-local (cloud metadata at 169.254.169.254)",
+    ),
     ("fe80::/10", "IPv6 link-local"),
     ("10.0.0.0/8", "private (RFC 1918)"),
     ("172.16.0.0/12", "private (RFC 1918)"),
@@ -194,7 +197,9 @@ pub fn canonical(addr: IpAddr) -> IpAddr {
                 return IpAddr::V4(v4);
             }
             let s = v6.segments();
-            if s[..6].iter().all(|x| *x == 0) && v6 != Ipv6Addr::UNSPECIFIED && v6 != Ipv6Addr::LOCALHOST
+            if s[..6].iter().all(|x| *x == 0)
+                && v6 != Ipv6Addr::UNSPECIFIED
+                && v6 != Ipv6Addr::LOCALHOST
             {
                 return IpAddr::V4(Ipv4Addr::new(
                     (s[6] >> 8) as u8,
@@ -244,13 +249,22 @@ fn guarded(addr: IpAddr) -> Option<&'static str> {
         .map(|(_, what)| *what)
 }
 
+/// Why a network asked for at create is not the caller's to allow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Restricted {
+    /// Whether nothing can allow it (it lies inside never-reachable space).
+    pub never: bool,
+    /// What it includes, as a sentence.
+    pub why: String,
+}
+
 /// What of `net` (a network asked for at create) only a policy can allow: the first range
 /// (never, host's own, guarded) it overlaps that no network in `permitted` covers, with a
 /// sentence naming it. `None` when all of it is ordinary public address space or permitted.
 /// A network that overlaps a never-reachable range only by being wider (`0.0.0.0/0`) is not
 /// refused for that: the connect-time filter keeps those parts out; one that lies inside such
 /// a range (`0.0.0.0/32`, `127.0.0.0/8`) is, since it could reach nothing else.
-pub fn restricted_part(net: &IpNet, permitted: &[IpNet], host: &[IpAddr]) -> Option<String> {
+pub fn restricted_part(net: &IpNet, permitted: &[IpNet], host: &[IpAddr]) -> Option<Restricted> {
     let net = canonical_net(net).unwrap_or(*net);
     let covered = |part: &IpNet| {
         permitted
@@ -260,10 +274,13 @@ pub fn restricted_part(net: &IpNet, permitted: &[IpNet], host: &[IpAddr]) -> Opt
     };
     for never in never_networks() {
         if never.contains(&net) {
-            return Some(format!(
-                "{net} is inside {never} (unspecified, loopback, multicast, reserved or the \
-                 relay's own fake addresses), which no sandbox may reach"
-            ));
+            return Some(Restricted {
+                never: true,
+                why: format!(
+                    "{net} is inside {never} (unspecified, loopback, multicast, reserved or \
+                     the relay's own fake addresses), which no sandbox may reach"
+                ),
+            });
         }
     }
     for (text, what) in GUARDED {
@@ -276,12 +293,18 @@ pub fn restricted_part(net: &IpNet, permitted: &[IpNet], host: &[IpAddr]) -> Opt
             None
         };
         if let Some(part) = overlap.filter(|p| !covered(p)) {
-            return Some(format!("{net} includes {part}, which is {what}"));
+            return Some(Restricted {
+                never: false,
+                why: format!("{net} includes {part}, which is {what}"),
+            });
         }
     }
     for addr in host {
         if net.contains(addr) && !covered(&IpNet::from(*addr)) {
-            return Some(format!("{net} includes {addr}, an address of the relay's own host"));
+            return Some(Restricted {
+                never: false,
+                why: format!("{net} includes {addr}, an address of the relay's own host"),
+            });
         }
     }
     None
@@ -347,13 +370,21 @@ mod tests {
     #[test]
     fn guarded_ranges_need_an_allowed_network_unless_the_operator_named_them() {
         let reach = Reach::new();
-        for guarded in ["169.254.169.254", "10.200.0.9", "192.168.77.1", "100.64.0.1"] {
+        for guarded in [
+            "169.254.169.254",
+            "10.200.0.9",
+            "192.168.77.1",
+            "100.64.0.1",
+        ] {
             let addr = ip(guarded);
             assert!(
                 matches!(reach.check(addr, &[], false), Err(Refused::Guarded(..))),
                 "{guarded}"
             );
-            assert!(reach.check(addr, &[], true).is_ok(), "{guarded} (hosts file)");
+            assert!(
+                reach.check(addr, &[], true).is_ok(),
+                "{guarded} (hosts file)"
+            );
             assert!(reach.check(addr, &[IpNet::from(addr)], false).is_ok());
         }
         assert!(reach.check(ip("93.184.216.34"), &[], false).is_ok());
@@ -388,6 +419,7 @@ mod tests {
         assert!(restricted_part(&net("203.0.113.9/32"), &permitted, &host).is_none());
         // Inside a never-reachable range: no policy can permit it.
         let all = [net("0.0.0.0/0")];
-        assert!(restricted_part(&net("0.0.0.0/32"), &all, &host).is_some());
+        assert!(restricted_part(&net("0.0.0.0/32"), &all, &host).is_some_and(|r| r.never));
+        assert!(restricted_part(&net("10.0.0.0/8"), &none, &host).is_some_and(|r| !r.never));
     }
 }

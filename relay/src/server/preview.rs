@@ -315,7 +315,11 @@ async fn strip_relay_authorization(
     sandbox: &SandboxRecord,
     headers: &mut axum::http::HeaderMap,
 ) {
-    let values: Vec<HeaderValue> = headers.get_all(header::AUTHORIZATION).iter().cloned().collect();
+    let values: Vec<HeaderValue> = headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .cloned()
+        .collect();
     if values.is_empty() {
         return;
     }
@@ -366,7 +370,10 @@ async fn is_relay_credential(relay: &Relay, sandbox: &SandboxRecord, credential:
     }
     // A token minted before API tokens had their prefix is known by its hash alone. A store
     // that cannot answer strips nothing more: the request goes on as the browser sent it.
-    matches!(relay.registry.token(hash_token(credential)).await, Ok(Some(_)))
+    matches!(
+        relay.registry.token(hash_token(credential)).await,
+        Ok(Some(_))
+    )
 }
 
 /// Opens the way to the port and sends the request there.

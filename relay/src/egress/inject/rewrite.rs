@@ -550,14 +550,23 @@ mod tests {
 
         // The `Basic` credentials the injector sent, echoed back as they were or without their
         // padding and beside other text, go back to the sandbox's own credentials.
-        let mut parts = head("/", &[("authorization", &format!("Basic {}", BASE64.encode(format!("user:{KEY}"))))]);
+        let mut parts = head(
+            "/",
+            &[(
+                "authorization",
+                &format!("Basic {}", BASE64.encode(format!("user:{KEY}"))),
+            )],
+        );
         secrets.apply(&mut parts).unwrap();
         let sent = header(&parts, "authorization");
         let token = sent.strip_prefix("Basic ").unwrap().to_string();
         let mut headers = HeaderMap::new();
         headers.insert("x-echo-auth", HeaderValue::from_str(&sent).unwrap());
         let bare = token.trim_end_matches('=');
-        headers.insert("x-seen", HeaderValue::from_str(&format!("got={bare};ok")).unwrap());
+        headers.insert(
+            "x-seen",
+            HeaderValue::from_str(&format!("got={bare};ok")).unwrap(),
+        );
         assert_eq!(secrets.scrub(&mut headers), ["API_KEY"]);
         let mine = BASE64.encode(format!("user:{KEY}"));
         assert_eq!(headers["x-echo-auth"], format!("Basic {mine}").as_str());

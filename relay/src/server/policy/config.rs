@@ -432,7 +432,10 @@ mod tests {
         let a = file.resolve(Some("team-a"));
         assert_eq!((a.memory, a.max_memory, a.cpus), (2 << 30, 4 << 30, 0.5));
         assert!(a.network_host);
-        assert_eq!(a.egress_networks, ["10.20.0.0/16".parse::<IpNet>().unwrap()]);
+        assert_eq!(
+            a.egress_networks,
+            ["10.20.0.0/16".parse::<IpNet>().unwrap()]
+        );
         assert_eq!(a.ttl, Duration::from_secs(3600));
         assert_eq!(a.max_ttl, Duration::from_secs(30 * 86400));
         assert_eq!(a.providers, Some(BTreeSet::from(["local".to_string()])));

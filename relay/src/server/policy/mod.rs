@@ -30,10 +30,10 @@ use super::auth::Caller;
 use super::error::ApiError;
 use crate::egress::policy::Allowlist;
 use crate::egress::reach;
-use ipnet::IpNet;
 use crate::provider::{NetworkPolicy, Provider, SandboxSpec};
 use crate::store::{Registry, Tenant};
 use images::{ImageRoots, Refusal};
+use ipnet::IpNet;
 use tether_oci::unpack::is_oci_ref;
 
 pub(super) use ranges::lifetime as check_lifetime;
@@ -248,16 +248,24 @@ fn check_networks(
     let (permitted, host) = if admin {
         (&everything[..], Vec::new())
     } else {
-        (&limits.egress_networks[..], reach::shared().host_addresses())
+        (
+            &limits.egress_networks[..],
+            reach::shared().host_addresses(),
+        )
     };
     for net in &allowlist.networks {
-        let Some(why) = reach::restricted_part(net, permitted, &host) else {
+        let Some(restricted) = reach::restricted_part(net, permitted, &host) else {
             continue;
         };
-        let may = if admin {
-            "nothing can allow it".to_string()
+        let why = restricted.why;
+        let may = if restricted.never {
+            "nothing can allow it; allow the network of the service instead".to_string()
         } else {
-            let extra: Vec<String> = limits.egress_networks.iter().map(|n| n.to_string()).collect();
+            let extra: Vec<String> = limits
+                .egress_networks
+                .iter()
+                .map(|n| n.to_string())
+                .collect();
             format!(
                 "tenant {tenant}'s member tokens may allow public addresses{}; the relay's \
                  operator can permit more (`egress_networks` in the policy file)",
