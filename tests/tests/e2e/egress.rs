@@ -1049,7 +1049,7 @@ fn an_echoed_basic_credential_goes_back_as_the_placeholder() {
         &relay,
         &id,
         "curl -sSf -u \"user:$TEST_API_KEY\" https://api.allowed.test/echo | \
-         sed -n 's/^Authorization: Basic //p' | base64 -d",
+         sed -n 's/^[Aa]uthorization: Basic //p' | base64 -d",
     );
     assert_eq!(received, format!("user:{VALUE}"));
 
