@@ -12,7 +12,8 @@
 //!   listener, which authenticates each request before handing it to the sandbox's proxy;
 //!   [`trust`] installs their CA through their agent.
 //! - Every sandbox: `proxy` serves its connections, reading first bytes ahead with `stream`
-//!   and `sniff`, resolving names with `resolve`, and moving bytes with `tunnel`.
+//!   and `sniff`, resolving names with `resolve`, and moving bytes with `tunnel`; [`reach`]
+//!   is the one address filter every destination passes (and the create check's bound).
 //! - [`ca`]: the per-sandbox CA of sandboxes with secrets and where sandboxes keep it;
 //!   [`inject`] intercepts TLS to the hosts their secrets are bound to and swaps placeholders
 //!   for values.
@@ -25,6 +26,7 @@ pub mod netns;
 pub mod policy;
 mod pool;
 mod proxy;
+pub mod reach;
 mod remote;
 mod resolve;
 pub mod route;

@@ -4,8 +4,10 @@
 //! for a sandbox elsewhere, the requests [`super::remote`] authenticated as the sandbox's.
 //! All apply the same policy: a fake address stands for the allowed name it was given to; a
 //! TLS server name and an HTTP `Host` must be allowed too; an address outside a fake one must
-//! be in an allowed network. The proxy resolves names itself and connects from the host; bytes
-//! then move through [`super::tunnel`]. Every refusal is logged with the sandbox, what and why.
+//! be in an allowed network. Every address, literal or resolved, then passes [`super::reach`]
+//! (never the relay's own host). The proxy resolves names itself and connects from the host;
+//! bytes then move through [`super::tunnel`]. Every refusal is logged with the sandbox, what
+//! and why.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
@@ -22,6 +24,7 @@ use super::constants::{
 use super::inject::Injector;
 use super::policy::Allowlist;
 use super::pool::{FakePool, FAKE_NETWORK};
+use super::reach::{self, Reach, Refused};
 use super::resolve::Resolver;
 use super::sniff::{self, Head, Opening};
 use super::stream::Peeked;
@@ -42,6 +45,8 @@ pub(super) struct Proxy {
     pub(super) pool: Option<Arc<FakePool>>,
     /// How names become addresses.
     pub(super) resolver: Arc<Resolver>,
+    /// Which addresses it may reach at all ([`reach::shared`]).
+    pub(super) reach: &'static Reach,
     /// TLS interception for hosts that carry its secrets, if it has any.
     pub(super) injector: Option<Arc<Injector>>,
     /// Its connection slots (`MAX_CONNECTIONS`), shared by all its listeners.
@@ -120,7 +125,10 @@ impl Proxy {
                     return self.refuse(&dst.to_string(), "no DNS answer gave out this address")
                 }
             }
-        } else if self.allowlist.allows_addr(IpAddr::V4(ip)) && !ip.is_loopback() {
+        } else if self.allowlist.allows_addr(IpAddr::V4(ip)) {
+            if let Err(why) = self.reachable(IpAddr::V4(ip), false) {
+                return self.refuse(&dst.to_string(), &why.to_string());
+            }
             Dest::Addr(SocketAddr::V4(dst))
         } else {
             return self.refuse(&dst.to_string(), "the address is in no allowed network");
@@ -209,7 +217,15 @@ impl Proxy {
                     self.id
                 ));
             }
-            if self.allowlist.allows_addr(ip) && !ip.is_loopback() {
+            let ip = reach::canonical(ip);
+            if self.allowlist.allows_addr(ip) {
+                if let Err(why) = self.reachable(ip, false) {
+                    self.refuse(host, &why.to_string());
+                    return Err(format!(
+                        "tether egress: sandbox {} may not reach {host}: {why}.\n",
+                        self.id
+                    ));
+                }
                 return Ok(Dest::Addr(SocketAddr::new(ip, port)));
             }
             self.refuse(host, "the address is in no allowed network");
@@ -252,9 +268,9 @@ impl Proxy {
                 }
                 Opening::Tls(_) => {
                     if let Some(injector) = self.injector.as_ref().filter(|i| i.intercepts(name)) {
-                        let addrs = match self.resolver.resolve(name, *port).await {
-                            Ok(addrs) if !addrs.is_empty() => addrs,
-                            _ => return self.refuse(name, "the name does not resolve"),
+                        let addrs = match self.addresses(name, *port).await {
+                            Ok(addrs) => addrs,
+                            Err(why) => return self.refuse(name, &why),
                         };
                         if let Err(e) = injector.serve(conn, name, *port, &addrs).await {
                             tracing::info!(sandbox = %self.id, host = %name, "egress: {e}");
@@ -286,18 +302,52 @@ impl Proxy {
         }
     }
 
+    /// Whether the filter lets this sandbox reach `addr` (`trusted`: from the hosts file).
+    fn reachable(&self, addr: IpAddr, trusted: bool) -> Result<(), Refused> {
+        self.reach.check(addr, &self.allowlist.networks, trusted)
+    }
+
+    /// The addresses of `name` this sandbox may reach, at this moment (a name that rebinds to
+    /// the relay's host is caught here, at every connection); or why there is none.
+    async fn addresses(&self, name: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+        let found = self.resolver.resolve(name, port).await.map_err(|e| {
+            tracing::info!(sandbox = %self.id, host = %name, "egress: cannot resolve: {e}");
+            format!("{name} does not resolve: {e}")
+        })?;
+        let mut refused = None;
+        let addrs: Vec<SocketAddr> = found
+            .addrs
+            .into_iter()
+            .filter(|a| match self.reachable(a.ip(), found.from_hosts_file) {
+                Ok(()) => true,
+                Err(why) => {
+                    refused.get_or_insert(why);
+                    false
+                }
+            })
+            .collect();
+        match (addrs.is_empty(), refused) {
+            (false, _) => Ok(addrs),
+            (true, Some(why)) => {
+                self.refuse(name, &why.to_string());
+                Err(format!("{name} leads only where no sandbox may go: {why}"))
+            }
+            (true, None) => Err(format!("{name} has no address")),
+        }
+    }
+
     /// Connects to `dest` from the host; on failure, what failed (logged, and the body of a
     /// 502 where the client speaks HTTP to the proxy).
     async fn connect(&self, dest: &Dest) -> Result<TcpStream, String> {
         let (what, addrs) = match dest {
             Dest::Addr(addr) => (addr.to_string(), vec![*addr]),
-            Dest::Name(name, port) => match self.resolver.resolve(name, *port).await {
-                Ok(addrs) => (format!("{name}:{port}"), addrs),
-                Err(e) => (format!("{name}:{port}"), {
-                    tracing::info!(sandbox = %self.id, host = %name, "egress: cannot resolve: {e}");
-                    vec![]
-                }),
-            },
+            Dest::Name(name, port) => {
+                let what = format!("{name}:{port}");
+                match self.addresses(name, *port).await {
+                    Ok(addrs) => (what, addrs),
+                    Err(why) => return Err(format!("cannot connect to {what}: {why}")),
+                }
+            }
         };
         let mut last = String::from("the name has no address the proxy may use");
         for addr in addrs {

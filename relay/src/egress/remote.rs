@@ -390,6 +390,7 @@ mod tests {
             }),
             pool: None,
             resolver: Arc::new(Resolver::new(Some(hosts.path())).unwrap()),
+            reach: crate::egress::reach::Reach::for_loopback_upstreams(),
             injector: None,
             slots: Arc::new(Semaphore::new(4)),
             networks_here: false,

@@ -1,7 +1,8 @@
 //! How the proxy finds the addresses of an allowed name: first the operator's hosts(5) file
-//! (`tether serve --egress-hosts`), then the host's resolver. Addresses a public name must
-//! never lead a sandbox to (the host's loopback, link-local cloud metadata, unspecified or
-//! multicast) are dropped from the resolver's answers; the operator's file is trusted as is.
+//! (`tether serve --egress-hosts`), then the host's resolver. Every address found still passes
+//! [`super::reach`] before the proxy connects to it; the answer says whether it came from the
+//! operator's file, which that filter trusts for private and link-local ranges (never for the
+//! relay's own host).
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -59,26 +60,30 @@ impl Resolver {
         Ok(Resolver { hosts })
     }
 
-    /// The addresses to try for `name` on `port`: the hosts file's, else the resolver's that a
-    /// sandbox may reach. Empty when there is none.
-    pub(super) async fn resolve(&self, name: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+    /// The addresses of `name` on `port`: the hosts file's, else the resolver's. Empty when
+    /// there is none. Not yet filtered: see [`super::reach`].
+    pub(super) async fn resolve(&self, name: &str, port: u16) -> std::io::Result<Resolved> {
         if let Some(addrs) = self.hosts.get(name) {
-            return Ok(addrs.iter().map(|a| SocketAddr::new(*a, port)).collect());
+            return Ok(Resolved {
+                addrs: addrs.iter().map(|a| SocketAddr::new(*a, port)).collect(),
+                from_hosts_file: true,
+            });
         }
         let found = tokio::net::lookup_host((name, port)).await?;
-        Ok(found.filter(|a| reachable(a.ip())).collect())
+        Ok(Resolved {
+            addrs: found.collect(),
+            from_hosts_file: false,
+        })
     }
 }
 
-/// Whether a resolved address may be handed to a sandbox: not the relay host itself (loopback,
-/// unspecified), not link-local (cloud metadata at 169.254.169.254), not multicast.
-fn reachable(addr: IpAddr) -> bool {
-    let addr = addr.to_canonical();
-    let link_local = match addr {
-        IpAddr::V4(v4) => v4.is_link_local(),
-        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
-    };
-    !(addr.is_loopback() || addr.is_unspecified() || addr.is_multicast() || link_local)
+/// What a name resolved to, and where the answer came from.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Resolved {
+    /// Its addresses, in the order to try them.
+    pub(super) addrs: Vec<SocketAddr>,
+    /// Whether the operator's hosts file gave them.
+    pub(super) from_hosts_file: bool,
 }
 
 #[cfg(test)]
@@ -98,28 +103,11 @@ mod tests {
             .contains("line 1"));
     }
 
-    #[test]
-    fn the_hosts_own_addresses_are_never_reachable_by_name() {
-        for bad in [
-            "127.0.0.1",
-            "::1",
-            "0.0.0.0",
-            "169.254.169.254",
-            "fe80::1",
-            "224.0.0.1",
-            "::ffff:127.0.0.1",
-        ] {
-            assert!(!reachable(bad.parse().unwrap()), "{bad}");
-        }
-        for good in ["10.1.2.3", "93.184.216.34", "2001:db8::1"] {
-            assert!(reachable(good.parse().unwrap()), "{good}");
-        }
-    }
-
     #[tokio::test]
     async fn the_hosts_file_answers_first() {
         let r = Resolver::parse("10.9.0.2 api.allowed.test\n").unwrap();
-        let addrs = r.resolve("api.allowed.test", 443).await.unwrap();
-        assert_eq!(addrs, vec!["10.9.0.2:443".parse().unwrap()]);
+        let found = r.resolve("api.allowed.test", 443).await.unwrap();
+        assert_eq!(found.addrs, vec!["10.9.0.2:443".parse().unwrap()]);
+        assert!(found.from_hosts_file);
     }
 }

@@ -302,6 +302,7 @@ impl Egress {
             allowlist: Arc::new(allowlist),
             pool,
             resolver: self.resolver.clone(),
+            reach: super::reach::shared(),
             injector,
             slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
         }))

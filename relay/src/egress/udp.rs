@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::constants::{MAX_DATAGRAM_BYTES, MAX_UDP_FLOWS, UDP_FLOW_IDLE_TIMEOUT};
 use super::netns::Opener;
 use super::policy::Allowlist;
-use super::pool::FAKE_NETWORK;
+use super::reach;
 
 /// One flow: the sandbox's socket and where it sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -105,17 +105,18 @@ impl Udp {
         }
         let ip = *key.dest.ip();
         let refused = if key.dest.port() == 53 {
-            Some("port 53 is the relay's DNS server")
-        } else if !self.allowlist.allows_addr(IpAddr::V4(ip))
-            || ip.is_loopback()
-            || FAKE_NETWORK.contains(&ip)
-        {
-            Some("the address is in no allowed network")
+            Some("port 53 is the relay's DNS server".to_string())
+        } else if !self.allowlist.allows_addr(IpAddr::V4(ip)) {
+            Some("the address is in no allowed network".to_string())
         } else {
-            None
+            // The same filter as TCP's: never the relay's host, its fake addresses, broadcast.
+            reach::shared()
+                .check(IpAddr::V4(ip), &self.allowlist.networks, false)
+                .err()
+                .map(|why| why.to_string())
         };
         if let Some(why) = refused {
-            return self.refuse(&key.dest.to_string(), why);
+            return self.refuse(&key.dest.to_string(), &why);
         }
         {
             let mut flows = self.flows();

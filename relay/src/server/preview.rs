@@ -18,6 +18,13 @@
 //! and speaks HTTP/1.1 over it (hyper's client); a `101 Switching Protocols` answer
 //! (WebSocket) then joins the two upgraded connections byte for byte.
 //!
+//! What reaches the app is the browser's request less the relay's credentials, which are never
+//! the app's: the preview token (header, query parameter, cookie), `Proxy-Authorization` (the
+//! app is no proxy), and an `Authorization` header that carries a relay credential: an API
+//! token (`tether_...`, or any token the relay knows), the preview token, or either inside
+//! `Basic` credentials. Any other `Authorization` is the app's own (its login, a bearer token
+//! it issued) and passes untouched, so an app that does its own auth keeps working.
+//!
 //! The host form is the isolated one: each `{port}-{id}.localhost` is its own origin. In the
 //! path form every sandbox shares the relay's origin, so a page from one sandbox could read
 //! another's preview with the cookie the browser holds for it; use it only where the host
@@ -38,7 +45,8 @@ use hyper_util::rt::TokioIo;
 use sha2::Sha256;
 use tracing::debug;
 
-use super::auth::Caller;
+use super::auth::{hash_token, Caller};
+use super::constants::API_TOKEN_PREFIX;
 use super::error::ApiError;
 use super::sandboxes::find;
 use super::state::Relay;
@@ -269,6 +277,7 @@ async fn authorize_and_forward(
         )
     })?;
     scrub(&mut req, target);
+    strip_relay_authorization(relay, &sandbox, req.headers_mut()).await;
     forward(relay, &sandbox, target, req).await
 }
 
@@ -276,6 +285,7 @@ async fn authorize_and_forward(
 fn scrub(req: &mut Request, target: &Target) {
     let headers = req.headers_mut();
     headers.remove(TOKEN_HEADER);
+    headers.remove(header::PROXY_AUTHORIZATION);
     let kept: Vec<String> = headers
         .get_all(header::COOKIE)
         .iter()
@@ -296,6 +306,74 @@ fn scrub(req: &mut Request, target: &Target) {
             headers.insert(HeaderName::from_static("x-forwarded-prefix"), v);
         }
     }
+}
+
+/// Removes every `Authorization` value that carries a relay credential (see the module docs);
+/// the app's own stay.
+async fn strip_relay_authorization(
+    relay: &Relay,
+    sandbox: &SandboxRecord,
+    headers: &mut axum::http::HeaderMap,
+) {
+    let values: Vec<HeaderValue> = headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .cloned()
+        .collect();
+    if values.is_empty() {
+        return;
+    }
+    let mut kept = Vec::with_capacity(values.len());
+    for value in values {
+        let mut relays = false;
+        for credential in credentials(value.as_bytes()) {
+            if is_relay_credential(relay, sandbox, &credential).await {
+                relays = true;
+                break;
+            }
+        }
+        if !relays {
+            kept.push(value);
+        }
+    }
+    headers.remove(header::AUTHORIZATION);
+    for value in kept {
+        headers.append(header::AUTHORIZATION, value);
+    }
+}
+
+/// The credentials an `Authorization` value may carry: its token after the scheme, and for
+/// `Basic`, the decoded user and password too.
+fn credentials(value: &[u8]) -> Vec<String> {
+    use base64::Engine as _;
+    let text = String::from_utf8_lossy(value);
+    let text = text.trim();
+    let (scheme, rest) = text.split_once(' ').unwrap_or(("", text));
+    let rest = rest.trim();
+    let mut found = vec![rest.to_string()];
+    if scheme.eq_ignore_ascii_case("basic") {
+        if let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(rest) {
+            let decoded = String::from_utf8_lossy(&decoded).into_owned();
+            let (user, password) = decoded.split_once(':').unwrap_or((&decoded, ""));
+            found.extend([user.to_string(), password.to_string()]);
+        }
+    }
+    found.retain(|c| !c.is_empty());
+    found
+}
+
+/// Whether `credential` is the relay's: an API token by its shape or by the relay's store, or
+/// the sandbox's preview token.
+async fn is_relay_credential(relay: &Relay, sandbox: &SandboxRecord, credential: &str) -> bool {
+    if credential.starts_with(API_TOKEN_PREFIX) || valid(sandbox, credential) {
+        return true;
+    }
+    // A token minted before API tokens had their prefix is known by its hash alone. A store
+    // that cannot answer strips nothing more: the request goes on as the browser sent it.
+    matches!(
+        relay.registry.token(hash_token(credential)).await,
+        Ok(Some(_))
+    )
 }
 
 /// Opens the way to the port and sends the request there.
@@ -503,6 +581,16 @@ mod tests {
         let uri: Uri = "/preview/sb-1/80?tether_preview_token=abc".parse().unwrap();
         assert_eq!(strip_token(&uri, Some("/preview/sb-1/80")), "/");
         assert_eq!(strip_token(&"/x".parse().unwrap(), None), "/x");
+    }
+
+    #[test]
+    fn authorization_credentials_are_found_in_every_scheme() {
+        use base64::Engine as _;
+        assert_eq!(credentials(b"Bearer tether_abc"), ["tether_abc"]);
+        let basic = base64::engine::general_purpose::STANDARD.encode("x:tether_abc");
+        let found = credentials(format!("Basic {basic}").as_bytes());
+        assert!(found.contains(&"tether_abc".to_string()), "{found:?}");
+        assert_eq!(credentials(b"app-token-1"), ["app-token-1"]);
     }
 
     #[test]

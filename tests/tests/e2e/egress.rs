@@ -823,3 +823,243 @@ print(answered)",
         std::thread::sleep(POLL);
     }
 }
+
+/// Sends `CONNECT TARGET` to the explicit proxy inside a sandbox; prints the status line and,
+/// when the proxy lets it through, the first line the destination says.
+const CONNECT_PY: &str = "\
+import socket, sys
+s = socket.create_connection(('127.0.0.1', 3128), 20)
+s.settimeout(20)
+s.sendall(('CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n' % (sys.argv[1], sys.argv[1])).encode())
+data = b''
+while b'\\r\\n\\r\\n' not in data:
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    data += chunk
+head, _, rest = data.partition(b'\\r\\n\\r\\n')
+status = head.split(b'\\r\\n')[0]
+print('STATUS: ' + status.decode())
+if b' 200 ' not in status + b' ':
+    sys.exit(0)
+try:
+    s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')
+    while b'\\n' not in rest:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        rest += chunk
+except OSError:
+    pass
+if rest:
+    print('REPLY: ' + rest.split(b'\\n')[0].decode(errors='replace'))
+";
+
+/// A `tether` command with `token`.
+fn tether_as(relay: &Relay, token: &str, args: &[&str]) -> Output {
+    relay
+        .tether()
+        .env("TETHER_TOKEN", token)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A member token of `tenant`, minted by the relay's admin.
+fn member_of(relay: &Relay, tenant: &str) -> String {
+    let out = tether_as(
+        relay,
+        &relay.admin_token,
+        &["token", "create", "--tenant", tenant],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A member may allow public networks only, and the networks its tenant's policy
+/// (`egress_networks`) names: never the host's loopback (`0.0.0.0`), link-local and cloud
+/// metadata, private ranges or the relay host's own addresses. Nobody may allow what lies
+/// inside loopback or unspecified space.
+#[test]
+fn a_member_allows_only_what_the_policy_lets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("policy.toml");
+    std::fs::write(
+        &config,
+        "[tenants.team-b]\negress_networks = [\"10.128.0.0/16\"]\n",
+    )
+    .unwrap();
+    let relay = Relay::start_with(&["--config", config.to_str().unwrap()]);
+    let a = member_of(&relay, "team-a");
+    for net in [
+        "0.0.0.0/0",
+        "169.254.169.254/32",
+        "10.0.0.0/8",
+        "192.168.1.0/24",
+        "100.64.0.0/10",
+    ] {
+        let out = tether_as(&relay, &a, &["create", "--allow-cidr", net]);
+        assert!(!out.status.success(), "{net} was allowed: {}", text(&out));
+        let said = text(&out);
+        assert!(said.contains(net), "{net}: {said}");
+        assert!(said.contains("egress_networks"), "{net}: {said}");
+        assert!(said.contains("public addresses only"), "{net}: {said}");
+    }
+    // The issue's attack: 0.0.0.0 is the host's loopback.
+    for net in ["0.0.0.0/32", "127.0.0.2/32"] {
+        let out = tether_as(&relay, &a, &["create", "--allow-cidr", net]);
+        assert!(!out.status.success(), "{net} was allowed: {}", text(&out));
+        assert!(
+            text(&out).contains("nothing can allow it"),
+            "{}",
+            text(&out)
+        );
+    }
+    // The policy's networks, and public ones, are the member's to allow.
+    let b = member_of(&relay, "team-b");
+    let out = tether_as(&relay, &b, &["create", "--allow-cidr", "10.1.0.0/16"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("10.128.0.0/16"), "{}", text(&out));
+    let out = tether_as(
+        &relay,
+        &b,
+        &[
+            "create",
+            "--allow-cidr",
+            "10.128.4.0/24",
+            "--allow-cidr",
+            "198.51.100.0/24",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    // Not even an admin allows the host's loopback.
+    for net in ["0.0.0.0/32", "127.0.0.0/8"] {
+        let out = tether_as(&relay, &relay.admin_token, &["create", "--allow-cidr", net]);
+        assert!(!out.status.success(), "{net}: {}", text(&out));
+        assert!(
+            text(&out).contains("nothing can allow it"),
+            "{}",
+            text(&out)
+        );
+    }
+}
+
+/// Whatever an admin allowed, no way through the proxy leads to the relay's own host: not
+/// `0.0.0.0` or any other loopback form, literal or from the hosts file, and not the host's
+/// own non-loopback address (here the host end of the test's veth), by address or by a name
+/// the hosts file points there; while the upstream beside it stays reachable.
+#[test]
+fn no_allowance_or_name_reaches_the_relays_own_host() {
+    let upstream = Upstream::start();
+    let host_addr = Ipv4Addr::from(u32::from(upstream.addr) - 1);
+    // A service of the host on its own (veth) address, as the relay's API or a tenant's
+    // forwarded port would be.
+    let service = std::net::TcpListener::bind((host_addr, 0)).unwrap();
+    let service_port = service.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in service.incoming().take(16) {
+            let Ok(mut conn) = conn else { return };
+            let _ = std::io::Write::write_all(&mut conn, b"host-service-reached\n");
+        }
+    });
+    let hosts = upstream.dir.path().join("hosts");
+    std::fs::write(
+        &hosts,
+        format!(
+            "{} {}\n{host_addr} own.test\n0.0.0.0 zero.test\n127.0.0.2 loop.test\n\
+             ::ffff:127.0.0.1 mapped.test\n",
+            upstream.addr,
+            NAMES.join(" ")
+        ),
+    )
+    .unwrap();
+    let relay = Relay::start_with(&["--egress-hosts", hosts.to_str().unwrap()]);
+    let relay_port = relay.url.rsplit(':').next().unwrap().to_string();
+    let net = format!(
+        "{}/16",
+        Ipv4Addr::from(u32::from(upstream.addr) & 0xffff_0000)
+    );
+    let mut args = vec!["--allow-cidr", net.as_str()];
+    for name in ["own.test", "zero.test", "loop.test", "mapped.test"] {
+        args.extend(["--allow-host", name]);
+    }
+    let id = relay.create(&args);
+    ok(
+        &relay,
+        &id,
+        &format!("cat > /tmp/connect.py <<'PY'\n{CONNECT_PY}PY"),
+    );
+    let run = |target: &str| {
+        let out = relay.sh(&id, &format!("python3 /tmp/connect.py '{target}'"));
+        text(&out)
+    };
+
+    // The control: the upstream, in the same allowed network, is reached.
+    let reached = run(&format!("{}:9000", upstream.addr));
+    assert!(reached.contains("REPLY: raw-ok"), "{reached}");
+
+    for target in [
+        format!("{host_addr}:{service_port}"),
+        format!("own.test:{service_port}"),
+        format!("0.0.0.0:{relay_port}"),
+        format!("zero.test:{relay_port}"),
+        format!("127.0.0.2:{relay_port}"),
+        format!("loop.test:{relay_port}"),
+        format!("[::ffff:127.0.0.1]:{relay_port}"),
+        format!("mapped.test:{relay_port}"),
+    ] {
+        let said = run(&target);
+        assert!(said.contains("STATUS: "), "{target}: {said}");
+        assert!(!said.contains("REPLY: "), "{target} was reached: {said}");
+    }
+    // By address, the refusal says why.
+    let said = run(&format!("{host_addr}:{service_port}"));
+    assert!(said.contains("STATUS: HTTP/1.1 403"), "{said}");
+    // Transparent TCP to the host's address, allowed network or not, does not arrive either.
+    let said = text(&relay.sh(
+        &id,
+        &format!(
+            "python3 -c \"import socket; s = socket.create_connection(('{host_addr}', \
+             {service_port}), 20); print(s.recv(64))\""
+        ),
+    ));
+    assert!(!said.contains("host-service-reached"), "{said}");
+}
+
+/// An upstream that echoes the `Basic` credentials the proxy put the secret into (base64 of
+/// `user:VALUE`) hands the sandbox back its own credentials with the placeholder, never the
+/// value.
+#[test]
+fn an_echoed_basic_credential_goes_back_as_the_placeholder() {
+    const VALUE: &str = "sk-basic-value-3e8d1f0a";
+    let upstream = Upstream::start();
+    let relay = relay_for(&upstream);
+    let out = relay
+        .tether()
+        .env("TEST_API_KEY", VALUE)
+        .args(["create", "--secret", "TEST_API_KEY@api.allowed.test"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let placeholder = ok(&relay, &id, "printf '%s' \"$TEST_API_KEY\"");
+
+    // The upstream got the value (its /echo shows the decoded credentials it received).
+    let received = ok(
+        &relay,
+        &id,
+        "curl -sSf -u \"user:$TEST_API_KEY\" https://api.allowed.test/echo | \
+         sed -n 's/^[Aa]uthorization: Basic //p' | base64 -d",
+    );
+    assert_eq!(received, format!("user:{VALUE}"));
+
+    let echoed = ok(
+        &relay,
+        &id,
+        "curl -sS -o /dev/null -D - -u \"user:$TEST_API_KEY\" \
+         https://api.allowed.test/echo-header | tr -d '\\r' | \
+         sed -n 's/^[Xx]-[Ee]cho-[Aa]uthorization: Basic //p' | base64 -d",
+    );
+    assert_eq!(echoed, format!("user:{placeholder}"));
+    assert!(!echoed.contains(VALUE));
+}

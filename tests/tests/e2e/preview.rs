@@ -267,3 +267,112 @@ async fn tether_info_prints_preview_urls_that_serve_the_page() {
         "{json}"
     );
 }
+
+/// An app that answers every GET with the request headers it received, one per line.
+const HEADER_ECHO: &str = "\
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ''.join(f'{k}: {v}\\n' for k, v in self.headers.items()).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
+";
+
+/// A preview hands the app what the browser sent, less the relay's credentials: a relay API
+/// token in `Authorization` (as a bearer token or inside `Basic`), `Proxy-Authorization`, and
+/// the preview token in its header or cookie. The app's own `Authorization` and cookies pass.
+#[tokio::test]
+async fn the_app_never_sees_the_relays_credentials_and_keeps_its_own() {
+    let relay = Relay::start();
+    let client = relay.client();
+    let id = client.create(&Default::default()).await.unwrap().id;
+    let s = client.connect(&id).await.unwrap();
+    servers::start(&s, &["python3", "-c", HEADER_ECHO, "8010"], 8010).await;
+    let preview = client.preview(&id).await.unwrap();
+    let addr = relay.url.trim_start_matches("http://");
+    let port = addr.rsplit(':').next().unwrap();
+    let host = format!("8010-{id}.localhost:{port}");
+    let cookie = format!("tether_preview={}; app_session=s-42", preview.token);
+
+    let basic = base64(&format!("x:{}", relay.admin_token));
+    for relay_auth in [
+        format!("Bearer {}", relay.admin_token),
+        format!("Basic {basic}"),
+        format!("Bearer {}", preview.token),
+    ] {
+        let seen = servers::get(
+            addr,
+            &host,
+            "/",
+            &[
+                ("Authorization", &relay_auth),
+                ("Proxy-Authorization", "Basic cHJveHk6c2VjcmV0"),
+                ("Cookie", &cookie),
+            ],
+        )
+        .await;
+        assert_eq!(seen.status, 200, "{seen:?}");
+        let body = seen.body.to_lowercase();
+        assert!(
+            !body.contains("authorization"),
+            "{relay_auth}: {}",
+            seen.body
+        );
+        assert!(!seen.body.contains(&relay.admin_token), "{}", seen.body);
+        assert!(!seen.body.contains(&preview.token), "{}", seen.body);
+        assert!(seen.body.contains("app_session=s-42"), "{}", seen.body);
+    }
+
+    // The app's own credentials reach it, by host name and by path.
+    let own = servers::get(
+        addr,
+        &host,
+        "/",
+        &[
+            ("Authorization", "Bearer app-issued-7f3a"),
+            ("Cookie", &cookie),
+        ],
+    )
+    .await;
+    assert!(own.body.contains("Bearer app-issued-7f3a"), "{own:?}");
+    let path = format!("/preview/{id}/8010/");
+    let own = servers::get(
+        addr,
+        addr,
+        &path,
+        &[
+            ("X-Tether-Preview-Token", &preview.token),
+            ("Authorization", "Basic dXNlcjpwYXNz"),
+        ],
+    )
+    .await;
+    assert!(own.body.contains("Basic dXNlcjpwYXNz"), "{own:?}");
+    assert!(
+        !own.body.to_lowercase().contains("x-tether-preview-token"),
+        "{own:?}"
+    );
+}
+
+/// `text` in standard base64, by coreutils' `base64`.
+fn base64(text: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("base64")
+        .arg("-w0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run base64");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}

@@ -5,7 +5,10 @@
 
 use std::borrow::Cow;
 
-use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::engine::general_purpose::{
+    GeneralPurpose, GeneralPurposeConfig, STANDARD as BASE64, STANDARD_NO_PAD as BASE64_NO_PAD,
+};
+use base64::engine::DecodePaddingMode;
 use base64::Engine as _;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, HOST, PROXY_AUTHORIZATION};
 use hyper::http::request::Parts;
@@ -28,6 +31,12 @@ const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'_')
     .remove(b'~');
+
+/// Standard base64 with or without its padding, for what an upstream echoes: some strip it.
+const LENIENT_BASE64: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
 
 /// The secrets whose placeholders are replaced on one connection: those bound to its host.
 pub(super) struct Secrets(Vec<Secret>);
@@ -105,10 +114,12 @@ impl Secrets {
         Ok(used)
     }
 
-    /// Puts placeholders back where a response's header values carry a secret's value (as is or
-    /// percent-encoded: a redirect whose `Location` repeats the query, an error header that
-    /// echoes the credentials), so the sandbox does not learn it that way; returns the names of
-    /// the secrets found. Bodies are not searched (they may be compressed, and are streamed).
+    /// Puts placeholders back where a response's header values carry a secret's value in any
+    /// form [`Secrets::apply`] sends it in: as is (header values), percent-encoded (the target:
+    /// a redirect whose `Location` repeats the query) and inside base64 `Basic` credentials (an
+    /// error header that echoes `Authorization`), so the sandbox does not learn it that way;
+    /// returns the names of the secrets found. Bodies are not searched (they may be compressed,
+    /// and are streamed).
     pub(super) fn scrub(&self, headers: &mut HeaderMap) -> Vec<&str> {
         let mut found = Vec::new();
         for value in headers.values_mut() {
@@ -130,6 +141,9 @@ impl Secrets {
                     }
                 }
             }
+            if let Some(decoded) = self.scrub_base64(&current, &mut found) {
+                current = Cow::Owned(decoded);
+            }
             if let Cow::Owned(bytes) = current {
                 // A placeholder is letters, digits and `-`: the result is a valid value.
                 if let Ok(scrubbed) = HeaderValue::from_bytes(&bytes) {
@@ -138,6 +152,62 @@ impl Secrets {
             }
         }
         found
+    }
+
+    /// `value` with every base64 token (a run of the standard alphabet, its padding at the end)
+    /// whose decoded bytes hold a secret's value encoded again with the placeholder there
+    /// instead: the `Basic` credentials [`Secrets::in_basic`] made, echoed back whole or in
+    /// another header. `None` if no token holds a value.
+    fn scrub_base64<'s>(&'s self, value: &[u8], found: &mut Vec<&'s str>) -> Option<Vec<u8>> {
+        let alphabet = |b: u8| b.is_ascii_alphanumeric() || b == b'+' || b == b'/';
+        let mut out: Option<Vec<u8>> = None;
+        let (mut copied, mut i) = (0, 0);
+        while i < value.len() {
+            if !alphabet(value[i]) {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < value.len() && alphabet(value[i]) {
+                i += 1;
+            }
+            let unpadded = i;
+            while i < value.len() && i - unpadded < 2 && value[i] == b'=' {
+                i += 1;
+            }
+            if i - start < MIN_SCRUBBED_VALUE {
+                continue;
+            }
+            let Ok(mut decoded) = LENIENT_BASE64.decode(&value[start..i]) else {
+                continue;
+            };
+            let mut hit = false;
+            for secret in &self.0 {
+                let plain = secret.value.expose().as_bytes();
+                if plain.len() < MIN_SCRUBBED_VALUE || find(&decoded, plain).is_none() {
+                    continue;
+                }
+                decoded = replace_all(&decoded, plain, secret.placeholder.as_bytes());
+                hit = true;
+                if !found.contains(&secret.name.as_str()) {
+                    found.push(secret.name.as_str());
+                }
+            }
+            if hit {
+                let encoded = if i > unpadded {
+                    BASE64.encode(&decoded)
+                } else {
+                    BASE64_NO_PAD.encode(&decoded)
+                };
+                let out = out.get_or_insert_with(Vec::new);
+                out.extend_from_slice(&value[copied..start]);
+                out.extend_from_slice(encoded.as_bytes());
+                copied = i;
+            }
+        }
+        let mut out = out?;
+        out.extend_from_slice(&value[copied..]);
+        Some(out)
     }
 
     /// A header value with the placeholders replaced, or `None` if it holds none.
@@ -477,6 +547,41 @@ mod tests {
         assert_eq!(headers["x-echo"], format!("Bearer {KEY}").as_str());
         // Only the host's own secrets are looked for.
         assert_eq!(headers["x-other"], "other-real");
+
+        // The `Basic` credentials the injector sent, echoed back as they were or without their
+        // padding and beside other text, go back to the sandbox's own credentials.
+        let mut parts = head(
+            "/",
+            &[(
+                "authorization",
+                &format!("Basic {}", BASE64.encode(format!("user:{KEY}"))),
+            )],
+        );
+        secrets.apply(&mut parts).unwrap();
+        let sent = header(&parts, "authorization");
+        let token = sent.strip_prefix("Basic ").unwrap().to_string();
+        let mut headers = HeaderMap::new();
+        headers.insert("x-echo-auth", HeaderValue::from_str(&sent).unwrap());
+        let bare = token.trim_end_matches('=');
+        headers.insert(
+            "x-seen",
+            HeaderValue::from_str(&format!("got={bare};ok")).unwrap(),
+        );
+        assert_eq!(secrets.scrub(&mut headers), ["API_KEY"]);
+        let mine = BASE64.encode(format!("user:{KEY}"));
+        assert_eq!(headers["x-echo-auth"], format!("Basic {mine}").as_str());
+        assert_eq!(
+            headers["x-seen"],
+            format!("got={};ok", mine.trim_end_matches('=')).as_str()
+        );
+        for value in headers.values() {
+            let text = value.to_str().unwrap();
+            for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '+' || c == '/')) {
+                if let Ok(plain) = LENIENT_BASE64.decode(word) {
+                    assert!(find(&plain, b"sk-real").is_none(), "{text}");
+                }
+            }
+        }
 
         // Values too short to tell from ordinary text are left alone.
         let short = Secrets::for_host(&[bound("PIN", KEY, "1234", "api.test")], "api.test");

@@ -6,6 +6,8 @@
 //! [defaults]                  # every tenant; each key optional, built-in values shown
 //! providers = ["local"]       # allowed providers (absent: every provider of the relay)
 //! network_host = false        # members may ask for --network host (admins always may)
+//! egress_networks = []        # besides public addresses, networks members may allow with
+//!                             # --allow-cidr (see below)
 //! max_sandboxes = 32
 //! memory = "1G"               # what a request that names none gets
 //! max_memory = "16G"
@@ -20,12 +22,22 @@
 //!
 //! [tenants.team-a]            # overrides for one tenant, key by key
 //! max_sandboxes = 100
+//! egress_networks = ["10.20.0.0/16", "169.254.169.254/32"]
 //! ```
+//!
+//! `egress_networks` bounds what a member token may put on an allowlist (`--allow-cidr`):
+//! public addresses always, and inside these networks only, the private ranges (`10/8`,
+//! `172.16/12`, `192.168/16`, `100.64/10`, `fc00::/7`), link-local (`169.254/16` with cloud
+//! metadata, `fe80::/10`) and the relay host's own addresses. Admin tokens may allow any of
+//! them. Nobody may allow what lies inside unspecified, loopback, multicast or reserved
+//! space (`0.0.0.0/32`, `127.0.0.0/8`...), and a host's own address is reached only by a
+//! sandbox whose allowlist names that address itself (see `egress::reach`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
+use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
 use crate::store::Tenant;
@@ -36,6 +48,8 @@ mod builtin {
     use std::time::Duration;
 
     pub(super) const NETWORK_HOST: bool = false;
+    /// Members may allow public addresses only.
+    pub(super) const EGRESS_NETWORKS: Vec<ipnet::IpNet> = Vec::new();
     pub(super) const MAX_SANDBOXES: u64 = 32;
     pub(super) const MEMORY: u64 = 1 << 30; // 1 GiB
     pub(super) const MAX_MEMORY: u64 = 16 << 30; // 16 GiB
@@ -96,6 +110,7 @@ pub struct PolicyFile {
 struct TenantTable {
     providers: Option<Vec<String>>,
     network_host: Option<bool>,
+    egress_networks: Option<Networks>,
     max_sandboxes: Option<u64>,
     memory: Option<ByteSize>,
     max_memory: Option<ByteSize>,
@@ -116,6 +131,8 @@ pub(crate) struct Limits {
     pub providers: Option<BTreeSet<String>>,
     /// Whether its member tokens may ask for the host's network.
     pub network_host: bool,
+    /// Networks beyond public address space its member tokens may allow (`--allow-cidr`).
+    pub egress_networks: Vec<IpNet>,
     /// Sandboxes it may have at once.
     pub max_sandboxes: u64,
     /// Memory in bytes when a request names none, and the most it may ask for.
@@ -205,6 +222,7 @@ impl PolicyFile {
                 .or_else(|| d.providers.clone())
                 .map(|p| p.into_iter().collect()),
             network_host: pick!(network_host, builtin::NETWORK_HOST),
+            egress_networks: pick!(egress_networks, builtin::EGRESS_NETWORKS),
             max_sandboxes: pick!(max_sandboxes, builtin::MAX_SANDBOXES),
             memory: pick!(memory, builtin::MEMORY),
             max_memory: pick!(max_memory, builtin::MAX_MEMORY),
@@ -294,6 +312,44 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
+/// Networks, as CIDRs (`"10.20.0.0/16"`) or single addresses, host bits refused.
+#[derive(Clone, Debug, PartialEq)]
+struct Networks(Vec<IpNet>);
+
+impl From<Networks> for Vec<IpNet> {
+    fn from(n: Networks) -> Vec<IpNet> {
+        n.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Networks {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Networks, D::Error> {
+        let texts = Vec::<String>::deserialize(d)?;
+        texts
+            .iter()
+            .map(|text| {
+                let net = text
+                    .parse::<IpNet>()
+                    .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
+                    .map_err(|_| {
+                        serde::de::Error::custom(format!(
+                            "`{text}` is not a network: write a CIDR such as \"10.20.0.0/16\" \
+                             or an address such as \"169.254.169.254\""
+                        ))
+                    })?;
+                if net.trunc() != net {
+                    return Err(serde::de::Error::custom(format!(
+                        "`{text}` has host bits set; did you mean \"{}\"?",
+                        net.trunc()
+                    )));
+                }
+                Ok(net)
+            })
+            .collect::<Result<_, _>>()
+            .map(Networks)
+    }
+}
+
 /// CPU cores: an integer or a float.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Cores(f64);
@@ -369,18 +425,24 @@ mod tests {
             memory = "2GiB"
             cpus = 0.5
             network_host = true
+            egress_networks = ["10.20.0.0/16"]
             max_ttl = "30d"
         "#;
         let file = PolicyFile::parse(text, "p.toml").unwrap();
         let a = file.resolve(Some("team-a"));
         assert_eq!((a.memory, a.max_memory, a.cpus), (2 << 30, 4 << 30, 0.5));
         assert!(a.network_host);
+        assert_eq!(
+            a.egress_networks,
+            ["10.20.0.0/16".parse::<IpNet>().unwrap()]
+        );
         assert_eq!(a.ttl, Duration::from_secs(3600));
         assert_eq!(a.max_ttl, Duration::from_secs(30 * 86400));
         assert_eq!(a.providers, Some(BTreeSet::from(["local".to_string()])));
         let b = file.resolve(Some("team-b"));
         assert_eq!((b.memory, b.max_memory), (512 << 20, 4 << 30));
         assert!(!b.network_host);
+        assert!(b.egress_networks.is_empty());
         assert_eq!(file.provider_names().collect::<Vec<_>>(), ["local"]);
     }
 
@@ -402,6 +464,11 @@ mod tests {
             ),
             ("[tenants.\"a b\"]\npids = 1", &["a b"][..]),
             ("[defaults]\ncpus = 0", &["cpus"][..]),
+            (
+                "[defaults]\negress_networks = [\"10.1.2.3/16\"]",
+                &["egress_networks", "10.1.0.0/16"][..],
+            ),
+            ("[defaults]\negress_networks = [\"ten\"]", &["`ten`"][..]),
         ] {
             let err = PolicyFile::parse(text, "p.toml").unwrap_err().to_string();
             for word in words {

@@ -4,7 +4,8 @@
 //! provider sees it:
 //!
 //! 1. every number in its valid range (`ranges`, 400 naming the range);
-//! 2. what is for admins only, and the tenant's providers (403 naming what to do);
+//! 2. what is for admins only, and the tenant's providers (403 naming what to do), with the
+//!    networks of an allowlist within what the tenant may allow (`egress_networks`);
 //! 3. a host directory image resolved and checked against the image roots, an `oci:` one
 //!    kept out of the data directory (`images`);
 //! 4. default sizes filled in where the request names none (`config`; the default TTL is
@@ -28,9 +29,11 @@ pub(crate) use config::{Limits, PolicyFile};
 use super::auth::Caller;
 use super::error::ApiError;
 use crate::egress::policy::Allowlist;
+use crate::egress::reach;
 use crate::provider::{NetworkPolicy, Provider, SandboxSpec};
 use crate::store::{Registry, Tenant};
 use images::{ImageRoots, Refusal};
+use ipnet::IpNet;
 use tether_oci::unpack::is_oci_ref;
 
 pub(super) use ranges::lifetime as check_lifetime;
@@ -146,7 +149,9 @@ impl Policy {
                  the policy file does)"
             )));
         }
-        Allowlist::from_spec(spec).map_err(ApiError::Invalid)?;
+        if let Some(allowlist) = Allowlist::from_spec(spec).map_err(ApiError::Invalid)? {
+            check_networks(tenant, admin, &limits, &allowlist)?;
+        }
         if spec.seccomp_unconfined && !admin {
             return Err(ApiError::Forbidden(
                 "seccomp_unconfined lifts the system call filter and is for admin tokens only; \
@@ -224,6 +229,58 @@ impl Policy {
             tenant: tenant.clone(),
         })
     }
+}
+
+/// Every network of `allowlist` within what the caller may allow: for a member, public
+/// address space and the tenant's `egress_networks`; for an admin, anything but what lies
+/// inside never-reachable space (see [`reach`]).
+fn check_networks(
+    tenant: &Tenant,
+    admin: bool,
+    limits: &Limits,
+    allowlist: &Allowlist,
+) -> Result<(), ApiError> {
+    let whole = |addr: std::net::IpAddr| IpNet::new(addr, 0).expect("a /0 is a network");
+    let everything = [
+        whole(std::net::Ipv4Addr::UNSPECIFIED.into()),
+        whole(std::net::Ipv6Addr::UNSPECIFIED.into()),
+    ];
+    let (permitted, host) = if admin {
+        (&everything[..], Vec::new())
+    } else {
+        (
+            &limits.egress_networks[..],
+            reach::shared().host_addresses(),
+        )
+    };
+    for net in &allowlist.networks {
+        let Some(restricted) = reach::restricted_part(net, permitted, &host) else {
+            continue;
+        };
+        let why = restricted.why;
+        let may = if restricted.never {
+            "nothing can allow it; allow the network of the service instead".to_string()
+        } else {
+            let extra: Vec<String> = limits
+                .egress_networks
+                .iter()
+                .map(|n| n.to_string())
+                .collect();
+            format!(
+                "tenant {tenant}'s member tokens may allow public addresses{}; the relay's \
+                 operator can permit more (`egress_networks` in the policy file)",
+                if extra.is_empty() {
+                    " only".to_string()
+                } else {
+                    format!(" and {}", extra.join(", "))
+                }
+            )
+        };
+        return Err(ApiError::Forbidden(format!(
+            "--allow-cidr {net} is refused: {why}; {may}"
+        )));
+    }
+    Ok(())
 }
 
 fn refusal(r: Refusal) -> ApiError {

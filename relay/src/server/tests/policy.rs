@@ -455,3 +455,64 @@ async fn the_database_holds_no_token_in_plain_text() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(key.permissions().mode() & 0o777, 0o600);
 }
+
+#[tokio::test]
+async fn members_allow_only_public_networks_and_those_their_policy_names() {
+    let toml = r#"
+        [tenants.lab]
+        egress_networks = ["10.20.0.0/16", "169.254.169.254/32"]
+    "#;
+    let t = TestRelay::start_with_policy(policy(toml, vec![]), false).await;
+    let member = t.token_for("team-a").await;
+    let lab = t.token_for("lab").await;
+    let admin = t.admin();
+    let allowing = |cidr: &str| json!({"provider": "fake", "network": "allowlist", "egress": {"allow_cidrs": [cidr]}});
+    // The issue's attack (`0.0.0.0` is the host's loopback), and every loopback form: no
+    // token and no policy allows them.
+    for cidr in [
+        "0.0.0.0/32",
+        "127.0.0.2/32",
+        "::ffff:127.0.0.1/128",
+        "0.0.0.0/8",
+    ] {
+        for token in [&member, &lab, &admin] {
+            let got = post(&t, "/v1/sandboxes", token, allowing(cidr)).await;
+            assert_error(
+                &got,
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                &[cidr, "nothing can allow it"],
+            );
+        }
+    }
+    // Link-local (cloud metadata), private ranges and everything at once: not a member's to
+    // allow unless its policy names them.
+    for cidr in [
+        "169.254.169.254/32",
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "100.64.0.0/10",
+        "0.0.0.0/0",
+    ] {
+        let got = post(&t, "/v1/sandboxes", &member, allowing(cidr)).await;
+        assert_error(
+            &got,
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            &[cidr, "public addresses only", "egress_networks"],
+        );
+    }
+    let got = post(&t, "/v1/sandboxes", &lab, allowing("10.21.0.0/16")).await;
+    assert_error(
+        &got,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        &["10.21.0.0/16", "10.20.0.0/16, 169.254.169.254/32"],
+    );
+    t.create(&lab, allowing("10.20.3.0/24")).await;
+    t.create(&lab, allowing("169.254.169.254/32")).await;
+    // Public, and no address of this host (whose test machines use 192.0.2.0/24).
+    t.create(&member, allowing("198.51.100.0/24")).await;
+    t.create(&admin, allowing("10.0.0.0/8")).await;
+}

@@ -1,8 +1,9 @@
 """The egress tests' upstream, run inside the network namespace the test creates.
 
 argv: ROOT_DIR CERT KEY RECORD_FILE. Serves, on every address of the namespace:
-- HTTP on 80: files under ROOT_DIR (a PEP 503 index lives there), and /echo, which answers
-  with the request's headers;
+- HTTP on 80: files under ROOT_DIR (a PEP 503 index lives there), /echo, which answers
+  with the request's headers, and /echo-header, which repeats its Authorization in a
+  response header;
 - HTTPS on 443 (CERT, KEY): the same;
 - raw TCP on 9000: answers `raw-ok` and closes;
 - UDP on 53 and 9999: appends every datagram it receives to RECORD_FILE, one line each.
@@ -22,6 +23,13 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         super().__init__(*args, directory=root, **kwargs)
 
     def do_GET(self):
+        if self.path.startswith("/echo-header"):
+            # Repeats the request's Authorization in a response header, as some error pages do.
+            self.send_response(401)
+            self.send_header("X-Echo-Authorization", self.headers.get("Authorization", ""))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path.startswith("/echo"):
             body = "".join(f"{k}: {v}\n" for k, v in self.headers.items())
             body += f"path: {self.path}\n"
