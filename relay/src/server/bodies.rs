@@ -35,7 +35,7 @@ pub(super) async fn guard(
 ) -> Response {
     if let Some(declared) = declared_length(&request) {
         if declared > MAX_API_BODY as u64 {
-            let mut response = too_large(&format!("declares {declared} bytes")).into_response();
+            let mut response = too_large(Some(declared)).into_response();
             // Said, not only done: hyper would close it anyway, since the body is unread.
             response
                 .headers_mut()
@@ -66,7 +66,7 @@ pub(super) fn rejection(e: BytesRejection) -> ApiError {
             ));
         }
         if error.is::<http_body_util::LengthLimitError>() {
-            return too_large("is longer");
+            return too_large(None);
         }
         source = error.source();
     }
@@ -85,7 +85,13 @@ fn declared_length(request: &Request) -> Option<u64> {
         .ok()
 }
 
-fn too_large(what: &str) -> ApiError {
+/// The 413 for a body of `declared` bytes, or (`None`) one that turned out longer than it
+/// declared.
+fn too_large(declared: Option<u64>) -> ApiError {
+    let what = match declared {
+        Some(n) => format!("declares {n} bytes, more"),
+        None => "is longer".to_string(),
+    };
     ApiError::TooLarge(format!(
         "the request body {what} than the {MAX_API_BODY} bytes an API request may carry; send \
          a smaller request"
