@@ -79,7 +79,11 @@ pub(super) async fn run(remote: Remote, args: CpArgs) -> anyhow::Result<()> {
                 .map_err(|e| remote_context(e, &id))
         }
         (Location::Remote { .. }, Location::Remote { .. }) => {
-            anyhow::bail!("both sides are in sandboxes: copy to this machine first, then from it")
+            let said = "both sides are in sandboxes: copy to this machine first, then from it";
+            match Location::colon_hint(&args.src).or_else(|| Location::colon_hint(&args.dst)) {
+                Some(hint) => anyhow::bail!("{said}; {hint}"),
+                None => anyhow::bail!("{said}"),
+            }
         }
         (Location::Local(_), Location::Local(_)) => anyhow::bail!(
             "neither side is in a sandbox: write one side as ID:/path (see `tether ls`)"

@@ -24,9 +24,11 @@ const STEP: Duration = Duration::from_secs(60);
 const BODY_TIMEOUT: Duration = Duration::from_secs(2);
 /// What a relay's answer may take beyond what it waits for, on a loaded machine.
 const SLACK: Duration = Duration::from_secs(5);
-/// A message half as large again as the agent's and the relay's limit (twice the largest
-/// frame, about 2 MiB).
-const OVERSIZED: usize = 3 << 20; // 3 MiB
+/// Oversized messages sent: half as large again as the agent's and the relay's limit (twice
+/// the largest frame, about 2 MiB), as the issue found; and more than the loopback's socket
+/// buffers hold, so the client is still sending when the receiver stops reading (a receiver
+/// that then drops its socket resets the connection under the client's close frame).
+const OVERSIZED: [usize; 2] = [3 << 20, 24 << 20]; // 3 MiB, 24 MiB
 
 fn addr_of(relay: &Relay) -> SocketAddr {
     relay
@@ -129,11 +131,13 @@ fn a_stalled_or_trickling_body_is_cut_at_the_body_timeout() {
     );
 
     // Meanwhile, and after, a whole body is served.
+    let body = r#"{"tenant":"t-1"}"#;
     let head = format!(
         "POST /v1/tokens HTTP/1.1\r\nhost: relay\r\nauthorization: Bearer {}\r\n\
-         content-type: application/json\r\ncontent-length: 17\r\nconnection: close\r\n\r\n\
-         {{\"tenant\":\"t-1\"}}",
-        relay.admin_token
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n\
+         {body}",
+        relay.admin_token,
+        body.len()
     );
     let (answer, _) = answer_to(addr, &head, STEP);
     assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
@@ -142,8 +146,8 @@ fn a_stalled_or_trickling_body_is_cut_at_the_body_timeout() {
 /// A client configured to send (and take) messages far over the agent's limit.
 fn big_client() -> WebSocketConfig {
     WebSocketConfig::default()
-        .max_message_size(Some(4 * OVERSIZED))
-        .max_frame_size(Some(4 * OVERSIZED))
+        .max_message_size(Some(64 << 20))
+        .max_frame_size(Some(64 << 20))
 }
 
 /// Opens a session at `url` (with `bearer`, and the header by which a client says it pings
@@ -184,11 +188,11 @@ async fn session(url: &str, bearer: &str, token: Option<&str>, announce: bool) -
     }
 }
 
-/// Sends a 3 MiB message and returns the close code that comes back; panics if the
-/// connection ends without a close frame (the client would report 1006).
-async fn close_code_after_oversized(ws: &mut Ws) -> u16 {
+/// Sends a message of `size` bytes and returns the close code that comes back; panics if
+/// the connection ends without a close frame (the client would report 1006).
+async fn close_code_after_oversized(ws: &mut Ws, size: usize) -> u16 {
     // The send itself may fail once the peer has closed; what the client reads is the test.
-    let _ = tokio::time::timeout(STEP, ws.send(Message::Binary(vec![7u8; OVERSIZED].into())))
+    let _ = tokio::time::timeout(STEP, ws.send(Message::Binary(vec![7u8; size].into())))
         .await
         .expect("the peer read the message (or closed) in time");
     loop {
@@ -206,8 +210,14 @@ async fn close_code_after_oversized(ws: &mut Ws) -> u16 {
 #[tokio::test]
 async fn an_oversized_message_to_the_agent_is_closed_with_1009() {
     let agent = Agent::start();
-    let mut ws = session(&agent.url, &agent.token, Some(&agent.token), false).await;
-    assert_eq!(close_code_after_oversized(&mut ws).await, 1009);
+    for size in OVERSIZED {
+        let mut ws = session(&agent.url, &agent.token, Some(&agent.token), false).await;
+        assert_eq!(
+            close_code_after_oversized(&mut ws, size).await,
+            1009,
+            "{size}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -219,8 +229,14 @@ async fn an_oversized_message_through_a_splicing_relay_is_closed_with_1009() {
         relay.url.replacen("http", "ws", 1)
     );
     // Spliced: the agent judges the message, and its close reaches the client.
-    let mut ws = session(&url, &relay.admin_token, None, true).await;
-    assert_eq!(close_code_after_oversized(&mut ws).await, 1009);
+    for size in OVERSIZED {
+        let mut ws = session(&url, &relay.admin_token, None, true).await;
+        assert_eq!(
+            close_code_after_oversized(&mut ws, size).await,
+            1009,
+            "{size}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -233,6 +249,12 @@ async fn an_oversized_message_through_a_forwarding_relay_is_closed_with_1009() {
         "{}/v1/sandboxes/{id}/ws",
         relay.url.replacen("http", "ws", 1)
     );
-    let mut ws = session(&url, &relay.admin_token, None, false).await;
-    assert_eq!(close_code_after_oversized(&mut ws).await, 1009);
+    for size in OVERSIZED {
+        let mut ws = session(&url, &relay.admin_token, None, false).await;
+        assert_eq!(
+            close_code_after_oversized(&mut ws, size).await,
+            1009,
+            "{size}"
+        );
+    }
 }

@@ -587,20 +587,22 @@ fn cp_errors_say_what_was_read_and_what_to_do() {
     assert!(!listed.status.success());
 
     // A local file whose name has a colon: read as sandbox `a`, and the error says so and
-    // how to write the local name.
+    // how to write the local name, whether the other side is local or in a sandbox.
     std::fs::write(local.path().join("a:b"), b"x").unwrap();
-    let out = relay
-        .tether()
-        .current_dir(local.path())
-        .args(["cp", "a:b", &format!("{id}:/tmp/")])
-        .output()
-        .unwrap();
-    let said = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{said}");
-    assert!(
-        said.contains("sandbox `a`") && said.contains("`./a:b`"),
-        "{said}"
-    );
+    for dst in ["copied".to_string(), format!("{id}:/tmp/")] {
+        let out = relay
+            .tether()
+            .current_dir(local.path())
+            .args(["cp", "a:b", &dst])
+            .output()
+            .unwrap();
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(
+            said.contains("sandbox `a`") && said.contains("`./a:b`"),
+            "to {dst}: {said}"
+        );
+    }
     // Written so, it copies.
     let out = relay
         .tether()

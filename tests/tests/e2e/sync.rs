@@ -747,13 +747,13 @@ async fn a_push_cut_by_an_interrupt_and_rerun_at_once_leaves_no_temporary_or_con
             .spawn()
             .expect("start tether sync");
         // Mid-transfer: the big file grows under a temporary name in the sandbox.
-        until("the push to be mid-transfer", || async {
-            let moving = remote_paths(&s, "/workspace/cut")
-                .await
-                .iter()
-                .any(|p| is_temporary(p));
+        until("the push to be mid-transfer", || {
             let exited = cut.try_wait().unwrap().is_some();
-            (moving || exited).then_some(())
+            let s = &s;
+            async move {
+                let paths = remote_paths(s, "/workspace/cut").await;
+                (exited || paths.iter().any(|p| is_temporary(p))).then_some(())
+            }
         })
         .await;
         kill(Pid::from_raw(cut.id() as i32), Signal::SIGINT).unwrap();
