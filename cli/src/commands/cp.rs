@@ -127,7 +127,7 @@ fn remote_context(err: anyhow::Error, id: &str) -> anyhow::Error {
 async fn upload(session: &Session, id: &str, src: &Path, dst: &str) -> anyhow::Result<()> {
     let meta = std::fs::metadata(src).with_context(|| format!("cannot read {}", src.display()))?;
     // A trailing slash says the destination is a directory that must exist, as with `cp`.
-    let wants_dir = dst.ends_with('/') && dst.trim_end_matches('/') != "";
+    let wants_dir = dst.ends_with('/') && !dst.trim_end_matches('/').is_empty();
     let into_dir = match session.stat(dst).await {
         Ok(stat) => stat.kind == FileKind::Dir,
         Err(e) if e.code() == Some(ErrorCode::NotFound) && wants_dir => {
