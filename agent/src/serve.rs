@@ -214,7 +214,11 @@ where
             let Some((socket, tap)) = ws.get_mut().take_writer() else {
                 unreachable!("a fresh connection's writer is taken once");
             };
-            conn::serve(ws_out::Writer::new(socket, tap), ws, agent, authed).await
+            conn::serve(ws_out::Writer::new(socket, tap), &mut ws, agent, authed).await;
+            // The close frame is out (the writer has ended); read on until the client
+            // closes too, so it is not reset while still sending (an oversized message) and
+            // does read why the connection closed.
+            tether_proto::linger::linger(ws.get_mut()).await;
         }
         Err(e) => debug!("WebSocket upgrade failed: {e}"),
     }

@@ -13,7 +13,10 @@
 //! - [`window`]: credit accounting for per-stream flow control.
 //! - [`auth`]: constant-time token comparison.
 //! - [`keepalive`]: the upgrade header by which a relay asks a client to ping often enough.
+//! - [`names`]: the names reserved in a file tree (Tether's temporaries).
 //! - [`limits`]: every tunable of the protocol, with its unit.
+//! - `linger` (feature `ws`): the end of a close, reading what the peer still sends so the
+//!   close frame reaches it.
 //! - `writer` (feature `ws`): the WebSocket writer loop the agent and the client both run,
 //!   batching queued frames and pinging.
 //! - `sparse` (feature `sparse`): files with holes in the tar streams of `tar_read` and
@@ -32,6 +35,9 @@ pub mod frame;
 mod ids;
 pub mod keepalive;
 pub mod limits;
+#[cfg(feature = "ws")]
+pub mod linger;
+pub mod names;
 pub mod op;
 mod path;
 #[cfg(feature = "sparse")]

@@ -34,3 +34,12 @@ pub const PING_INTERVAL_SECS: u64 = 20;
 
 /// How long the agent keeps the exit status of an uncollected background process: 10 min.
 pub const EXIT_RETENTION_SECS: u64 = 600;
+
+/// How long a side that closes a WebSocket because of the peer's fault (a message over its
+/// limit, a protocol violation) keeps reading and discarding what the peer still sends, so
+/// the peer finishes sending and reads the close frame (`PROTOCOL.md` section 2): 2 s.
+pub const CLOSE_LINGER_MS: u64 = 2_000;
+
+/// Bytes a lingering close discards at most before it gives up on the peer: 64 MiB (a peer
+/// still sending past it has its connection reset).
+pub const CLOSE_LINGER_BYTES: u64 = 64 << 20;

@@ -150,7 +150,7 @@ fn through_symlink(path: &Path) -> PathBuf {
     }
 }
 
-/// Creates `.NAME.tether-UNIQUE` in `dir`, readable by the owner only until it is committed.
+/// Creates `.tether-UNIQUE.NAME` in `dir`, readable by the owner only until it is committed.
 fn create_temp(dir: &Path, name: &[u8]) -> io::Result<(PathBuf, File)> {
     loop {
         let temp = dir.join(temp_name(name));
@@ -167,8 +167,12 @@ fn create_temp(dir: &Path, name: &[u8]) -> io::Result<(PathBuf, File)> {
     }
 }
 
-/// `.NAME.tether-UNIQUE`: the name a new version of `name` is written under, beside it.
-/// Unique within this process, and across processes by the pid and the clock.
+/// `.tether-UNIQUE.NAME`: the name a new version of `name` is written under, beside it.
+/// The reserved prefix ([`tether_proto::names::TEMP_PREFIX`]) tells every tool that it is
+/// ours, mid-transfer, and no user's file: a `tether sync` rerun at once after a cut one
+/// must not take the cut one's temporary for a file the sandbox made (and keep it as a
+/// conflict copy, where its writer's cleanup no longer finds it). Unique within this
+/// process, and across processes by the pid and the clock.
 pub(super) fn temp_name(name: &[u8]) -> OsString {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let name = String::from_utf8_lossy(&name[..name.len().min(TEMP_NAME_KEEP)]);
@@ -178,7 +182,8 @@ pub(super) fn temp_name(name: &[u8]) -> OsString {
         .unwrap_or(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     OsString::from(format!(
-        ".{name}.tether-{:x}{n:x}{nanos:x}",
+        "{}{:x}{n:x}{nanos:x}.{name}",
+        tether_proto::names::TEMP_PREFIX,
         std::process::id()
     ))
 }

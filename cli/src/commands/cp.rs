@@ -57,7 +57,7 @@ pub(super) struct CpArgs {
 pub(super) async fn run(remote: Remote, args: CpArgs) -> anyhow::Result<()> {
     match (Location::parse(&args.src), Location::parse(&args.dst)) {
         (Location::Remote { id, path }, Location::Local(dst)) => {
-            let session = remote.connect(&id).await?;
+            let session = connect(&remote, &id, &args.src).await?;
             let bar = progress(None);
             let modes = ModePolicy::from_flag(args.preserve_mode);
             let copied = hostfs::download(&session, &path, &dst, modes, &|total, n| {
@@ -73,18 +73,34 @@ pub(super) async fn run(remote: Remote, args: CpArgs) -> anyhow::Result<()> {
             Ok(())
         }
         (Location::Local(src), Location::Remote { id, path }) => {
-            let session = remote.connect(&id).await?;
-            upload(&session, &src, &path)
+            let session = connect(&remote, &id, &args.dst).await?;
+            upload(&session, &id, &src, &path)
                 .await
                 .map_err(|e| remote_context(e, &id))
         }
         (Location::Remote { .. }, Location::Remote { .. }) => {
-            anyhow::bail!("both sides are in sandboxes: copy to this machine first, then from it")
+            let said = "both sides are in sandboxes: copy to this machine first, then from it";
+            match Location::colon_hint(&args.src).or_else(|| Location::colon_hint(&args.dst)) {
+                Some(hint) => anyhow::bail!("{said}; {hint}"),
+                None => anyhow::bail!("{said}"),
+            }
         }
         (Location::Local(_), Location::Local(_)) => anyhow::bail!(
             "neither side is in a sandbox: write one side as ID:/path (see `tether ls`)"
         ),
     }
+}
+
+/// Connects to sandbox `id`, which the user wrote as part of `written`; when that fails and
+/// `written` is also a local name, the error says how it was read and how to write it.
+async fn connect(remote: &Remote, id: &str, written: &str) -> anyhow::Result<Session> {
+    remote
+        .connect(id)
+        .await
+        .map_err(|e| match Location::colon_hint(written) {
+            Some(hint) => e.context(hint),
+            None => e,
+        })
 }
 
 /// The summary line of what was left out: FIFOs, sockets and devices are never copied.
@@ -108,13 +124,26 @@ fn remote_context(err: anyhow::Error, id: &str) -> anyhow::Error {
     }
 }
 
-async fn upload(session: &Session, src: &Path, dst: &str) -> anyhow::Result<()> {
+async fn upload(session: &Session, id: &str, src: &Path, dst: &str) -> anyhow::Result<()> {
     let meta = std::fs::metadata(src).with_context(|| format!("cannot read {}", src.display()))?;
+    // A trailing slash says the destination is a directory that must exist, as with `cp`.
+    let wants_dir = dst.ends_with('/') && !dst.trim_end_matches('/').is_empty();
     let into_dir = match session.stat(dst).await {
         Ok(stat) => stat.kind == FileKind::Dir,
+        Err(e) if e.code() == Some(ErrorCode::NotFound) && wants_dir => {
+            return Err(missing_dir(id, dst.trim_end_matches('/').as_bytes()))
+        }
         Err(e) if e.code() == Some(ErrorCode::NotFound) => false,
         Err(e) => return Err(e.into()),
     };
+    if wants_dir && !into_dir {
+        anyhow::bail!(
+            "{} in sandbox {} is not a directory, so nothing can be copied into it; name the \
+             destination without the trailing slash to replace it",
+            escape_str(dst.trim_end_matches('/')),
+            escape_str(id)
+        );
+    }
     let target = match (into_dir, src.file_name()) {
         (true, Some(name)) => {
             let mut path = dst.trim_end_matches('/').as_bytes().to_vec();
@@ -127,7 +156,7 @@ async fn upload(session: &Session, src: &Path, dst: &str) -> anyhow::Result<()> 
     if meta.is_dir() {
         upload_dir(session, src, &target).await
     } else if meta.is_file() {
-        upload_file(session, src, &meta, &target).await
+        upload_file(session, id, src, &meta, &target).await
     } else {
         anyhow::bail!("{} is not a regular file or a directory", src.display())
     }
@@ -135,6 +164,7 @@ async fn upload(session: &Session, src: &Path, dst: &str) -> anyhow::Result<()> 
 
 async fn upload_file(
     session: &Session,
+    id: &str,
     src: &Path,
     meta: &std::fs::Metadata,
     target: &WirePath,
@@ -162,21 +192,31 @@ async fn upload_file(
         }) => {
             let bytes = target.as_bytes();
             let parent = &bytes[..bytes.iter().rposition(|&b| b == b'/').unwrap_or(0)];
-            let parent = escape(if parent.is_empty() { b"." } else { parent });
-            Err(ClientError::Remote {
-                code: ErrorCode::NotFound,
-                message: format!(
-                    "{parent}: no such directory; create it first (`mkdir -p {parent}` in the \
-                     sandbox)"
-                ),
-            }
-            .into())
+            Err(missing_dir(
+                id,
+                if parent.is_empty() { b"." } else { parent },
+            ))
         }
         written => {
             written?;
             Ok(())
         }
     }
+}
+
+/// The error for a destination directory `dir` that does not exist in sandbox `id`: it says
+/// so and how to create it (the agent's own "Not a directory" or hint about the write op's
+/// field says neither).
+fn missing_dir(id: &str, dir: &[u8]) -> anyhow::Error {
+    let dir = escape(dir);
+    let id = escape_str(id);
+    anyhow::Error::new(ClientError::Remote {
+        code: ErrorCode::NotFound,
+        message: format!(
+            "{dir}: no such directory; create it first with `tether exec {id} -- mkdir -p \
+             {dir}`"
+        ),
+    })
 }
 
 async fn upload_dir(session: &Session, src: &Path, target: &WirePath) -> anyhow::Result<()> {

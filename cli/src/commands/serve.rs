@@ -11,8 +11,8 @@ use clap::Args;
 use tether_client::local::data_dir as default_data_dir;
 use tether_relay::egress::EgressConfig;
 use tether_relay::server::{
-    self, ConnectionLimits, Database, PolicyConfig, RelayConfig, TlsFiles, DEFAULT_HEADER_TIMEOUT,
-    DEFAULT_LISTEN, DEFAULT_PEER_TIMEOUT, DEFAULT_REAP_INTERVAL,
+    self, ConnectionLimits, Database, PolicyConfig, RelayConfig, TlsFiles, DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, DEFAULT_PEER_TIMEOUT, DEFAULT_REAP_INTERVAL,
 };
 
 /// The variable naming the agent binary.
@@ -77,6 +77,10 @@ pub(super) struct ServeArgs {
     /// connection to start its next request), and to finish a TLS handshake [default: 10s].
     #[arg(long, value_name = "DURATION", value_parser = super::duration)]
     header_timeout: Option<std::time::Duration>,
+    /// How long an API request's body may take to arrive once its headers have; a body
+    /// still incomplete then is answered 408 and its connection closed [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = super::duration)]
+    body_timeout: Option<std::time::Duration>,
     /// HTTP connections served at once; at the cap the oldest one that has not sent a
     /// complete request is closed for a new one [default: half the descriptors the relay may
     /// open, less a reserve].
@@ -128,6 +132,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
         connections: ConnectionLimits {
             peer_timeout: args.peer_timeout.unwrap_or(DEFAULT_PEER_TIMEOUT),
             header_timeout: args.header_timeout.unwrap_or(DEFAULT_HEADER_TIMEOUT),
+            body_timeout: args.body_timeout.unwrap_or(DEFAULT_BODY_TIMEOUT),
             max_connections: args
                 .max_connections
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),

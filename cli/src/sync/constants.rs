@@ -53,8 +53,14 @@ pub(crate) const PROGRESS_MIN_BYTES: u64 = 8 << 20; // 8 MiB
 
 /// What a remote copy kept aside in a conflict is renamed to: `NAME.tether-conflict-TIME`.
 pub(crate) const CONFLICT_MARKER: &str = ".tether-conflict-";
-/// Paths never synced, whatever the rules say: version-control metadata, and the conflict
-/// copies this engine makes (so they are neither pushed nor deleted).
-pub(crate) const BUILTIN_EXCLUDES: &[&str] = &[".git/", "*.tether-conflict-*"];
+/// Paths never synced, whatever the rules say: version-control metadata, the conflict
+/// copies this engine makes, and Tether's temporaries (`.tether-*`, the prefix
+/// [`tether_proto::names::TEMP_PREFIX`] reserves: the agent's new versions of files before
+/// their rename, a download before it lands), so they are neither pushed, deleted nor kept
+/// as conflicts. One may belong to a transfer still running, or to one cut a moment ago
+/// whose writer has yet to remove it: only that writer removes it.
+pub(crate) const BUILTIN_EXCLUDES: &[&str] = &[".git/", "*.tether-conflict-*", TEMP_PATTERN];
+/// The pattern of Tether's temporaries, [`tether_proto::names::TEMP_PREFIX`] and anything.
+const TEMP_PATTERN: &str = ".tether-*";
 /// The per-directory ignore files honoured, gitignore syntax.
 pub(crate) const IGNORE_FILE: &str = ".gitignore";

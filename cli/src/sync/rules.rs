@@ -216,6 +216,18 @@ mod tests {
         );
         assert!(r.ignored_path(".git/HEAD", false));
         assert!(r.ignored_entry("src/a.rs.tether-conflict-20250101T000000Z", false));
+        // Tether's temporaries, at any depth: the agent's and a landing download's.
+        for temp in [
+            ".tether-1f2e3d.main.rs",
+            "src/.tether-1f2e3d.main.rs",
+            ".tether-0a1b2c",
+        ] {
+            assert!(tether_proto::names::is_temporary(
+                temp.rsplit('/').next().unwrap().as_bytes()
+            ));
+            assert!(r.ignored_entry(temp, false), "{temp}");
+        }
+        assert!(!r.ignored_entry("src/.tether", false));
         assert!(!r.ignored_entry(".github", true));
     }
 

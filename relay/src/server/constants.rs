@@ -72,6 +72,14 @@ pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(30);
 /// speaking plain HTTP to the TLS port, to send its request), unless configured (`tether
 /// serve --header-timeout`).
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an API request's body may take to arrive once its head has, unless configured
+/// (`tether serve --body-timeout`): a stalled or trickling body is answered 408 and its
+/// connection closed. API bodies are small (at most [`MAX_API_BODY`]), so this is generous.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest body an API request may carry: a larger declared `Content-Length` is answered
+/// 413 before any of it is read. Requests are JSON of a few KiB and secrets at most 64 KiB;
+/// this is the limit axum's extractors applied before it was one place.
+pub(super) const MAX_API_BODY: usize = 2 << 20; // 2 MiB
 /// TLS handshakes in progress at once; at the bound, the oldest is dropped for a new one.
 pub(super) const MAX_TLS_HANDSHAKES: usize = 1024;
 /// Bytes read of a plain HTTP request to the TLS port before it is answered with a 400.

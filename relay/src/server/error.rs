@@ -44,6 +44,12 @@ pub enum ApiError {
     /// The request is malformed or asks for something invalid.
     #[error("{0}")]
     Invalid(String),
+    /// The request's body is larger than the route accepts.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The request's body did not arrive in time.
+    #[error("{0}")]
+    BodyTimeout(String),
     /// The HTTP method does not apply to the path.
     #[error("{0}")]
     MethodNotAllowed(String),
@@ -120,6 +126,8 @@ impl ApiError {
             ApiError::Deleted(_) => (StatusCode::GONE, "deleted"),
             ApiError::Dead(_) => (StatusCode::GONE, "gone"),
             ApiError::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
+            ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "invalid_argument"),
+            ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "invalid_argument"),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "invalid_argument"),
             ApiError::Provider(_) => (StatusCode::BAD_GATEWAY, "provider_error"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),

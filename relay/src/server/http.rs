@@ -34,6 +34,8 @@ pub struct ConnectionLimits {
     pub peer_timeout: Duration,
     /// How long a client may take to send a request head, or a TLS handshake.
     pub header_timeout: Duration,
+    /// How long an API request's body may take to arrive once its head has (see `bodies`).
+    pub body_timeout: Duration,
     /// HTTP connections served at once; `None` derives it from the descriptor limit.
     pub max_connections: Option<usize>,
 }
@@ -43,6 +45,7 @@ impl Default for ConnectionLimits {
         ConnectionLimits {
             peer_timeout: super::constants::DEFAULT_PEER_TIMEOUT,
             header_timeout: super::constants::DEFAULT_HEADER_TIMEOUT,
+            body_timeout: super::constants::DEFAULT_BODY_TIMEOUT,
             max_connections: None,
         }
     }

@@ -25,6 +25,7 @@
 mod activity;
 mod admission;
 mod auth;
+mod bodies;
 mod cluster;
 mod constants;
 mod error;
@@ -63,7 +64,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 pub use constants::{
-    DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, DEFAULT_PEER_TIMEOUT, DEFAULT_REAP_INTERVAL,
+    DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, DEFAULT_PEER_TIMEOUT,
+    DEFAULT_REAP_INTERVAL,
 };
 pub use error::ApiError;
 pub use http::ConnectionLimits;
@@ -182,8 +184,10 @@ async fn start_serving(
     let fds = Arc::new(fds::FdBudget::new(fd_limit));
     let limits = config.connections;
     anyhow::ensure!(
-        !limits.peer_timeout.is_zero() && !limits.header_timeout.is_zero(),
-        "the peer timeout and the header timeout must be longer than zero"
+        !limits.peer_timeout.is_zero()
+            && !limits.header_timeout.is_zero()
+            && !limits.body_timeout.is_zero(),
+        "the peer timeout, the header timeout and the body timeout must be longer than zero"
     );
     let max_connections = match limits.max_connections {
         Some(0) => anyhow::bail!("the connection cap must be at least 1"),
@@ -283,10 +287,9 @@ async fn start_serving(
         .listen(tls.clone(), relay.shutdown.clone())
         .await?;
     let listener = admission::Admitting::new(listener, fds.clone());
-    let app = routes::router(relay.clone()).layer(axum::middleware::from_fn_with_state(
-        fds,
-        admission::refuse_when_short,
-    ));
+    let app = routes::router(relay.clone(), limits.body_timeout).layer(
+        axum::middleware::from_fn_with_state(fds, admission::refuse_when_short),
+    );
     let stop = relay.shutdown.clone();
     let header_timeout = limits.header_timeout;
     let server = match tls.clone() {

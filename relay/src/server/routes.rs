@@ -5,15 +5,18 @@
 
 use super::preview;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 
 use super::auth::{self, Caller};
+use super::bodies;
+use super::constants::MAX_API_BODY;
 use super::error::ApiError;
 use super::sandboxes;
 use super::secrets;
@@ -22,9 +25,10 @@ use super::tunnel;
 use crate::store::{Role, Tenant};
 use tether_client::api::{TokenRequest, TokenResponse};
 
-/// Every route of the relay; see [`tether_client::api`] for the contract.
-pub(super) fn router(relay: Arc<Relay>) -> Router {
-    Router::new()
+/// Every route of the relay; see [`tether_client::api`] for the contract. API bodies are
+/// read by [`bodies::guard`] within `body_timeout`.
+pub(super) fn router(relay: Arc<Relay>, body_timeout: Duration) -> Router {
+    let api = Router::new()
         .route("/v1/health", get(health))
         .route(
             "/v1/sandboxes",
@@ -43,8 +47,17 @@ pub(super) fn router(relay: Arc<Relay>) -> Router {
             "/v1/secrets/{name}",
             put(secrets::put).delete(secrets::delete),
         )
-        .merge(preview::routes())
         .merge(super::cluster::routes())
+        // A route layer: an unknown path is answered 404 without reading its body.
+        .route_layer(axum::middleware::from_fn_with_state(
+            body_timeout,
+            bodies::guard,
+        ))
+        // The guard's limit is the one that applies; the extractors' own must not be lower.
+        .layer(DefaultBodyLimit::max(MAX_API_BODY));
+    Router::new()
+        .merge(api)
+        .merge(preview::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         // Outermost, so `{port}-{id}.localhost` hosts never reach the API routes.
@@ -120,9 +133,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<JsonBody<T>, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            ApiError::Invalid(format!("cannot read the request body: {}", e.body_text()))
-        })?;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(bodies::rejection)?;
         let body: &[u8] = if bytes.trim_ascii().is_empty() {
             b"{}"
         } else {

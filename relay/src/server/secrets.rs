@@ -31,9 +31,7 @@ pub(super) async fn put(
 ) -> Result<(StatusCode, Json<SecretInfo>), ApiError> {
     let tenant = target_tenant(&relay, &caller, query.as_deref())?;
     check_secret_name(&name).map_err(ApiError::Invalid)?;
-    let body = body.map_err(|e| {
-        ApiError::Invalid(format!("cannot read the request body: {}", e.body_text()))
-    })?;
+    let body = body.map_err(super::bodies::rejection)?;
     let value = parse_value(&body)?;
     check_secret_value(&name, value.expose()).map_err(ApiError::Invalid)?;
     let put = relay

@@ -38,6 +38,7 @@ use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
 use tether_proto::{keepalive, limits};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -326,17 +327,22 @@ fn keep_alive(
 /// Forwards messages between `client` and `agent` until both sides have closed (or one has
 /// and the other has not answered within [`CLOSE_GRACE`]), until either side is silent for
 /// `peer_timeout`, or until `shutdown` fires.
-async fn forward<C, A>(client: C, agent: A, peer_timeout: Duration, shutdown: CancellationToken)
-where
-    C: Stream<Item = Result<Message, ts::Error>> + Sink<Message> + Unpin,
+async fn forward<C, A>(
+    client: WebSocketStream<C>,
+    agent: A,
+    peer_timeout: Duration,
+    shutdown: CancellationToken,
+) where
+    C: AsyncRead + AsyncWrite + Unpin,
     A: Stream<Item = Result<Message, ts::Error>> + Sink<Message> + Unpin,
 {
-    let (mut client_tx, client_rx) = client.split();
+    let (mut client_tx, mut client_source) = client.split();
     let (mut agent_tx, agent_rx) = agent.split();
-    let mut client_rx = std::pin::pin!(client_rx.take_until(shutdown.clone().cancelled_owned()));
-    let mut agent_rx = std::pin::pin!(agent_rx.take_until(shutdown.clone().cancelled_owned()));
-
     let violation = {
+        // Borrowed, so that the client's connection can be put back together at the end.
+        let client_rx = (&mut client_source).take_until(shutdown.clone().cancelled_owned());
+        let mut client_rx = std::pin::pin!(client_rx);
+        let mut agent_rx = std::pin::pin!(agent_rx.take_until(shutdown.clone().cancelled_owned()));
         let up = async {
             let end = pump(&mut client_rx, &mut agent_tx, peer_timeout).await;
             let violation = match &end {
@@ -397,6 +403,11 @@ where
     if let Some((code, reason)) = violation {
         debug!("closing a tunnel with {code}: {reason}");
         let _ = client_tx.send(close(code, reason)).await;
+        // The client may still be sending (the rest of an oversized message): read on until
+        // it closes, or it is reset before it reads the close frame and sees 1006.
+        if let Ok(mut client) = client_tx.reunite(client_source) {
+            tether_proto::linger::linger(client.get_mut()).await;
+        }
     }
 }
 

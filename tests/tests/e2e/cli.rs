@@ -554,6 +554,66 @@ fn cp_files_both_ways() {
     assert!(stderr(&out).contains("/no/such/file"), "{}", stderr(&out));
 }
 
+#[test]
+fn cp_errors_say_what_was_read_and_what_to_do() {
+    let relay = Relay::start();
+    let id = create(&relay);
+    let local = tempfile::tempdir().unwrap();
+    let src = local.path().join("f");
+    std::fs::write(&src, b"data").unwrap();
+
+    // Into a directory the sandbox lacks, written with a trailing slash: not "Not a
+    // directory", but which directory is missing and the command that creates it.
+    let out = tether(
+        &relay,
+        &[
+            "cp",
+            src.to_str().unwrap(),
+            &format!("{id}:/workspace/nonexistent/"),
+        ],
+    );
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("/workspace/nonexistent: no such directory")
+            && said.contains(&format!(
+                "tether exec {id} -- mkdir -p /workspace/nonexistent"
+            ))
+            && !said.contains("Not a directory"),
+        "{said}"
+    );
+    // Nothing was written in its place.
+    let listed = tether(&relay, &["exec", &id, "--", "ls", "/workspace/nonexistent"]);
+    assert!(!listed.status.success());
+
+    // A local file whose name has a colon: read as sandbox `a`, and the error says so and
+    // how to write the local name, whether the other side is local or in a sandbox.
+    std::fs::write(local.path().join("a:b"), b"x").unwrap();
+    for dst in ["copied".to_string(), format!("{id}:/tmp/")] {
+        let out = relay
+            .tether()
+            .current_dir(local.path())
+            .args(["cp", "a:b", &dst])
+            .output()
+            .unwrap();
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(
+            said.contains("sandbox `a`") && said.contains("`./a:b`"),
+            "to {dst}: {said}"
+        );
+    }
+    // Written so, it copies.
+    let out = relay
+        .tether()
+        .current_dir(local.path())
+        .args(["cp", "./a:b", &format!("{id}:/tmp/")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(ok(&relay, &["exec", &id, "--", "cat", "/tmp/a:b"]), "x");
+}
+
 fn tree(root: &Path) {
     std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
     std::fs::write(root.join("run.sh"), "#!/bin/sh\necho hi\n").unwrap();

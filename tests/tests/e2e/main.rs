@@ -11,6 +11,7 @@ mod agent_exec;
 mod agent_files;
 mod agent_protocol;
 mod bench;
+mod bounds;
 mod chaos;
 mod cli;
 mod contention;

@@ -580,7 +580,8 @@ async fn a_push_cut_inside_a_big_file_leaves_the_old_file_whole() {
     let temp = until("the new content under a temp name", || async {
         let list = s.list("/workspace/cut", 1).await.ok()?;
         list.into_iter().find(|e| {
-            e.kind == FileKind::File && e.path.to_string().contains(".big.tether-") && e.size > 0
+            let path = e.path.to_string();
+            e.kind == FileKind::File && is_temporary(&path) && path.ends_with(".big") && e.size > 0
         })
     })
     .await;
@@ -596,7 +597,7 @@ async fn a_push_cut_inside_a_big_file_leaves_the_old_file_whole() {
     until("the temp file to be cleaned up", || async {
         let list = s.list("/workspace/cut", 1).await.ok()?;
         list.iter()
-            .all(|e| !e.path.to_string().contains(".tether-"))
+            .all(|e| !is_temporary(&e.path.to_string()))
             .then_some(())
     })
     .await;
@@ -618,4 +619,160 @@ async fn a_push_cut_inside_a_big_file_leaves_the_old_file_whole() {
         &format!("{id}:/workspace/cut"),
     );
     assert!(s.read_file("/workspace/cut/big").await.unwrap() == new);
+}
+
+/// Whether the last component of `path` is one of Tether's temporaries. Deliberately also
+/// true of the `.NAME.tether-UNIQUE` names the agent once used, so that the tests below
+/// judge the code as it was too.
+fn is_temporary(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    (name.starts_with(".tether-") || name.contains(".tether-")) && !is_conflict(path)
+}
+
+/// Whether `path` is a conflict copy.
+fn is_conflict(path: &str) -> bool {
+    path.contains(".tether-conflict-")
+}
+
+/// Every path under `dir` in the sandbox, at any depth.
+async fn remote_paths(s: &Session, dir: &str) -> Vec<String> {
+    s.list(dir, 16)
+        .await
+        .map(|l| l.into_iter().map(|e| e.path.to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Starts the stream `tether sync` sends into `dir`, carrying half of a new `big` of
+/// `size` bytes, and waits until its content grows under a temporary name: a transfer in
+/// progress, or one cut whose agent side has not yet let go of it.
+async fn transfer_in_progress(
+    s: &Session,
+    dir: &str,
+    size: u64,
+) -> (tether_client::RawStream, String) {
+    use tether_proto::op::Op;
+    let stream = s
+        .open(Op::TarWrite {
+            path: dir.into(),
+            gzip: false,
+        })
+        .await
+        .unwrap();
+    stream.send(&tar_header("big", size)).await.unwrap();
+    let chunk = vec![b'n'; 1 << 20];
+    for _ in 0..size / 2 / chunk.len() as u64 {
+        stream.send(&chunk).await.unwrap();
+    }
+    let temp = until("the new content under a temporary name", || async {
+        remote_paths(s, dir)
+            .await
+            .into_iter()
+            .find(|p| is_temporary(p))
+    })
+    .await;
+    (stream, temp)
+}
+
+#[tokio::test]
+async fn a_sync_leaves_the_temporary_of_a_transfer_in_progress_alone() {
+    let relay = Relay::start();
+    let client = relay.client();
+    let id = client.create(&Default::default()).await.unwrap().id;
+    let s = client.connect(&id).await.unwrap();
+    sh(&s, "mkdir -p /workspace/live").await;
+    let (stream, temp) = transfer_in_progress(&s, "/workspace/live", 16 << 20).await;
+
+    // A push into the same directory meanwhile (a rerun after a cut one): the temporary is
+    // not the sandbox's file, so it is neither kept as a conflict copy nor deleted.
+    let (home, local) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(&local.path().join("a.txt"), "a");
+    let synced = sync_once(
+        &relay,
+        home.path(),
+        local.path().to_str().unwrap(),
+        &format!("{id}:/workspace/live"),
+    );
+    assert_eq!(synced["conflicts"], 0, "{synced}");
+    let paths = remote_paths(&s, "/workspace/live").await;
+    assert!(!paths.iter().any(|p| is_conflict(p)), "{paths:?}");
+    assert!(paths.contains(&temp), "the live temporary went: {paths:?}");
+
+    // Its writer, cut, removes it; nothing of it is left, and the next sync is quiet.
+    stream.cancel().await.unwrap();
+    drop(stream);
+    until("the temporary to be removed by its writer", || async {
+        let paths = remote_paths(&s, "/workspace/live").await;
+        (!paths.iter().any(|p| is_temporary(p) || is_conflict(p))).then_some(())
+    })
+    .await;
+    let synced = sync_once(
+        &relay,
+        home.path(),
+        local.path().to_str().unwrap(),
+        &format!("{id}:/workspace/live"),
+    );
+    assert_eq!(synced["conflicts"], 0, "{synced}");
+    assert_eq!(
+        text(&s, "/workspace/live/a.txt").await.as_deref(),
+        Some("a")
+    );
+}
+
+/// Rounds of the cut-and-rerun test: the race it guards against showed once in three runs.
+const CUT_ROUNDS: usize = 10;
+
+#[tokio::test]
+async fn a_push_cut_by_an_interrupt_and_rerun_at_once_leaves_no_temporary_or_conflict() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let relay = Relay::start();
+    let client = relay.client();
+    let id = client.create(&Default::default()).await.unwrap().id;
+    let s = client.connect(&id).await.unwrap();
+    sh(&s, "mkdir -p /workspace/cut").await;
+    let remote = format!("{id}:/workspace/cut");
+    let (home, local) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let from = local.path().to_str().unwrap().to_string();
+    let big = local.path().join("big");
+
+    for round in 0..CUT_ROUNDS {
+        // New content each round, so each push has the big file to send.
+        std::fs::write(&big, vec![b'a' + round as u8; 32 << 20]).unwrap();
+        let mut cut = relay
+            .tether()
+            .env("TETHER_HOME", home.path())
+            .args(["sync", "--json", &from, &remote])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tether sync");
+        // Mid-transfer: the big file grows under a temporary name in the sandbox.
+        until("the push to be mid-transfer", || {
+            let exited = cut.try_wait().unwrap().is_some();
+            let s = &s;
+            async move {
+                let paths = remote_paths(s, "/workspace/cut").await;
+                (exited || paths.iter().any(|p| is_temporary(p))).then_some(())
+            }
+        })
+        .await;
+        kill(Pid::from_raw(cut.id() as i32), Signal::SIGINT).unwrap();
+        let _ = cut.wait();
+        // At once: the rerun finds whatever the cut one left in flight.
+        let synced = sync_once(&relay, home.path(), &from, &remote);
+        assert_eq!(synced["conflicts"], 0, "round {round}: {synced}");
+        let paths = remote_paths(&s, "/workspace/cut").await;
+        assert!(
+            !paths.iter().any(|p| is_conflict(p)),
+            "round {round}: {paths:?}"
+        );
+    }
+    // Every cut transfer's temporary is removed by its writer; nothing is left but the file.
+    until("every temporary to be removed", || async {
+        let paths = remote_paths(&s, "/workspace/cut").await;
+        (paths.iter().all(|p| !is_temporary(p) && !is_conflict(p))).then_some(())
+    })
+    .await;
+    let landed = s.read_file("/workspace/cut/big").await.unwrap();
+    assert!(landed.len() == 32 << 20 && landed.iter().all(|&b| b == b'a' + CUT_ROUNDS as u8 - 1));
 }
