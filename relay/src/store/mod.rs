@@ -2,7 +2,8 @@
 //! sandboxes it destroyed on its own (`journal`), the journal of creates in progress
 //! (`create_journal`, what a crash may have half made), the secret store (`secrets`: tenants'
 //! secrets and those bound to sandboxes, sealed), and what relays sharing a database need of
-//! each other (nodes, leases), so sandboxes outlive relay restarts.
+//! each other (nodes, leases), so sandboxes outlive relay restarts. `binding` ties a data
+//! directory to the one store its sandboxes are registered in.
 //!
 //! [`Registry`] is the one face of it; behind it a [`backend::Backend`] stores the rows: SQLite
 //! (`sqlite`, `<data_dir>/relay.db`, one relay, the default) or PostgreSQL (`postgres`, any
@@ -13,6 +14,7 @@
 //! every relay sharing a database needs the same key.
 
 mod backend;
+mod binding;
 mod create_journal;
 mod egress_ca;
 mod journal;
@@ -33,6 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub(crate) use backend::{Due, LabelLock, Lease, NodeRow};
+pub use binding::BindingError;
 pub(crate) use create_journal::PendingCreate;
 pub(crate) use journal::{DestroyReason, Destroyed};
 pub(crate) use record::{millis, parse_state, state_name};
@@ -227,6 +230,11 @@ impl Registry {
     /// Which database this is, for messages: `SQLite` or `PostgreSQL`.
     pub(crate) fn kind(&self) -> &'static str {
         self.backend.kind()
+    }
+
+    /// Where the database is, for messages (never a password).
+    pub(crate) fn location(&self) -> String {
+        self.backend.location()
     }
 
     /// Makes sure the database's values were sealed under this relay's key, recording the

@@ -13,6 +13,7 @@ mod agent_protocol;
 mod bench;
 mod chaos;
 mod cli;
+mod data_dir;
 mod dev;
 mod egress;
 mod egress_cloud;
