@@ -306,11 +306,17 @@ mod tests {
             "a cut request: {err:?}"
         );
         let said = err.to_string();
-        assert!(said.contains("may exist") && said.contains("`tether ls`"), "{said}");
+        assert!(
+            said.contains("may exist") && said.contains("`tether ls`"),
+            "{said}"
+        );
 
         // Nobody listens there any more: refused, nothing was asked.
         let err = client.create(&CreateRequest::default()).await.unwrap_err();
-        assert!(matches!(err, ClientError::Connect { .. }), "refused: {err:?}");
+        assert!(
+            matches!(err, ClientError::Connect { .. }),
+            "refused: {err:?}"
+        );
         assert!(err.to_string().contains("tether serve"), "{err}");
     }
 }

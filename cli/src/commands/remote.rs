@@ -145,8 +145,14 @@ mod tests {
         let said = err.to_string();
         assert!(!said.contains("no relay at"), "{said}");
         assert!(!said.contains("tether serve"), "{said}");
-        assert!(said.contains("went away in the middle of the request"), "{said}");
-        assert!(said.contains("may exist") && said.contains("`tether ls`"), "{said}");
+        assert!(
+            said.contains("went away in the middle of the request"),
+            "{said}"
+        );
+        assert!(
+            said.contains("may exist") && said.contains("`tether ls`"),
+            "{said}"
+        );
     }
 
     #[test]

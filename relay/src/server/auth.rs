@@ -168,7 +168,10 @@ mod tests {
 
         // An empty file is named, never replaced.
         std::fs::write(&path, "\n").unwrap();
-        let empty = format!("{:#}", ensure_admin_token(&registry, &path).await.unwrap_err());
+        let empty = format!(
+            "{:#}",
+            ensure_admin_token(&registry, &path).await.unwrap_err()
+        );
         assert!(empty.contains("holds no token"), "{empty}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "\n");
         std::fs::write(&path, format!("{first}\n")).unwrap();

@@ -191,15 +191,26 @@ mod tests {
 
         // A new store (a fresh SQLite file): refused, naming both, the file untouched.
         let fresh = Registry::open_in_memory().unwrap();
-        let err = fresh.bind_data_dir(dir.path()).await.unwrap_err().to_string();
+        let err = fresh
+            .bind_data_dir(dir.path())
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(&id), "{err}");
         assert!(err.contains("a new database"), "{err}");
-        assert!(err.contains("--database") && err.contains("--data-dir"), "{err}");
+        assert!(
+            err.contains("--database") && err.contains("--data-dir"),
+            "{err}"
+        );
         assert_eq!(std::fs::read_to_string(&file).unwrap(), written);
         // A store bound to another directory: refused, naming its id too.
         let other_dir = tempfile::tempdir().unwrap();
         let other = fresh.bind_data_dir(other_dir.path()).await.unwrap();
-        let err = fresh.bind_data_dir(dir.path()).await.unwrap_err().to_string();
+        let err = fresh
+            .bind_data_dir(dir.path())
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(&id) && err.contains(&other), "{err}");
 
         // A second directory of the same store (a replica's) is bound to it.
@@ -208,7 +219,11 @@ mod tests {
 
         // A damaged file is named, never replaced.
         std::fs::write(&file, "not a store\n").unwrap();
-        let err = store.bind_data_dir(dir.path()).await.unwrap_err().to_string();
+        let err = store
+            .bind_data_dir(dir.path())
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("damaged"), "{err}");
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "not a store\n");
     }

@@ -219,7 +219,10 @@ fn killed_during_creates(forget_journal: bool) {
     if forget_journal {
         // Kept, every one, and listed for the admin, who removes them.
         for id in &half_made {
-            assert!(local_dir(&relay).join(id).exists(), "orphan {id} was removed");
+            assert!(
+                local_dir(&relay).join(id).exists(),
+                "orphan {id} was removed"
+            );
         }
         let listed = json(&relay, &["ls", "--orphans"]);
         let listed: BTreeSet<String> = listed

@@ -209,7 +209,10 @@ fn a_fresh_sqlite_file_on_a_used_data_dir_is_refused_and_nothing_is_lost() {
     // Kept until the admin removes it; then nothing of it is left.
     relay.tether(admin, &["rm", &id]);
     assert!(!sandbox_dir(dir, &id).exists());
-    assert_eq!(relay.tether(admin, &["ls", "--orphans", "--quiet"]).trim(), "");
+    assert_eq!(
+        relay.tether(admin, &["ls", "--orphans", "--quiet"]).trim(),
+        ""
+    );
 }
 
 #[test]

@@ -272,7 +272,11 @@ async fn a_replica_killed_mid_create_leaves_what_the_contract_says_and_tells_its
     .await;
     cluster.relays[1].kill();
     let out = create.wait_with_output().unwrap();
-    assert!(!out.status.success(), "the create succeeded: {}", stdout(&out));
+    assert!(
+        !out.status.success(),
+        "the create succeeded: {}",
+        stdout(&out)
+    );
     let said = stderr(&out);
     assert!(
         said.contains("went away in the middle of the request")
@@ -304,7 +308,10 @@ async fn a_replica_killed_mid_create_leaves_what_the_contract_says_and_tells_its
     // journaled, served if it was registered.
     cluster.relays[1].restart();
     if journaled == 1 {
-        assert!(!local.join(&id).exists(), "the half-made sandbox {id} is left");
+        assert!(
+            !local.join(&id).exists(),
+            "the half-made sandbox {id} is left"
+        );
         assert_eq!(
             cluster.count(&format!(
                 "SELECT count(*) FROM create_journal WHERE sandbox_id = '{id}'"
