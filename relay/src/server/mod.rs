@@ -203,7 +203,7 @@ async fn start_serving(
         (Some(registry), _) => registry,
         (None, Database::Postgres { url, key_file }) => {
             let key_file = key_file.unwrap_or_else(|| config.data_dir.join(crate::store::KEY_FILE));
-            Registry::open_postgres(&url, &key_file).await?
+            Registry::open_postgres_for(&url, &key_file, &config.data_dir).await?
         }
         (None, Database::Sqlite) => anyhow::bail!("the SQLite registry was not opened"),
     };

@@ -13,6 +13,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::backend::Backend;
 use super::{Registry, RegistryError};
 
 /// The file under the data directory that names the store it belongs to.
@@ -90,42 +91,46 @@ impl Registry {
     /// belongs to none yet; returns the store's id. Must run under the directory's lock and
     /// before anything reads or writes what the directory holds (sandboxes, the admin token).
     pub(crate) async fn bind_data_dir(&self, dir: &Path) -> Result<String, BindingError> {
-        let file = dir.join(STORE_FILE);
-        let bound = read_bound(&file)?;
-        let here = self.backend.setting(STORE_ID_SETTING.to_string()).await?;
-        match (bound, here) {
-            (Some(bound), Some(here)) if bound.id == here => Ok(here),
-            (Some(bound), here) => Err(BindingError::Mismatch {
-                dir: dir.to_path_buf(),
-                file,
-                bound: bound.id,
-                bound_at: bound.at,
-                here: match here {
-                    Some(id) => format!("store {id} ({})", self.location()),
-                    None => format!(
-                        "a store that no data directory was ever used with ({}: a new \
-                         database)",
-                        self.location()
-                    ),
-                },
-            }),
-            (None, _) => {
-                // The store's first (kept if another relay of the database set it meanwhile),
-                // then the directory's: never a directory naming an id its store lacks.
-                let id = self
-                    .backend
-                    .setting_or_insert(STORE_ID_SETTING.to_string(), new_store_id())
-                    .await?;
-                let text = format!("{id}\n{}\n", self.location());
-                tether_client::local::create_private(&file, &text).map_err(|source| {
-                    BindingError::Io {
-                        what: "write",
-                        file: file.clone(),
-                        source,
-                    }
-                })?;
-                Ok(id)
-            }
+        bind(&*self.backend, dir).await
+    }
+}
+
+/// [`Registry::bind_data_dir`] on a bare backend: before a PostgreSQL database is sealed under
+/// the relay's key, so a refused start leaves nothing of the directory in it.
+pub(super) async fn bind(backend: &dyn Backend, dir: &Path) -> Result<String, BindingError> {
+    let file = dir.join(STORE_FILE);
+    let bound = read_bound(&file)?;
+    let here = backend.setting(STORE_ID_SETTING.to_string()).await?;
+    match (bound, here) {
+        (Some(bound), Some(here)) if bound.id == here => Ok(here),
+        (Some(bound), here) => Err(BindingError::Mismatch {
+            dir: dir.to_path_buf(),
+            file,
+            bound: bound.id,
+            bound_at: bound.at,
+            here: match here {
+                Some(id) => format!("store {id} ({})", backend.location()),
+                None => format!(
+                    "a store that no data directory was ever used with ({}: a new database)",
+                    backend.location()
+                ),
+            },
+        }),
+        (None, _) => {
+            // The store's first (kept if another relay of the database set it meanwhile),
+            // then the directory's: never a directory naming an id its store lacks.
+            let id = backend
+                .setting_or_insert(STORE_ID_SETTING.to_string(), new_store_id())
+                .await?;
+            let text = format!("{id}\n{}\n", backend.location());
+            tether_client::local::create_private(&file, &text).map_err(|source| {
+                BindingError::Io {
+                    what: "write",
+                    file: file.clone(),
+                    source,
+                }
+            })?;
+            Ok(id)
         }
     }
 }

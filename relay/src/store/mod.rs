@@ -195,6 +195,27 @@ impl Registry {
     /// missing; a relay joining one that others use refuses to start without it.
     pub async fn open_postgres(url: &str, key_file: &Path) -> Result<Registry, RegistryError> {
         let backend = postgres::PostgresBackend::connect(url).await?;
+        Registry::seal_postgres(backend, key_file).await
+    }
+
+    /// [`Registry::open_postgres`] for a relay with the data directory `data_dir`, which must
+    /// belong to this database ([`Registry::bind_data_dir`]): checked before anything of the
+    /// relay's (its key check) is written to the database.
+    pub async fn open_postgres_for(
+        url: &str,
+        key_file: &Path,
+        data_dir: &Path,
+    ) -> Result<Registry, BindingError> {
+        let backend = postgres::PostgresBackend::connect(url).await?;
+        binding::bind(&backend, data_dir).await?;
+        Ok(Registry::seal_postgres(backend, key_file).await?)
+    }
+
+    /// A registry on `backend`, sealing with the key in `key_file` (see [`Registry::open_postgres`]).
+    async fn seal_postgres(
+        backend: postgres::PostgresBackend,
+        key_file: &Path,
+    ) -> Result<Registry, RegistryError> {
         let key = match SecretKey::load(key_file)? {
             Some(key) => key,
             None if backend.has_key_check().await? => {

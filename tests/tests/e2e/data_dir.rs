@@ -242,6 +242,8 @@ fn a_data_dir_refuses_a_store_it_does_not_belong_to_naming_both() {
     }
     assert!(!said.contains("postgres://"), "the URL was shown: {said}");
     assert_eq!(pg.psql(&db, "SELECT count(*) FROM tokens"), "0");
+    // Nor sealed under the directory's key: the database's own relays start on it later.
+    assert_eq!(pg.psql(&db, "SELECT count(*) FROM settings"), "0");
     assert!(sandbox_dir(dir, &id).join("disk.img").exists());
     assert_eq!(admin_token(dir), token, "the admin token file changed");
     // Its own store still takes it, with its sandbox.
