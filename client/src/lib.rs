@@ -76,6 +76,22 @@ pub enum ClientError {
         /// Why.
         reason: String,
     },
+    /// The relay was reached and the request sent, but the connection ended (or timed out)
+    /// before the whole answer came: the relay went away mid-request. Unlike [`Connect`],
+    /// the relay may have done what was asked (a create may have made its sandbox).
+    ///
+    /// [`Connect`]: ClientError::Connect
+    #[error(
+        "the relay at {url} went away in the middle of the request ({reason}): it may have \
+         done what was asked (a sandbox being created may exist); check with `tether ls` \
+         before retrying"
+    )]
+    Interrupted {
+        /// Where.
+        url: String,
+        /// What the connection did.
+        reason: String,
+    },
     /// Something answered at the relay's address, but not as a Tether relay does (an HTML
     /// page, a server that does not take WebSockets): the address is probably wrong.
     #[error(

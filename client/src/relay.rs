@@ -223,10 +223,19 @@ impl RelayClient {
         }
     }
 
+    /// The error for a request that got no whole answer: the relay could not be reached
+    /// ([`ClientError::Connect`], nothing was asked of it), or it was, and the connection
+    /// ended before its answer did ([`ClientError::Interrupted`], it may have acted).
     fn unreachable(&self, e: reqwest::Error) -> ClientError {
         #[cfg(feature = "rustls")]
         if let Some(tls) = crate::tls::explain(&self.base, &e) {
             return tls;
+        }
+        if !e.is_connect() && (e.is_request() || e.is_timeout() || e.is_body() || e.is_decode()) {
+            return ClientError::Interrupted {
+                url: self.base.clone(),
+                reason: cause_chain(&e),
+            };
         }
         ClientError::Connect {
             url: self.base.clone(),
@@ -254,7 +263,60 @@ impl RelayClient {
     }
 }
 
+/// `e` and its causes, innermost last: reqwest's own sentence ("error sending request")
+/// names no cause, which is what tells a cut connection from a timeout.
+fn cause_chain(e: &reqwest::Error) -> String {
+    let mut said = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        said.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    said
+}
+
 /// The `?tenant=T` of the secret routes, when a tenant is named.
 fn tenant_query(tenant: Option<&str>) -> Vec<(&'static str, &str)> {
     tenant.map(|t| ("tenant", t)).into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// A relay that is not there, and one that takes the request and dies before it answers,
+    /// are told apart at the client: only the second may have acted.
+    #[tokio::test]
+    async fn a_relay_gone_mid_request_is_not_a_relay_that_is_not_there() {
+        // Accepts one connection, reads the request's head, and closes without a word.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut head = vec![0; 4096];
+            let _ = conn.read(&mut head).await.unwrap();
+            drop(conn);
+        });
+        let client = RelayClient::new(&format!("http://{addr}"), None).unwrap();
+        let err = client.create(&CreateRequest::default()).await.unwrap_err();
+        cut.await.unwrap();
+        assert!(
+            matches!(err, ClientError::Interrupted { .. }),
+            "a cut request: {err:?}"
+        );
+        let said = err.to_string();
+        assert!(
+            said.contains("may exist") && said.contains("`tether ls`"),
+            "{said}"
+        );
+
+        // Nobody listens there any more: refused, nothing was asked.
+        let err = client.create(&CreateRequest::default()).await.unwrap_err();
+        assert!(
+            matches!(err, ClientError::Connect { .. }),
+            "refused: {err:?}"
+        );
+        assert!(err.to_string().contains("tether serve"), "{err}");
+    }
 }

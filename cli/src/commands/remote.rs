@@ -64,6 +64,14 @@ impl Remote {
                 }
                 anyhow!(msg)
             }
+            // Reached and asked, then gone: unlike a relay that is not there, it may have
+            // done what was asked, so retrying blindly could make a second sandbox.
+            ClientError::Interrupted { reason, .. } => anyhow!(
+                "the relay at {} went away in the middle of the request ({reason}): it may \
+                 have done what was asked, so a sandbox being created may exist; check with \
+                 `tether ls` before retrying",
+                self.base
+            ),
             // Named by the address the user gave, not the tunnel's URL built from it.
             ClientError::NotRelay { reason, .. } => anyhow!(ClientError::NotRelay {
                 url: self.base.clone(),
@@ -122,6 +130,28 @@ mod tests {
             err.to_string(),
             "no relay at http://127.0.0.1:9: start one with `tether serve` (or use `tether \
              run`, which needs none)"
+        );
+    }
+
+    #[test]
+    fn a_relay_gone_mid_request_is_not_called_a_missing_relay() {
+        let err = remote().explain(
+            ClientError::Interrupted {
+                url: "x".into(),
+                reason: "connection closed before message completed".into(),
+            },
+            None,
+        );
+        let said = err.to_string();
+        assert!(!said.contains("no relay at"), "{said}");
+        assert!(!said.contains("tether serve"), "{said}");
+        assert!(
+            said.contains("went away in the middle of the request"),
+            "{said}"
+        );
+        assert!(
+            said.contains("may exist") && said.contains("`tether ls`"),
+            "{said}"
         );
     }
 

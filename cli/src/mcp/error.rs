@@ -85,6 +85,7 @@ fn client_code(e: &ClientError) -> String {
         ClientError::Remote { code, .. } => code.as_str().into(),
         ClientError::Http { code, .. } => code.clone(),
         ClientError::Connect { .. } => "relay_unreachable".into(),
+        ClientError::Interrupted { .. } => "relay_went_away".into(),
         ClientError::NotRelay { .. } => "not_a_relay".into(),
         ClientError::Tls { .. } => "tls_failed".into(),
         ClientError::CaCert(_) => "invalid_ca_cert".into(),

@@ -72,6 +72,7 @@ impl SyncError {
                 ClientError::Disconnected
                     | ClientError::PeerSilent { .. }
                     | ClientError::Connect { .. }
+                    | ClientError::Interrupted { .. }
             ),
             SyncError::Timeout(_) => true,
             _ => false,

@@ -165,15 +165,18 @@ pub trait Provider: Send + Sync + 'static {
             Err(e) => Err(e),
         }
     }
-    /// At relay start, before any create: removes the sandboxes this provider finds that are
-    /// not in `accounted` (every sandbox the registry has, and every journaled create), and
-    /// returns their ids. Must never remove an accounted sandbox, and must remove nothing
-    /// when it cannot read what exists (an error then, which the relay logs). By default
-    /// nothing: a cloud provider's sandboxes are listed by `tether ls --orphans` instead.
-    async fn remove_orphans(
+    /// At relay start, before any create: the sandboxes this provider holds for this relay
+    /// that are not in `accounted` (every sandbox the registry has, and every journaled
+    /// create), and where each is. Removes nothing: nothing proves such a sandbox this relay's
+    /// to remove (its registry row may be in another store, or restored later), so it is
+    /// reported and kept until an admin removes it (`tether ls --orphans`, `tether rm ID`).
+    /// Also clears what the provider made for itself and no sandbox holds (a half-written
+    /// template). Fails, removing nothing, when it cannot read what exists. By default none:
+    /// a cloud provider's sandboxes are listed by `tether ls --orphans` instead.
+    async fn unaccounted(
         &self,
         _accounted: &std::collections::HashSet<String>,
-    ) -> Result<Vec<String>, ProviderError> {
+    ) -> Result<Vec<Unaccounted>, ProviderError> {
         Ok(Vec::new())
     }
     /// Extends the provider-side lifetime, where the provider has one.
@@ -222,6 +225,16 @@ pub trait Provider: Send + Sync + 'static {
     async fn keep_alive(&self, _sandbox: &SandboxHandle) -> Result<(), ProviderError> {
         Ok(())
     }
+}
+
+/// A sandbox a provider holds for this relay that neither its registry nor its create
+/// journal accounts for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unaccounted {
+    /// Its relay id.
+    pub id: String,
+    /// Where it is, in words an admin can look at (local: its directory).
+    pub place: String,
 }
 
 /// A sandbox at a provider that carries Tether's id label.

@@ -86,11 +86,19 @@ pub(super) async fn create_token(
 }
 
 /// The relay's admin token (of the `default` tenant), kept in `path` (mode 0600): reused when
-/// the file holds one, minted and written (atomically) when it does not. A token that was
-/// stored before relay admins were told apart is made the relay admin again here.
+/// the file holds one, minted and written (atomically) when there is no file. A file is never
+/// replaced: one that holds no token is an error naming it. A token that was stored before
+/// relay admins were told apart is made the relay admin again here. The data directory is
+/// bound to this store before this runs (`store::binding`), so the file's token is this
+/// store's own, never another store's taken over.
 pub(super) async fn ensure_admin_token(registry: &Registry, path: &Path) -> anyhow::Result<String> {
     let existing = match std::fs::read_to_string(path) {
-        Ok(text) => Some(text.trim().to_string()).filter(|t| !t.is_empty()),
+        Ok(text) if text.trim().is_empty() => anyhow::bail!(
+            "{} holds no token; restore it from a backup of the data directory, or delete it \
+             to have a new admin token minted (tokens minted with the old one keep working)",
+            path.display()
+        ),
+        Ok(text) => Some(text.trim().to_string()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     };
@@ -111,7 +119,8 @@ pub(super) async fn ensure_admin_token(registry: &Registry, path: &Path) -> anyh
     registry
         .insert_token(hash_token(&token), admin, now_ms())
         .await?;
-    local::write_private(path, &format!("{token}\n"))
+    // Never over a file that appeared meanwhile: an existing admin token is never replaced.
+    local::create_private(path, &format!("{token}\n"))
         .with_context(|| format!("cannot write the admin token to {}", path.display()))?;
     info!("wrote a new admin token to {}", path.display());
     Ok(token)
@@ -156,6 +165,16 @@ mod tests {
         let fresh = Registry::open_in_memory().unwrap();
         assert_eq!(ensure_admin_token(&fresh, &path).await.unwrap(), first);
         assert!(fresh.token(hash_token(&first)).await.unwrap().is_some());
+
+        // An empty file is named, never replaced.
+        std::fs::write(&path, "\n").unwrap();
+        let empty = format!(
+            "{:#}",
+            ensure_admin_token(&registry, &path).await.unwrap_err()
+        );
+        assert!(empty.contains("holds no token"), "{empty}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "\n");
+        std::fs::write(&path, format!("{first}\n")).unwrap();
 
         // A lost file means a new admin token; the old one still works.
         std::fs::remove_file(&path).unwrap();

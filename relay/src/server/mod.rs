@@ -12,7 +12,9 @@
 //! - `auth`: API tokens, the admin token file, the caller's tenant and role;
 //! - `policy`: what each tenant may use (the policy file, image roots, value ranges);
 //! - `reaper`: TTL, idle timeout and reconciliation; `activity`: open tunnels;
-//! - `recovery`: at start, what a crash left (interrupted creates, orphaned sandboxes);
+//! - `recovery`: at start, what a crash left (interrupted creates this relay journaled are
+//!   removed; sandboxes nothing accounts for are reported and kept), once the data directory
+//!   is found to belong to the store opened (`crate::store` binds them);
 //!   `watch`: marks sandboxes whose agent died `dead`;
 //! - `cluster`: relays as replicas over a shared database (node ids, heartbeats, the
 //!   relay-to-relay hop to sandboxes on another relay's host);
@@ -205,11 +207,14 @@ async fn start_serving(
         (Some(registry), _) => registry,
         (None, Database::Postgres { url, key_file }) => {
             let key_file = key_file.unwrap_or_else(|| config.data_dir.join(crate::store::KEY_FILE));
-            Registry::open_postgres(&url, &key_file).await?
+            Registry::open_postgres_for(&url, &key_file, &config.data_dir).await?
         }
         (None, Database::Sqlite) => anyhow::bail!("the SQLite registry was not opened"),
     };
     let shared = !sqlite;
+    // Before anything reads or writes what the directory holds: its sandboxes and its admin
+    // token are another store's when the two disagree, and nothing of them is touched.
+    registry.bind_data_dir(&config.data_dir).await?;
     // Under the directory's lock and before any create: a bound secret without its sandbox
     // is left from a create that failed (or a relay that stopped) after binding it.
     let swept = registry.sweep_unbound_secrets(&node).await?;

@@ -1,8 +1,10 @@
-//! Orphans: sandboxes at a provider that carry Tether's id label but that the registry does
-//! not know, left behind by a relay that crashed between a provider's create and its own
-//! record, or that lost its data directory. The relay admin lists them (`GET /v1/orphans`,
-//! `tether ls --orphans`) and removes them (`DELETE /v1/sandboxes/{id}` of an orphan's id).
-//! Each provider is asked live; nothing is deleted without being asked.
+//! Orphans: sandboxes at a provider that carry Tether's id label (local: a sandbox directory
+//! under this relay's data directory) but that the registry does not know, left behind by a
+//! relay that crashed between a provider's create and its own record, that lost its data
+//! directory or its database, or kept at start because nothing proved them its own to remove
+//! (`recovery`). The relay admin lists them (`GET /v1/orphans`, `tether ls --orphans`) and
+//! removes them (`DELETE /v1/sandboxes/{id}` of an orphan's id). Each provider is asked live;
+//! nothing is deleted without being asked.
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -1,12 +1,16 @@
-//! Crash recovery at relay start, before any request is served: every create the create
-//! journal holds was interrupted (a create in progress ends either registered or undone), so
-//! what it made is removed at its provider; then each provider removes the sandboxes it finds
-//! that neither the registry nor the journal accounts for (local: directories, cgroups,
-//! processes, mounts and loop devices a crash left). One line sums up what was repaired.
+//! Crash recovery at relay start, before any request is served. Only what this relay's own
+//! create journal proves it began is removed: every create it journaled (the row names this
+//! relay's node) was interrupted (a create in progress ends either registered or undone), so
+//! what it made is removed at its provider. Every other sandbox a provider holds for this relay
+//! that neither the registry nor the journal accounts for is reported, one line per sandbox
+//! naming its id and where it is, and kept: it may be registered in another store or a
+//! database restored later, and only an admin may remove it (`tether ls --orphans` lists it,
+//! `tether rm ID` removes it). One line sums up what was done.
 //!
 //! A registered sandbox is never touched, and nothing is removed on a state that could not be
 //! read: if the registry or the journal cannot be read, recovery is skipped with a warning and
 //! tried again at the next start; a journaled create whose removal fails stays journaled.
+//! The data directory was checked to belong to this store before (`store::binding`).
 
 use std::collections::HashSet;
 
@@ -17,7 +21,7 @@ use super::state::Relay;
 use crate::provider::Unfinished;
 use crate::store::PendingCreate;
 
-/// Finishes interrupted creates and removes orphaned sandboxes, then logs a summary.
+/// Finishes interrupted creates, reports unaccounted sandboxes, then logs a summary.
 pub(super) async fn run(relay: &Relay) {
     let (registered, pending) = match (
         relay.registry.all_ids().await,
@@ -44,29 +48,42 @@ pub(super) async fn run(relay: &Relay) {
         match outcome {
             Outcome::Finished => finished += 1,
             Outcome::Stale => {}
-            // Kept journaled: never an orphan to remove behind the journal's back.
+            // Kept journaled: never reported as unaccounted behind the journal's back.
             Outcome::Kept => {
                 accounted.insert(id);
             }
         }
     }
-    let mut orphans = Vec::new();
+    let mut kept = Vec::new();
     for provider in relay.providers.values() {
-        match provider.remove_orphans(&accounted).await {
-            Ok(removed) => orphans.extend(removed),
+        match provider.unaccounted(&accounted).await {
+            Ok(found) => {
+                for sandbox in found {
+                    warn!(
+                        "sandbox {id} ({place}) is in neither this relay's store ({store}) nor \
+                         its create journal: kept, with everything it holds. If it is not \
+                         wanted, an admin removes it with `tether rm {id}` (the relay's admin \
+                         token); `tether ls --orphans` lists every such sandbox",
+                        id = sandbox.id,
+                        place = sandbox.place,
+                        store = relay.registry.location(),
+                    );
+                    kept.push(sandbox.id);
+                }
+            }
             Err(e) => warn!(
-                "cannot look for orphaned sandboxes of provider `{}`: {e}; nothing of it was \
-                 removed, and it is looked at again at the next start",
+                "cannot look for unaccounted sandboxes of provider `{}`: {e}; it is looked at \
+                 again at the next start",
                 provider.name()
             ),
         }
     }
-    if finished > 0 || !orphans.is_empty() {
+    if finished > 0 || !kept.is_empty() {
         info!(
-            "reconciled: removed {} orphaned sandboxes ({}), finished {finished} interrupted \
-             creates",
-            orphans.len(),
-            orphans.join(", ")
+            "reconciled: finished {finished} interrupted creates; kept {} sandboxes nothing \
+             accounts for ({}), for an admin to review with `tether ls --orphans`",
+            kept.len(),
+            kept.join(", ")
         );
     }
 }
@@ -88,6 +105,19 @@ async fn finish(
     registered: &HashSet<String>,
 ) -> (String, Outcome) {
     let id = create.id.to_string();
+    // A row journaled before relays had ids proves whose create it was only where one relay
+    // uses the store; in a shared database it may be another relay's, under way.
+    if create.node.is_none() && relay.cluster.shared {
+        warn!(
+            "sandbox {id} was journaled (provider `{}`) before relays had ids, in a database \
+             relays share, so nothing proves this relay began it: kept journaled. Once no \
+             relay of the database is creating it, look for it at that provider (label \
+             tether.sandbox={id}), remove what you find, then the row: `DELETE FROM \
+             create_journal WHERE sandbox_id = '{id}'`",
+            create.provider
+        );
+        return (id, Outcome::Kept);
+    }
     // Registered after all (the row outlived its insert, or was written by someone else):
     // the sandbox is the registry's, and only the row goes.
     let stale = registered.contains(&id);

@@ -254,6 +254,8 @@ pub(super) trait Cluster: Send + Sync + 'static {
     ) -> Result<bool, RegistryError>;
     /// Waits for the lock on `key` across every relay of the database.
     async fn lock_labels(&self, key: String) -> Result<LabelLock, RegistryError>;
+    /// The setting `name`, if the database has it.
+    async fn setting(&self, name: String) -> Result<Option<String>, RegistryError>;
     /// The setting `name`, storing `value` first if it has none; returns what is stored.
     async fn setting_or_insert(&self, name: String, value: String)
         -> Result<String, RegistryError>;
@@ -263,4 +265,6 @@ pub(super) trait Cluster: Send + Sync + 'static {
 pub(super) trait Backend: Sandboxes + Journals + Secrets + Cluster {
     /// What kind, for messages: `SQLite` or `PostgreSQL`.
     fn kind(&self) -> &'static str;
+    /// Where it is, for messages (never a password): `SQLite at PATH`, `PostgreSQL at ...`.
+    fn location(&self) -> String;
 }

@@ -2,7 +2,8 @@
 //! sandboxes it destroyed on its own (`journal`), the journal of creates in progress
 //! (`create_journal`, what a crash may have half made), the secret store (`secrets`: tenants'
 //! secrets and those bound to sandboxes, sealed), and what relays sharing a database need of
-//! each other (nodes, leases), so sandboxes outlive relay restarts.
+//! each other (nodes, leases), so sandboxes outlive relay restarts. `binding` ties a data
+//! directory to the one store its sandboxes are registered in.
 //!
 //! [`Registry`] is the one face of it; behind it a [`backend::Backend`] stores the rows: SQLite
 //! (`sqlite`, `<data_dir>/relay.db`, one relay, the default) or PostgreSQL (`postgres`, any
@@ -13,6 +14,7 @@
 //! every relay sharing a database needs the same key.
 
 mod backend;
+mod binding;
 mod create_journal;
 mod egress_ca;
 mod journal;
@@ -33,6 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub(crate) use backend::{Due, LabelLock, Lease, NodeRow};
+pub use binding::BindingError;
 pub(crate) use create_journal::PendingCreate;
 pub(crate) use journal::{DestroyReason, Destroyed};
 pub(crate) use record::{millis, parse_state, state_name};
@@ -192,6 +195,27 @@ impl Registry {
     /// missing; a relay joining one that others use refuses to start without it.
     pub async fn open_postgres(url: &str, key_file: &Path) -> Result<Registry, RegistryError> {
         let backend = postgres::PostgresBackend::connect(url).await?;
+        Registry::seal_postgres(backend, key_file).await
+    }
+
+    /// [`Registry::open_postgres`] for a relay with the data directory `data_dir`, which must
+    /// belong to this database ([`Registry::bind_data_dir`]): checked before anything of the
+    /// relay's (its key check) is written to the database.
+    pub async fn open_postgres_for(
+        url: &str,
+        key_file: &Path,
+        data_dir: &Path,
+    ) -> Result<Registry, BindingError> {
+        let backend = postgres::PostgresBackend::connect(url).await?;
+        binding::bind(&backend, data_dir).await?;
+        Ok(Registry::seal_postgres(backend, key_file).await?)
+    }
+
+    /// A registry on `backend`, sealing with the key in `key_file` (see [`Registry::open_postgres`]).
+    async fn seal_postgres(
+        backend: postgres::PostgresBackend,
+        key_file: &Path,
+    ) -> Result<Registry, RegistryError> {
         let key = match SecretKey::load(key_file)? {
             Some(key) => key,
             None if backend.has_key_check().await? => {
@@ -227,6 +251,11 @@ impl Registry {
     /// Which database this is, for messages: `SQLite` or `PostgreSQL`.
     pub(crate) fn kind(&self) -> &'static str {
         self.backend.kind()
+    }
+
+    /// Where the database is, for messages (never a password).
+    pub(crate) fn location(&self) -> String {
+        self.backend.location()
     }
 
     /// Makes sure the database's values were sealed under this relay's key, recording the

@@ -172,15 +172,16 @@ fn a_relay_killed_during_concurrent_creates_leaves_no_orphans_after_restart() {
 }
 
 /// The same crash with the create journal lost (a relay from before it, an operator's edit):
-/// what the creates left is found by the sweep for sandboxes nobody accounts for.
+/// nothing proves what the creates left is this relay's to remove, so it is kept, listed for
+/// the admin (`tether ls --orphans`), and removed when the admin asks.
 #[test]
-fn orphans_nobody_journaled_are_swept_at_restart() {
+fn orphans_nobody_journaled_are_kept_listed_and_removed_when_the_admin_asks() {
     killed_during_creates(true);
 }
 
 /// Kills the relay while [`CONCURRENT_CREATES`] creates run, restarts it (after emptying the
 /// create journal if `forget_journal`), and checks that only registered sandboxes remain,
-/// all of them working.
+/// all of them working (with the journal lost, once the admin removed the orphans).
 fn killed_during_creates(forget_journal: bool) {
     let mut relay = Relay::start();
     let creates: Vec<Child> = (0..CONCURRENT_CREATES)
@@ -215,6 +216,30 @@ fn killed_during_creates(forget_journal: bool) {
     }
 
     relay.restart();
+    if forget_journal {
+        // Kept, every one, and listed for the admin, who removes them.
+        for id in &half_made {
+            assert!(
+                local_dir(&relay).join(id).exists(),
+                "orphan {id} was removed"
+            );
+        }
+        let listed = json(&relay, &["ls", "--orphans"]);
+        let listed: BTreeSet<String> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["id"].as_str().unwrap().to_string())
+            .collect();
+        let expected: BTreeSet<String> = half_made.iter().map(|id| id.to_string()).collect();
+        assert_eq!(listed, expected);
+        let out = relay
+            .tether()
+            .args(["ls", "--orphans", "--rm", "--quiet"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
     // Recovery runs before the relay listens: by now it is done.
     for id in &half_made {
         let left = leftovers(&relay, id);

@@ -15,6 +15,7 @@ mod bounds;
 mod chaos;
 mod cli;
 mod contention;
+mod data_dir;
 mod dev;
 mod docs;
 mod egress;

@@ -240,6 +240,94 @@ async fn three_relays_serve_every_sandbox_and_lose_none_when_one_dies() {
     let _ = &cluster.key;
 }
 
+/// A replica killed in the middle of a create. The contract: the create either registered its
+/// sandbox before the relay died (listed by `tether ls`, served when its relay is back) or is
+/// left journaled under that relay's node id, never both and never neither while anything of
+/// it exists; the relay that began it removes what it made when it starts again. The client
+/// whose request was cut is told that the relay went away mid-request and that the sandbox
+/// may exist (`tether ls`), not that no relay runs there, which is what a relay that is down
+/// gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_create_leaves_what_the_contract_says_and_tells_its_client() {
+    let mut cluster = Cluster::start(2);
+    let victim = cluster.relay(2);
+    let local = victim.data_dir.join("local");
+    let node = std::fs::read_to_string(victim.data_dir.join("node.id")).unwrap();
+    let node = node.trim().to_string();
+    let create = victim
+        .tether()
+        .arg("create")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Killed once the provider is making the sandbox: its directory exists.
+    let id = eventually(SETTLE, "the create to be under way", || {
+        let entries = std::fs::read_dir(&local).ok()?;
+        entries
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|name| name.starts_with("sb-"))
+    })
+    .await;
+    cluster.relays[1].kill();
+    let out = create.wait_with_output().unwrap();
+    assert!(
+        !out.status.success(),
+        "the create succeeded: {}",
+        stdout(&out)
+    );
+    let said = stderr(&out);
+    assert!(
+        said.contains("went away in the middle of the request")
+            && said.contains("may exist")
+            && said.contains("`tether ls`"),
+        "{said}"
+    );
+    assert!(!said.contains("no relay at"), "{said}");
+    // A relay that is not there at all is told apart: nothing was asked of it.
+    let down = cluster.relay(2).tether().arg("ls").output().unwrap();
+    assert!(stderr(&down).contains("no relay at"), "{}", stderr(&down));
+
+    let registered = cluster.count(&format!(
+        "SELECT count(*) FROM sandboxes WHERE id = '{id}' AND node = '{node}'"
+    ));
+    let journaled = cluster.count(&format!(
+        "SELECT count(*) FROM create_journal WHERE sandbox_id = '{id}' AND node = '{node}'"
+    ));
+    assert_eq!(
+        registered + journaled,
+        1,
+        "sandbox {id}: registered {registered} times, journaled {journaled} times"
+    );
+    // The other replica shows exactly what is registered.
+    let listed = cluster.relay(1).tether().arg("ls").output().unwrap();
+    assert_eq!(stdout(&listed).contains(&id), registered == 1, "{listed:?}");
+
+    // Back, the relay that began it finishes it before it listens: removed if it was only
+    // journaled, served if it was registered.
+    cluster.relays[1].restart();
+    if journaled == 1 {
+        assert!(
+            !local.join(&id).exists(),
+            "the half-made sandbox {id} is left"
+        );
+        assert_eq!(
+            cluster.count(&format!(
+                "SELECT count(*) FROM create_journal WHERE sandbox_id = '{id}'"
+            )),
+            0
+        );
+        assert_eq!(
+            cluster.count(&format!("SELECT count(*) FROM sandboxes WHERE id = '{id}'")),
+            0
+        );
+    } else {
+        let out = cluster.relay(1).sh(&id, "echo alive");
+        assert_eq!(stdout(&out), "alive\n", "{}", stderr(&out));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_to_relay_requests_need_a_grant_and_tenants_stay_apart() {
     let cluster = Cluster::start(2);

@@ -561,7 +561,7 @@ mod tests {
         let sent = header(&parts, "authorization");
         let token = sent.strip_prefix("Basic ").unwrap().to_string();
         let mut headers = HeaderMap::new();
-        headers.insert("x-echo-auth", HeaderValue::from_str(&sent).unwrap());
+        headers.insert("x-echo-auth", HeaderValue::from_str(sent).unwrap());
         let bare = token.trim_end_matches('=');
         headers.insert(
             "x-seen",

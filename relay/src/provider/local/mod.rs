@@ -76,8 +76,8 @@ use self::plan::Rootfs;
 use self::process::Liveness;
 use self::teardown::{CreateGuard, Teardown};
 use super::{
-    AgentSocket, Created, NetworkPolicy, Provider, ProviderContext, ProviderError, SandboxHandle,
-    SandboxSpec, SandboxState, Unfinished,
+    AgentSocket, Created, Labelled, NetworkPolicy, Provider, ProviderContext, ProviderError,
+    SandboxHandle, SandboxSpec, SandboxState, Unaccounted, Unfinished,
 };
 use tether_oci::{self as image, PreparedImage};
 
@@ -335,13 +335,18 @@ impl Provider for LocalProvider {
             // Never created by this provider under this id: nothing of ours to remove.
             Err(_) if plan::check_id(&id).is_err() => return Ok(()),
             Err(e) => {
-                tracing::warn!("{e}; removing sandbox {id} by its id instead");
-                Teardown {
-                    layout: Layout::new(&self.data_dir(), &id),
-                    cgroup: Hierarchy::detect().ok().map(|h| h.sandbox(&id)),
-                    process: None,
-                    id,
+                // An orphan (an admin's `tether rm` of a sandbox no registry row describes)
+                // has no metadata at all; a damaged one is worth a word. Either way the
+                // sandbox is found by its id, its processes by their working directory.
+                if !sandbox.meta.is_null() {
+                    tracing::warn!("{e}; removing sandbox {id} by its id instead");
                 }
+                let data_dir = self.data_dir();
+                tokio::task::spawn_blocking(move || recovery::remove(&data_dir, &id))
+                    .await
+                    .map_err(|e| anyhow::anyhow!("removing a sandbox stopped: {e}"))??;
+                self.prune_images().await;
+                return Ok(());
             }
         };
         teardown.run_blocking().await?;
@@ -361,32 +366,48 @@ impl Provider for LocalProvider {
         Ok(Unfinished::Removed)
     }
 
-    async fn remove_orphans(
+    async fn unaccounted(
         &self,
         accounted: &HashSet<String>,
-    ) -> Result<Vec<String>, ProviderError> {
+    ) -> Result<Vec<Unaccounted>, ProviderError> {
         let (data_dir, accounted) = (self.data_dir(), accounted.clone());
-        let removed = tokio::task::spawn_blocking(move || {
+        let found = tokio::task::spawn_blocking(move || {
+            // Half-formatted templates are the provider's own temporary files, which no
+            // sandbox holds: removing them loses nothing.
             match recovery::remove_partial_templates(&data_dir) {
                 Ok(0) => {}
                 Ok(n) => tracing::info!("removed {n} half-formatted disk templates"),
                 Err(e) => tracing::warn!("cannot look for half-formatted disk templates: {e}"),
             }
-            let mut removed = Vec::new();
-            for id in recovery::orphans(&data_dir, &accounted)? {
-                match recovery::remove(&data_dir, &id) {
-                    Ok(()) => removed.push(id),
-                    Err(e) => tracing::warn!("cannot remove orphaned sandbox {id}: {e}"),
-                }
-            }
-            Ok::<_, LocalError>(removed)
+            recovery::orphans(&data_dir, &accounted)
         })
         .await
-        .map_err(|e| anyhow::anyhow!("removing orphaned sandboxes stopped: {e}"))??;
-        if !removed.is_empty() {
-            self.prune_images().await;
-        }
-        Ok(removed)
+        .map_err(|e| anyhow::anyhow!("looking for unaccounted sandboxes stopped: {e}"))??;
+        Ok(found
+            .into_iter()
+            .map(|(id, dir)| Unaccounted {
+                id,
+                place: format!("the directory {}", dir.display()),
+            })
+            .collect())
+    }
+
+    async fn labelled(&self) -> Result<Option<Vec<Labelled>>, ProviderError> {
+        // A local sandbox's directory is its label: every one under this data directory is
+        // this relay's, and the registry tells which are known.
+        let data_dir = self.data_dir();
+        let found = tokio::task::spawn_blocking(move || recovery::sandboxes(&data_dir))
+            .await
+            .map_err(|e| anyhow::anyhow!("listing local sandboxes stopped: {e}"))??;
+        Ok(Some(
+            found
+                .into_iter()
+                .map(|(id, _)| Labelled {
+                    provider_ref: id.clone(),
+                    id,
+                })
+                .collect(),
+        ))
     }
 
     fn network_namespace(

@@ -1,19 +1,22 @@
-//! What a crash of the relay may leave on this host, found and removed when it starts again:
-//! the remains of interrupted creates (by id, from the create journal) and orphaned sandboxes
-//! (a sandbox directory no registry row or journaled create accounts for).
+//! What a crash of the relay may leave on this host, found when it starts again: the remains
+//! of interrupted creates (by id, from the create journal), removed, and sandboxes no registry
+//! row or journaled create accounts for, listed and kept.
 //!
 //! The sandbox directory is the anchor: a create makes it before the cgroup, the disk and the
 //! processes, and a teardown removes it after them, so every sandbox of this data directory
-//! that left anything has one. Cgroups and processes are never judged on their own: the
-//! `tether` cgroup parent is shared with every other relay of the host, whose sandboxes are
-//! not ours to remove. Nothing is removed on a listing that could not be read (no descriptor
-//! left, an unreadable directory or `/proc`): that is an error, which the relay logs and
-//! acts on at its next start, never a reason to delete.
+//! that left anything has one. Only a create this relay journaled is proof that a directory is
+//! its own half-made work; a directory nothing accounts for may be a sandbox whose row is in
+//! another store or a database restored later, so it is reported (`tether ls --orphans`
+//! lists it) and removed only when an admin asks (`tether rm ID`). Cgroups and processes are
+//! never judged on their own: the `tether` cgroup parent is shared with every other relay of
+//! the host, whose sandboxes are not ours to remove. Nothing is listed as complete that could
+//! not be read (no descriptor left, an unreadable directory or `/proc`): that is an error,
+//! which the relay logs and acts on at its next start.
 
 use std::collections::HashSet;
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -65,12 +68,21 @@ pub(super) fn remove(data_dir: &Path, id: &str) -> Result<(), LocalError> {
     .run()
 }
 
-/// The sandboxes under `data_dir` that `accounted` does not name. Fails, naming what it could
-/// not read, rather than return a partial list.
+/// The sandboxes under `data_dir` that `accounted` does not name, with their directories.
+/// Fails, naming what it could not read, rather than return a partial list.
 pub(super) fn orphans(
     data_dir: &Path,
     accounted: &HashSet<String>,
-) -> Result<Vec<String>, LocalError> {
+) -> Result<Vec<(String, PathBuf)>, LocalError> {
+    Ok(sandboxes(data_dir)?
+        .into_iter()
+        .filter(|(id, _)| !accounted.contains(id))
+        .collect())
+}
+
+/// Every sandbox directory under `data_dir`, by id, sorted. Fails, naming what it could not
+/// read, rather than return a partial list.
+pub(super) fn sandboxes(data_dir: &Path) -> Result<Vec<(String, PathBuf)>, LocalError> {
     let dir = layout::provider_dir(data_dir);
     let entries = match fs::read_dir(&dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -86,12 +98,8 @@ pub(super) fn orphans(
             .file_type()
             .context(|| format!("inspect {}", entry.path().display()))?
             .is_dir();
-        if is_dir
-            && name.starts_with(SANDBOX_PREFIX)
-            && plan::check_id(&name).is_ok()
-            && !accounted.contains(&name)
-        {
-            found.push(name);
+        if is_dir && name.starts_with(SANDBOX_PREFIX) && plan::check_id(&name).is_ok() {
+            found.push((name, entry.path()));
         }
     }
     found.sort();
@@ -153,7 +161,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_unaccounted_sandbox_dirs_are_orphans() {
+    fn only_unaccounted_sandbox_dirs_are_orphans_and_are_kept() {
         let data = tempfile::tempdir().unwrap();
         let local = layout::provider_dir(data.path());
         for dir in [
@@ -171,7 +179,13 @@ mod tests {
             .into_iter()
             .map(String::from)
             .collect();
-        assert_eq!(orphans(data.path(), &accounted).unwrap(), ["sb-lost"]);
+        assert_eq!(
+            orphans(data.path(), &accounted).unwrap(),
+            [("sb-lost".to_string(), local.join("sb-lost"))]
+        );
+        // Listing removes nothing.
+        assert!(local.join("sb-lost").is_dir());
+        assert_eq!(sandboxes(data.path()).unwrap().len(), 3);
         // A data directory with no local sandboxes yet has none.
         let empty = tempfile::tempdir().unwrap();
         assert!(orphans(empty.path(), &accounted).unwrap().is_empty());

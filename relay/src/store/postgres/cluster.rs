@@ -176,6 +176,17 @@ impl Cluster for PostgresBackend {
         Ok(Box::new((Unlocking(acquiring.0.take(), id), local)))
     }
 
+    async fn setting(&self, name: String) -> Result<Option<String>, RegistryError> {
+        let client = self.client().await?;
+        client
+            .query_opt("SELECT value FROM settings WHERE name = $1", &[&name])
+            .await
+            .map_err(pg)?
+            .map(|row| row.try_get(0))
+            .transpose()
+            .map_err(pg)
+    }
+
     async fn setting_or_insert(
         &self,
         name: String,

@@ -54,6 +54,8 @@ pub(super) struct PostgresBackend {
     /// Get-or-create's per-label locks within this relay, taken before the database's, so
     /// one relay's waiters hold no connection.
     label_locks: Arc<KeyedLocks>,
+    /// `PostgreSQL at HOST:PORT, database DB` (never the password), for messages.
+    location: String,
 }
 
 impl PostgresBackend {
@@ -85,6 +87,7 @@ impl PostgresBackend {
         let backend = PostgresBackend {
             pool,
             label_locks: Arc::default(),
+            location: target.clone(),
         };
         let client = backend
             .pool
@@ -120,6 +123,10 @@ impl PostgresBackend {
 impl Backend for PostgresBackend {
     fn kind(&self) -> &'static str {
         "PostgreSQL"
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
     }
 }
 

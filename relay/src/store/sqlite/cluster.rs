@@ -148,6 +148,19 @@ impl Cluster for SqliteBackend {
         Ok(Box::new(self.label_locks.lock(key).await))
     }
 
+    async fn setting(&self, name: String) -> Result<Option<String>, RegistryError> {
+        self.call(move |db| {
+            Ok(db
+                .query_row(
+                    "SELECT value FROM settings WHERE name = ?1",
+                    [name],
+                    |row| row.get(0),
+                )
+                .optional()?)
+        })
+        .await
+    }
+
     async fn setting_or_insert(
         &self,
         name: String,

@@ -42,6 +42,8 @@ pub(super) struct SqliteBackend {
     db: Arc<Mutex<Connection>>,
     /// Get-or-create's per-label locks: one relay per file, so in-process locks suffice.
     label_locks: Arc<KeyedLocks>,
+    /// `SQLite at PATH`, for messages.
+    location: String,
 }
 
 impl SqliteBackend {
@@ -80,9 +82,14 @@ impl SqliteBackend {
             |row| row.get(0),
         )?;
         super::verify_key_check(key, &stored, "SQLite", key_file)?;
+        let location = match db.path().filter(|p| !p.is_empty()) {
+            Some(path) => format!("SQLite at {path}"),
+            None => "SQLite in memory".to_string(),
+        };
         Ok(SqliteBackend {
             db: Arc::new(Mutex::new(db)),
             label_locks: Arc::default(),
+            location,
         })
     }
 
@@ -117,6 +124,10 @@ impl SqliteBackend {
 impl Backend for SqliteBackend {
     fn kind(&self) -> &'static str {
         "SQLite"
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
     }
 }
 
