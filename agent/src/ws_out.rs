@@ -2,7 +2,7 @@
 //! so its frames go out unmasked): each frame's 2–10 header bytes and its payload reach the
 //! socket in one `writev`, batched, with no copy of the payload. Tungstenite's writer copies
 //! every frame into its write buffer first; for bulk output that copy was about half of the
-//! agent's user-space `memcpy` (README, "Targets missed, and why").
+//! agent's user-space `memcpy` (BENCHMARKS.md, "Targets missed, and why").
 //!
 //! Tungstenite still reads the connection and answers pings and close frames by itself. What
 //! it writes goes into a [`Tap`] in place of the socket, and the writer passes it on between

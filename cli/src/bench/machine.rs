@@ -1,4 +1,4 @@
-//! The machine a report was measured on, as the README quotes it: OS, kernel, CPU, memory.
+//! The machine a report was measured on, as BENCHMARKS.md quotes it: OS, kernel, CPU, memory.
 
 use serde::Serialize;
 

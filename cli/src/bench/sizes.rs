@@ -32,7 +32,7 @@ pub(super) struct Sizes {
     pub session_keystrokes: usize,
 }
 
-/// The full run: the figures the README quotes.
+/// The full run: the figures BENCHMARKS.md quotes.
 pub(super) const FULL: Sizes = Sizes {
     spawns: 300,
     ws_round_trips: 2000,

@@ -31,7 +31,7 @@ pub(super) struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// The policy file: what each tenant may use (providers, the host's network, sizes,
-    /// lifetimes, sandbox counts); see the README's "Policy" section. Built-in defaults
+    /// lifetimes, sandbox counts); docs/policy.md lists its keys. Built-in defaults
     /// when absent.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,

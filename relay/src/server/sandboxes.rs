@@ -389,8 +389,8 @@ fn check_route(
         return Err(ApiError::Invalid(format!(
             "a sandbox on {name} gets secrets ({}) through the relay's egress proxy, and this \
              relay has no address at which sandboxes elsewhere can reach it: start it with \
-             --egress-url URL (e.g. --egress-url https://relay.example.com; the README's \
-             \"Secrets on cloud sandboxes\" says more), create the sandbox with --provider \
+             --egress-url URL (e.g. --egress-url https://relay.example.com; docs/secrets.md, \
+             \"Secrets on cloud sandboxes\", says more), create the sandbox with --provider \
              local, or leave --secret out",
             names.join(", ")
         )));

@@ -1,5 +1,5 @@
 //! The hostile sandbox: code inside a local sandbox tries to get out through the kernel or
-//! to take over its agent, and fails. Each test is one claim of the README's security model:
+//! to take over its agent, and fails. Each test is one claim of the security model (docs/security.md):
 //! root inside is an unprivileged uid outside, the seccomp filter and `no_new_privs` hold,
 //! raw sockets are gone, the agent's memory, environment, descriptors and token are out of
 //! reach, and per-user kernel limits are counted per sandbox.

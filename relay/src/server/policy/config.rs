@@ -75,7 +75,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The file is not valid TOML or has an unknown key or a bad value.
-    #[error("the policy file {path} is invalid: {message}; see the README's \"Policy\" section for its keys")]
+    #[error("the policy file {path} is invalid: {message}; docs/policy.md lists its keys")]
     Parse {
         /// The file.
         path: String,
