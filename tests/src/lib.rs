@@ -45,6 +45,27 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// Waits for `child` to exit, at most `limit`; panics naming `what` (after killing and reaping
+/// it) if it does not. The one bounded wait of the suite's spawned processes.
+pub fn wait_within(
+    child: &mut std::process::Child,
+    limit: Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("poll a child process") {
+            return status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A random hex token.
 pub fn token() -> String {
     use rand::Rng;

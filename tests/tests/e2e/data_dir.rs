@@ -8,10 +8,10 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tether_e2e::postgres::PgServer;
-use tether_e2e::{bin, require, Relay};
+use tether_e2e::{bin, require, wait_within, Relay};
 
 /// How long a relay may take to refuse to start, or to start.
 const START_LIMIT: Duration = Duration::from_secs(60);
@@ -36,18 +36,11 @@ fn refused(data_dir: &Path, extra: &[&str]) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + START_LIMIT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the relay started on a data directory of another store");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_within(
+        &mut child,
+        START_LIMIT,
+        "the relay started on a data directory of another store: it",
+    );
     let mut said = String::new();
     child
         .stderr

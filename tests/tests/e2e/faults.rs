@@ -5,12 +5,12 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tether_client::{Process, ProcessEvent, RelayClient};
-use tether_e2e::{eventually, Relay};
+use tether_e2e::{eventually, wait_within, Relay};
 use tether_proto::op::ExecSpec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
@@ -131,22 +131,6 @@ async fn carry(
 /// The relay's address.
 fn addr_of(relay: &Relay) -> SocketAddr {
     relay.url.strip_prefix("http://").unwrap().parse().unwrap()
-}
-
-/// Waits for `child` to exit, at most `limit`; panics (killing it) if it does not.
-fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Whether process `pid` (a pid inside the sandbox) is alive, asked straight of the relay.

@@ -13,13 +13,11 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use tether_e2e::signals::{self, NOHUP_SIGNALS};
-use tether_e2e::{bin, Relay};
+use tether_e2e::{bin, wait_within, Relay};
 
 /// How long a command may take in a sandbox that should still answer (a hung agent fails the
 /// test instead of hanging it).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
-/// The pause between two checks of a command that has not finished yet.
-const POLL: Duration = Duration::from_millis(20);
 
 /// Like [`sh`], but fails the test if the command has not finished within [`ANSWER_TIMEOUT`].
 fn sh_answers(relay: &Relay, id: &str, script: &str) -> Output {
@@ -30,15 +28,11 @@ fn sh_answers(relay: &Relay, id: &str, script: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > ANSWER_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("sandbox {id} did not answer `{script}` within {ANSWER_TIMEOUT:?}");
-        }
-        std::thread::sleep(POLL);
-    }
+    wait_within(
+        &mut child,
+        ANSWER_TIMEOUT,
+        &format!("sandbox {id} answering `{script}`"),
+    );
     child.wait_with_output().unwrap()
 }
 

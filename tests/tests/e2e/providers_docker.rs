@@ -459,6 +459,13 @@ async fn docker_containers_of_a_lost_registry_are_orphans() {
     for file in ["relay.db", "relay.db-wal", "relay.db-shm"] {
         let _ = std::fs::remove_file(relay.data_dir.join(file));
     }
+    // The data directory is bound to the store just lost, so a fresh one is refused until the
+    // operator, as that refusal says, moves `store.id` aside.
+    std::fs::rename(
+        relay.data_dir.join("store.id"),
+        relay.data_dir.join("store.id.lost"),
+    )
+    .unwrap();
     relay.restart();
     assert!(!tether(&relay, &["ls"]).contains(&id));
     let orphans: Value =

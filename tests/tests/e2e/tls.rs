@@ -14,7 +14,7 @@ use rcgen::{
 };
 use serde_json::Value;
 use tempfile::TempDir;
-use tether_e2e::{bin, Relay};
+use tether_e2e::{bin, wait_within, Relay};
 
 /// How long `tether serve` may take to refuse bad flags or files.
 const REFUSE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -328,18 +328,11 @@ fn serve_refuses(args: &[&str]) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + REFUSE_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("tether serve {args:?} kept running");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_within(
+        &mut child,
+        REFUSE_TIMEOUT,
+        &format!("tether serve {args:?}"),
+    );
     let mut stderr = String::new();
     child
         .stderr
