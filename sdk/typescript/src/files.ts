@@ -31,9 +31,15 @@ function fileInfo(value: Record<string, unknown>): FileInfo {
   };
 }
 
-/** Reads a download's bytes on `out` until `eof`, keeping at most `limit`. */
-async function readDownload(stream: Stream, limit: number, what: string): Promise<Uint8Array> {
-  const chunks: Uint8Array[] = [];
+/** Passes a download's bytes on `out` to `sink` until `eof`, at most `limit` of them (past
+ * that the stream is cancelled with `TooLargeError`, saying `advice`); returns how many. */
+async function streamDownload(
+  stream: Stream,
+  limit: number,
+  what: string,
+  advice: string,
+  sink: (bytes: Uint8Array) => void | Promise<void>,
+): Promise<number> {
   let total = 0;
   let complete = false;
   for (;;) {
@@ -43,9 +49,9 @@ async function readDownload(stream: Stream, limit: number, what: string): Promis
       total += item.bytes.length;
       if (total > limit) {
         stream.cancel();
-        throw new TooLargeError(`${what} is larger than ${limit} bytes; pass a larger maxBytes or read it in ranges`);
+        throw new TooLargeError(`${what} is larger than ${limit} bytes; ${advice}`);
       }
-      chunks.push(item.bytes);
+      await sink(item.bytes);
       continue;
     }
     const m = item.message;
@@ -53,6 +59,15 @@ async function readDownload(stream: Stream, limit: number, what: string): Promis
     if (m.type === "eof") complete = true;
   }
   if (!complete) throw new ConnectionLostError(`${what}: the download ended before it was complete`);
+  return total;
+}
+
+/** Reads a download's bytes on `out` until `eof`, keeping at most `limit`. */
+async function readDownload(stream: Stream, limit: number, what: string): Promise<Uint8Array> {
+  const chunks: Uint8Array[] = [];
+  const total = await streamDownload(stream, limit, what, "pass a larger maxBytes or read it in ranges", (bytes) => {
+    chunks.push(bytes);
+  });
   const out = new Uint8Array(total);
   let at = 0;
   for (const c of chunks) {
@@ -317,24 +332,7 @@ export class Files {
     const mode = fileInfo(first.message).mode;
     const file = await HostFile.beside(local);
     try {
-      let total = 0;
-      let complete = false;
-      for (;;) {
-        const item = await stream.next();
-        if (item === null) break;
-        if (item.kind === "data") {
-          total += item.bytes.length;
-          if (total > limit) {
-            stream.cancel();
-            throw new TooLargeError(`${path} is larger than ${limit} bytes; pass a larger maxBytes`);
-          }
-          await file.write(item.bytes);
-          continue;
-        }
-        if (item.message.type === "error") throw streamError(item.message);
-        if (item.message.type === "eof") complete = true;
-      }
-      if (!complete) throw new ConnectionLostError(`${path}: the download ended before it was complete`);
+      const total = await streamDownload(stream, limit, path, "pass a larger maxBytes", (bytes) => file.write(bytes));
       await file.land(mode);
       return total;
     } finally {
