@@ -7,6 +7,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
+use nix::errno::Errno;
 use nix::mount::{mount, MsFlags};
 use nix::sys::statvfs::{statvfs, FsFlags};
 
@@ -27,8 +28,21 @@ pub(super) fn make_private() -> Result<(), InitError> {
 /// Binds `src` onto `dst` (not recursively: mounts under `src` stay hidden), then applies
 /// `flags` (e.g. `MS_RDONLY | MS_NOSUID`) to the new mount.
 pub(super) fn bind(src: &Path, dst: &Path, flags: MsFlags) -> Result<(), InitError> {
-    mount(Some(src), dst, None::<&str>, MsFlags::MS_BIND, None::<&str>)
-        .step(|| format!("bind-mounting {} on {}", src.display(), dst.display()))?;
+    let what = || format!("bind-mounting {} on {}", src.display(), dst.display());
+    match mount(Some(src), dst, None::<&str>, MsFlags::MS_BIND, None::<&str>) {
+        // The sandbox's user is an unprivileged one on the host: a directory above either path
+        // that others cannot search (a `/` of mode 0700) stops it.
+        Err(Errno::EACCES) => {
+            return Err(InitError::Unsupported {
+                what: what(),
+                errno: Errno::EACCES,
+                hint: "the sandbox's user cannot reach one of these paths: every directory \
+                       above them, the host's / included, must be searchable by others \
+                       (chmod o+x)",
+            })
+        }
+        other => other.step(what)?,
+    }
     if flags.is_empty() {
         return Ok(());
     }
