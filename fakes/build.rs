@@ -3,7 +3,7 @@
 //! protobuf compiler.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let messages = "../relay/src/provider/modal";
+    let messages = "../relay/providers/src/modal";
     println!("cargo:rerun-if-changed=src/modal/service.proto");
     println!("cargo:rerun-if-changed={messages}/messages.proto");
     let descriptors = protox::compile(["service.proto"], ["src/modal", messages])?;

@@ -2,6 +2,6 @@
 
 fn main() {
     // A sandbox's init is this binary re-executed; it must run before any thread or runtime.
-    tether_relay::provider::local::run_if_sandbox_init();
+    tether_local::run_if_sandbox_init();
     std::process::exit(tether_cli::commands::main());
 }

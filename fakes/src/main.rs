@@ -137,7 +137,7 @@ impl Common {
 
 fn main() -> anyhow::Result<()> {
     // The local provider re-executes this binary to build each sandbox.
-    tether_relay::provider::local::run_if_sandbox_init();
+    tether_local::run_if_sandbox_init();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG")

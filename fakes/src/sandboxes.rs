@@ -5,7 +5,7 @@
 //! background process through that agent, and its edge dials ports inside the sandbox
 //! through the agent's port forwarding.
 //!
-//! The fake's binary must call [`tether_relay::provider::local::run_if_sandbox_init`] first
+//! The fake's binary must call [`tether_local::run_if_sandbox_init`] first
 //! thing: the local provider re-executes it to build each sandbox.
 //!
 //! A sandbox has no network but its loopback, unless the fake was given addresses to reach
@@ -22,9 +22,9 @@ use std::sync::Mutex;
 
 use anyhow::{anyhow, Context};
 use tether_client::{Process, RawStream, Session};
+use tether_local::LocalProvider;
 use tether_proto::op::ExecSpec;
-use tether_relay::provider::local::LocalProvider;
-use tether_relay::provider::{
+use tether_relay_core::provider::{
     NetworkPolicy, Provider, ProviderContext, ProviderError, SandboxHandle, SandboxSpec,
 };
 

@@ -44,5 +44,5 @@ pub mod unpack;
 pub use build::{build, BuildOptions, Built};
 pub use error::ImageError;
 pub use pull::{pull, PullOptions, Pulled};
-pub use push::{push, PushOptions, Pushed};
+pub use push::{push, PushOptions, PushProgress, Pushed};
 pub use unpack::{prepare_rootfs, PreparedImage};

@@ -1,14 +1,13 @@
 //! `tether image push`: an image on disk (layout directory or tarball) to a registry. The
 //! image is opened and every blob verified first, then the registry is checked (reachable,
 //! credentials accepted), then blobs the repository lacks are uploaded a few at a time with
-//! a progress bar each, and finally the manifest is put under the tag, byte for byte, so the
+//! a progress event each ([`PushProgress`]), and finally the manifest is put under the tag, byte for byte, so the
 //! registry's digest is the image's.
 
 use std::path::{Path, PathBuf};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::io::AsyncReadExt;
 
@@ -63,12 +62,38 @@ pub struct PushedBlob {
     pub existed: bool,
 }
 
-/// Pushes the image at `image` to `target`, with a bar per blob in `progress`.
+/// How a push is going, blob by blob, for a caller to show (the CLI draws a bar per blob).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PushProgress {
+    /// A blob's upload starts (or it is checked for).
+    Started {
+        /// Its digest.
+        digest: Digest,
+        /// Its size in bytes.
+        size: u64,
+    },
+    /// `bytes` more of the blob were sent.
+    Sent {
+        /// The blob.
+        digest: Digest,
+        /// Bytes sent since the last event.
+        bytes: u64,
+    },
+    /// The blob is in the repository: `existed` when it was there already.
+    Finished {
+        /// The blob.
+        digest: Digest,
+        /// Whether nothing had to be sent.
+        existed: bool,
+    },
+}
+
+/// Pushes the image at `image` to `target`, telling `progress` how each blob goes.
 pub async fn push(
     image: &Path,
     target: &Reference,
     opts: &PushOptions,
-    progress: &MultiProgress,
+    progress: &(dyn Fn(PushProgress) + Sync),
 ) -> Result<Pushed, ImageError> {
     let (path, scratch) = (image.to_path_buf(), opts.scratch.clone());
     let source = tokio::task::spawn_blocking(move || {
@@ -124,25 +149,31 @@ async fn push_blob(
     desc: &Descriptor,
     path: &Path,
     chunk_bytes: usize,
-    progress: &MultiProgress,
+    progress: &(dyn Fn(PushProgress) + Sync),
 ) -> Result<PushedBlob, ImageError> {
-    let bar = progress.add(ProgressBar::new(desc.size));
-    bar.set_style(
-        ProgressStyle::with_template("{prefix} {bar:30} {bytes:>10}/{total_bytes:<10} {msg}")
-            .expect("the template is valid"),
-    );
-    bar.set_prefix(desc.digest.short().to_string());
+    let digest = &desc.digest;
+    progress(PushProgress::Started {
+        digest: digest.clone(),
+        size: desc.size,
+    });
+    let sent = |bytes| {
+        progress(PushProgress::Sent {
+            digest: digest.clone(),
+            bytes,
+        })
+    };
     let blob = PushedBlob {
         digest: desc.digest.clone(),
         size: desc.size,
         existed: registry.has_blob(&desc.digest).await?,
     };
     if blob.existed {
-        bar.set_position(desc.size);
-        bar.finish_with_message("already there");
+        progress(PushProgress::Finished {
+            digest: digest.clone(),
+            existed: true,
+        });
         return Ok(blob);
     }
-    bar.set_message("uploading");
     let what = || format!("reading {}", path.display());
     let mut file = tokio::fs::File::open(path).await.io(what)?;
     let mut at = registry.start_upload(&desc.digest).await?;
@@ -157,7 +188,7 @@ async fn push_blob(
             // The whole blob when it fits in a chunk (a monolithic upload), else its tail.
             let len = chunk.len() as u64;
             registry.finish_upload(&at, &desc.digest, chunk).await?;
-            bar.inc(len);
+            sent(len);
             break;
         }
         if chunk.is_empty() {
@@ -174,9 +205,12 @@ async fn push_blob(
             .upload_chunk(&at, offset, chunk, &desc.digest)
             .await?;
         offset += len;
-        bar.inc(len);
+        sent(len);
     }
-    bar.finish_with_message("pushed");
+    progress(PushProgress::Finished {
+        digest: digest.clone(),
+        existed: false,
+    });
     Ok(blob)
 }
 

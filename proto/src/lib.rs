@@ -31,6 +31,7 @@
 pub mod auth;
 pub mod control;
 mod error;
+mod exit;
 pub mod frame;
 mod ids;
 pub mod keepalive;

@@ -566,7 +566,7 @@ pub struct ProcessInfo {
     pub pty: bool,
     /// Its exit status, once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit: Option<crate::control::ExitStatus>,
+    pub exit: Option<crate::exit::ExitStatus>,
     /// Output bytes produced so far, per channel (`out`, `err`).
     pub offsets: [ByteOffset; 2],
     /// Start time, milliseconds since the Unix epoch.

@@ -10,8 +10,8 @@ use anyhow::Context;
 
 use super::remote::Remote;
 use super::serve;
-use tether_relay::server::{
-    self, PolicyConfig, RelayConfig, RunningRelay, DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL,
+use tether_relay::{
+    self as server, PolicyConfig, RelayConfig, RunningRelay, DEFAULT_LISTEN, DEFAULT_REAP_INTERVAL,
 };
 
 /// How long to wait for the default relay to accept a connection. On loopback a relay

@@ -14,7 +14,7 @@ use tether_oci::config::{Overrides, StartMode};
 use tether_oci::constants::{DEFAULT_CHUNK_BYTES, DEFAULT_TAG};
 use tether_oci::reference::Reference;
 use tether_oci::{self as image, agent, build, BuildOptions, PushOptions};
-use tether_relay::provider::image::{self as target, Builder, Event, RemoteBuild};
+use tether_providers::image::{Builder, Event, RemoteBuild};
 
 /// The spinner's redraw interval while a build runs.
 const SPINNER_TICK: std::time::Duration = std::time::Duration::from_millis(120);
@@ -154,7 +154,7 @@ pub(super) struct PullArgs {
 pub(super) async fn run(cmd: ImageCommand) -> anyhow::Result<()> {
     // Warnings of the image code (a docker config entry it cannot use, say) and of the
     // providers' image builds; nothing else.
-    super::init_tracing(Some("tether_oci=warn,tether_relay::provider=warn"));
+    super::init_tracing(Some("tether_oci=warn,tether_providers=warn"));
     match cmd {
         ImageCommand::Build(args) => build_image(args).await,
         ImageCommand::Push(args) => push_image(args).await,
@@ -266,7 +266,7 @@ async fn build_remote(builder: Builder, args: BuildArgs) -> anyhow::Result<()> {
         Event::Log(line) if !quiet => bar.suspend(|| eprintln!("{line}")),
         Event::Log(_) => {}
     };
-    let built = target::build(builder, &req, &events).await;
+    let built = tether_providers::build_image(builder, &req, &events).await;
     spinner.finish_and_clear();
     let built = built?;
     if args.json {
@@ -278,6 +278,60 @@ async fn build_remote(builder: Builder, args: BuildArgs) -> anyhow::Result<()> {
         built.name, built.id, built.name
     );
     Ok(())
+}
+
+/// A bar per blob on stderr while an image is pushed, hidden for `--json` (and by indicatif
+/// when stderr is no terminal).
+struct BlobBars {
+    all: MultiProgress,
+    bars: std::sync::Mutex<std::collections::HashMap<String, ProgressBar>>,
+}
+
+impl BlobBars {
+    fn new(hidden: bool) -> BlobBars {
+        let all = if hidden {
+            MultiProgress::with_draw_target(ProgressDrawTarget::hidden())
+        } else {
+            MultiProgress::new()
+        };
+        BlobBars {
+            all,
+            bars: Default::default(),
+        }
+    }
+
+    fn show(&self, event: image::PushProgress) {
+        let mut bars = self.bars.lock().unwrap_or_else(|p| p.into_inner());
+        match event {
+            image::PushProgress::Started { digest, size } => {
+                let bar = self.all.add(ProgressBar::new(size));
+                bar.set_style(
+                    ProgressStyle::with_template(
+                        "{prefix} {bar:30} {bytes:>10}/{total_bytes:<10} {msg}",
+                    )
+                    .expect("the template is valid"),
+                );
+                bar.set_prefix(digest.short().to_string());
+                bar.set_message("uploading");
+                bars.insert(digest.to_string(), bar);
+            }
+            image::PushProgress::Sent { digest, bytes } => {
+                if let Some(bar) = bars.get(digest.as_str()) {
+                    bar.inc(bytes);
+                }
+            }
+            image::PushProgress::Finished { digest, existed } => {
+                if let Some(bar) = bars.get(digest.as_str()) {
+                    if existed {
+                        bar.set_position(bar.length().unwrap_or(0));
+                        bar.finish_with_message("already there");
+                    } else {
+                        bar.finish_with_message("pushed");
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A spinner on stderr, hidden for `--json` (and by indicatif when stderr is no terminal).
@@ -309,12 +363,8 @@ async fn push_image(args: PushArgs) -> anyhow::Result<()> {
         chunk_bytes: args.chunk_size,
         ..PushOptions::default()
     };
-    let progress = if args.json {
-        MultiProgress::with_draw_target(ProgressDrawTarget::hidden())
-    } else {
-        MultiProgress::new()
-    };
-    let pushed = image::push(&args.image, &target, &opts, &progress).await?;
+    let bars = BlobBars::new(args.json);
+    let pushed = image::push(&args.image, &target, &opts, &|event| bars.show(event)).await?;
     let pinned = format!(
         "{}/{}@{}",
         target.registry, target.repository, pushed.digest

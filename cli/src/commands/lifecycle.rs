@@ -16,10 +16,10 @@ use super::remote::Remote;
 use tether_client::api::{
     CreateRequest, EgressSpec, NetworkInfo, PreviewInfo, SandboxInfo, SecretSpec, SecretValue,
 };
+use tether_client::api::{NetworkPolicy, SandboxSpec};
 use tether_client::escape::escape_str;
 use tether_client::size::parse_size;
 use tether_client::ClientError;
-use tether_relay::provider::{NetworkPolicy, SandboxSpec};
 
 /// What a new sandbox should be (`tether create` and `tether run`).
 #[derive(Debug, Clone, Args)]

@@ -9,10 +9,10 @@ use anyhow::Context;
 use clap::Args;
 
 use tether_client::local::data_dir as default_data_dir;
-use tether_relay::egress::EgressConfig;
-use tether_relay::server::{
-    self, ConnectionLimits, Database, PolicyConfig, RelayConfig, TlsFiles, DEFAULT_BODY_TIMEOUT,
-    DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, DEFAULT_PEER_TIMEOUT, DEFAULT_REAP_INTERVAL,
+use tether_relay::{
+    self as server, ConnectionLimits, Database, EgressConfig, PolicyConfig, RelayConfig, TlsFiles,
+    DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN, DEFAULT_PEER_TIMEOUT,
+    DEFAULT_REAP_INTERVAL,
 };
 
 /// The variable naming the agent binary.
