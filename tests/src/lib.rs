@@ -412,7 +412,7 @@ impl Relay {
     fn tenants_with_sandboxes(&self) -> Vec<String> {
         let db = self.data_dir.join("relay.db");
         std::thread::spawn(move || {
-            let registry = tether_store::Registry::open(&db).ok()?;
+            let registry = tether_store::Store::open(&db).ok()?;
             let rt = tokio::runtime::Runtime::new().ok()?;
             let records = rt.block_on(registry.all()).ok()?;
             let mut tenants: Vec<String> = records

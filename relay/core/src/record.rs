@@ -1,4 +1,4 @@
-//! What the registry stores: sandbox ids, tenants, relay node ids, sandbox records and token
+//! What the store stores: sandbox ids, tenants, relay node ids, sandbox records and token
 //! records.
 
 use std::collections::BTreeMap;
@@ -97,7 +97,7 @@ impl Tenant {
         &self.0
     }
 
-    /// Wraps a name read back from the registry, which only ever stores parsed names.
+    /// Wraps a name read back from the store, which only ever stores parsed names.
     pub fn from_stored(name: String) -> Tenant {
         Tenant(name)
     }
@@ -140,7 +140,7 @@ impl NodeId {
         }
     }
 
-    /// Wraps an id read back from the registry, which only ever stores parsed ids.
+    /// Wraps an id read back from the store, which only ever stores parsed ids.
     pub fn from_stored(id: String) -> NodeId {
         NodeId(id)
     }
@@ -157,7 +157,7 @@ impl fmt::Display for NodeId {
     }
 }
 
-/// One sandbox as the registry keeps it.
+/// One sandbox as the store keeps it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SandboxRecord {
     /// The relay's id.

@@ -8,7 +8,7 @@
 //!   `rules` (nftables) and open the relay's sockets there; `dns` answers lookups with fake
 //!   addresses from the sandbox's `pool`; `udp` relays datagrams to allowed networks.
 //! - Sandboxes elsewhere (cloud sandboxes with secrets): `route` (core) is where they reach the
-//!   relay (`--egress-url`), their credential and environment; `remote` is the egress
+//!   relay (`--egress-url`), their credential and environment; `listener` is the egress
 //!   listener, which authenticates each request before handing it to the sandbox's proxy;
 //!   [`trust`] installs their CA through their agent.
 //! - Every sandbox: `proxy` serves its connections, reading first bytes ahead with `stream`
@@ -23,11 +23,11 @@
 mod constants;
 mod dns;
 pub mod inject;
+mod listener;
 pub mod netns;
 mod pool;
 mod proxy;
 pub mod reach;
-mod remote;
 mod resolve;
 mod rules;
 pub mod service;

@@ -18,16 +18,16 @@ use super::ca::SandboxCa;
 use super::constants::MAX_CONNECTIONS;
 use super::dns::Dns;
 use super::inject::{self, Injector};
+use super::listener::Listener;
 use super::netns::{self, NetnsError};
 use super::policy::{Allowlist, BoundSecret};
 use super::pool::FakePool;
 use super::proxy::Proxy;
-use super::remote::Remote;
 use super::resolve::Resolver;
 use super::route::{self, EgressUrl};
 use super::udp::Udp;
 use tether_relay_core::egress::TrustShelf;
-use tether_store::{Registry, RegistryError, SandboxId};
+use tether_store::{SandboxId, Store, StoreError};
 
 /// The directory under the relay's data directory with each attached sandbox's fake names.
 const STATE_DIR: &str = "egress";
@@ -61,9 +61,9 @@ pub enum EgressError {
     /// The namespace could not be entered or configured.
     #[error(transparent)]
     Netns(#[from] NetnsError),
-    /// The registry failed.
+    /// The store failed.
     #[error(transparent)]
-    Registry(#[from] RegistryError),
+    Store(#[from] StoreError),
     /// The CA could not be made.
     #[error("cannot make the CA of sandbox {id}: {why}")]
     Ca {
@@ -80,8 +80,8 @@ pub enum EgressError {
         /// What failed.
         why: String,
     },
-    /// A sandbox with secrets has no CA in the registry.
-    #[error("sandbox {0} has secrets but no CA in the registry; delete it and create it again")]
+    /// A sandbox with secrets has no CA in the store.
+    #[error("sandbox {0} has secrets but no CA in the store; delete it and create it again")]
     NoCa(String),
     /// The CA could not be installed in a sandbox elsewhere.
     #[error("sandbox {id}: {source}")]
@@ -112,12 +112,12 @@ pub struct Egress {
     state_dir: PathBuf,
     resolver: Arc<Resolver>,
     upstream_tls: Arc<tokio_rustls::rustls::ClientConfig>,
-    registry: Registry,
+    store: Store,
     trust: TrustShelf,
     attached: Mutex<HashMap<String, CancellationToken>>,
     url: Option<EgressUrl>,
     listen: Option<SocketAddr>,
-    remote: Arc<Remote>,
+    listener: Arc<Listener>,
     /// The certificate sandboxes elsewhere must trust to reach an `https` egress listener
     /// (PEM: the last of the relay's chain), if the URL is `https`.
     listener_anchor: Option<String>,
@@ -137,7 +137,7 @@ impl Egress {
     pub fn new(
         data_dir: &Path,
         config: &EgressConfig,
-        registry: Registry,
+        store: Store,
         trust: TrustShelf,
     ) -> anyhow::Result<Self> {
         let resolver = Resolver::new(config.hosts_file.as_deref()).map_err(anyhow::Error::msg)?;
@@ -165,12 +165,12 @@ impl Egress {
             state_dir: data_dir.join(STATE_DIR),
             resolver: Arc::new(resolver),
             upstream_tls: Arc::new(upstream_tls),
-            registry,
+            store,
             trust,
             attached: Mutex::new(HashMap::new()),
             url,
             listen: config.listen,
-            remote: Arc::new(Remote::default()),
+            listener: Arc::new(Listener::default()),
             listener_anchor,
         })
     }
@@ -210,7 +210,7 @@ impl Egress {
             )
         })?;
         let addr = listener.local_addr()?;
-        tokio::spawn(self.remote.clone().serve(listener, tls, stop));
+        tokio::spawn(self.listener.clone().serve(listener, tls, stop));
         tracing::info!("egress listener on {addr}, reached by sandboxes at {url}");
         Ok(Some(addr))
     }
@@ -229,7 +229,7 @@ impl Egress {
             id: id.to_string(),
             why: e.to_string(),
         })?;
-        self.registry.put_egress_ca(id, &ca).await?;
+        self.store.put_egress_ca(id, &ca).await?;
         self.trust.put(id.as_str(), ca.cert_pem);
         Ok(())
     }
@@ -243,14 +243,14 @@ impl Egress {
     /// Undoes [`Egress::prepare`] for a create that failed.
     pub async fn unprepare(&self, id: &SandboxId) {
         self.trust.take(id.as_str());
-        if let Err(e) = self.registry.remove_egress_ca(id).await {
+        if let Err(e) = self.store.remove_egress_ca(id).await {
             tracing::warn!(sandbox = %id, "cannot forget the egress CA: {e}");
         }
         self.detach(id);
     }
 
     /// The proxy of sandbox `id`: its allowlist, its fake addresses (local sandboxes), and an
-    /// injector with its CA from the registry when it has secrets.
+    /// injector with its CA from the store when it has secrets.
     async fn proxy(
         &self,
         id: &SandboxId,
@@ -262,7 +262,7 @@ impl Egress {
             None
         } else {
             let ca = self
-                .registry
+                .store
                 .egress_ca(id)
                 .await?
                 .ok_or_else(|| EgressError::NoCa(id.to_string()))?;
@@ -379,7 +379,7 @@ impl Egress {
         }
         let proxy = self.proxy(id, allowlist, None, secrets).await?;
         let credential = route::credential(agent_token, id.as_str());
-        self.remote.insert(id.as_str(), credential, proxy);
+        self.listener.insert(id.as_str(), credential, proxy);
         tracing::info!(sandbox = %id, "egress listener serves the sandbox");
         Ok(())
     }
@@ -418,13 +418,13 @@ impl Egress {
         if let Some(stop) = stop {
             stop.cancel();
         }
-        self.remote.remove(id.as_str());
+        self.listener.remove(id.as_str());
         let _ = std::fs::remove_dir_all(self.state_dir.join(id.as_str()));
     }
 
     /// Whether sandbox `id` is being served.
     pub fn is_attached(&self, id: &SandboxId) -> bool {
-        self.remote.contains(id.as_str())
+        self.listener.contains(id.as_str())
             || self
                 .attached
                 .lock()
@@ -496,7 +496,7 @@ mod tests {
         Egress::new(
             data_dir,
             &config,
-            Registry::open_in_memory().unwrap(),
+            Store::open_in_memory().unwrap(),
             TrustShelf::default(),
         )
     }
@@ -531,8 +531,8 @@ mod tests {
             listen: Some("127.0.0.1:0".parse().unwrap()),
             ..EgressConfig::default()
         };
-        let registry = Registry::open_in_memory().unwrap();
-        let err = Egress::new(dir.path(), &config, registry, TrustShelf::default()).unwrap_err();
+        let store = Store::open_in_memory().unwrap();
+        let err = Egress::new(dir.path(), &config, store, TrustShelf::default()).unwrap_err();
         assert!(err.to_string().contains("needs --egress-url"), "{err}");
         // An https URL needs the relay's certificate.
         let tls = egress(dir.path(), Some("https://relay.example.com")).unwrap();

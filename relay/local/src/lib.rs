@@ -10,7 +10,7 @@
 //!   its disk (`disk`: a size-limited ext4 file system on a loop device) and cgroup
 //!   (`hierarchy` finds v1 or v2, `cgroup` creates, kills and removes), and starts the
 //!   sandbox init (`spawn`), handing it an `InitConfig` (`config`).
-//!   It keeps `Meta` (`meta`) in the registry, answers `state` from it (`process`), connects
+//!   It keeps `Meta` (`meta`) in the store, answers `state` from it (`process`), connects
 //!   to the agent (`connect`) and removes everything on delete (`teardown`). At relay start
 //!   it removes what a crash left: interrupted creates and orphaned sandboxes (`recovery`).
 //! - The relay's binary is pinned by a descriptor when the provider is made (`own_binary`),
@@ -337,7 +337,7 @@ impl Provider for LocalProvider {
             // Never created by this provider under this id: nothing of ours to remove.
             Err(_) if plan::check_id(&id).is_err() => return Ok(()),
             Err(e) => {
-                // An orphan (an admin's `tether rm` of a sandbox no registry row describes)
+                // An orphan (an admin's `tether rm` of a sandbox no store row describes)
                 // has no metadata at all; a damaged one is worth a word. Either way the
                 // sandbox is found by its id, its processes by their working directory.
                 if !sandbox.meta.is_null() {
@@ -396,7 +396,7 @@ impl Provider for LocalProvider {
 
     async fn labelled(&self) -> Result<Option<Vec<Labelled>>, ProviderError> {
         // A local sandbox's directory is its label: every one under this data directory is
-        // this relay's, and the registry tells which are known.
+        // this relay's, and the store tells which are known.
         let data_dir = self.data_dir();
         let found = tokio::task::spawn_blocking(move || recovery::sandboxes(&data_dir))
             .await

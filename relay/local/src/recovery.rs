@@ -1,5 +1,5 @@
 //! What a crash of the relay may leave on this host, found when it starts again: the remains
-//! of interrupted creates (by id, from the create journal), removed, and sandboxes no registry
+//! of interrupted creates (by id, from the create journal), removed, and sandboxes no store
 //! row or journaled create accounts for, listed and kept.
 //!
 //! The sandbox directory is the anchor: a create makes it before the cgroup, the disk and the

@@ -3,7 +3,7 @@
 //! Each sandbox may have at most [`MAX_TUNNELS_PER_SANDBOX`] open at once: every tunnel holds
 //! two of the relay's descriptors, which one sandbox's clients must not take from the rest.
 //!
-//! Also which sandboxes had activity the registry could not record (its disk full, its
+//! Also which sandboxes had activity the store could not record (its disk full, its
 //! database unreachable): a client's session never fails for that, and the reaper treats them
 //! as active until the record is written, so a relay that could not write never idles out a
 //! sandbox that was in use.
@@ -46,13 +46,13 @@ impl Tunnels {
         })
     }
 
-    /// Whether `id` counts as in use: a tunnel to it is open, or it had activity the registry
+    /// Whether `id` counts as in use: a tunnel to it is open, or it had activity the store
     /// has not recorded yet.
     pub(super) fn is_active(&self, id: &SandboxId) -> bool {
         self.lock().contains_key(id) || lock(&self.unrecorded).contains(id)
     }
 
-    /// Every sandbox whose activity the registry should record now: those with an open tunnel
+    /// Every sandbox whose activity the store should record now: those with an open tunnel
     /// and those whose last record failed. Once written, pass them to [`Tunnels::recorded`].
     pub(super) fn to_record(&self) -> Vec<SandboxId> {
         // Locked in the order `is_active` takes them: open, then unrecorded.
@@ -67,7 +67,7 @@ impl Tunnels {
         lock(&self.unrecorded).insert(id)
     }
 
-    /// The activity of `ids` is in the registry now.
+    /// The activity of `ids` is in the store now.
     pub(super) fn recorded(&self, ids: &[SandboxId]) {
         let mut unrecorded = lock(&self.unrecorded);
         for id in ids {

@@ -2,7 +2,7 @@
 //! request's bearer token into a tenant.
 //!
 //! Tokens are stored as SHA-256 hashes and looked up by hash, then the hash is compared in
-//! constant time ([`Registry::token`]): the secret itself is never compared, and no timing
+//! constant time ([`Store::token`]): the secret itself is never compared, and no timing
 //! depends on how much of a guess was right.
 //!
 //! The relay's own admin token (in `admin.token`) is the one [`Role::RelayAdmin`]: it alone
@@ -25,7 +25,7 @@ use super::caller::Caller;
 use super::constants::{API_TOKEN_PREFIX, TOKEN_BYTES};
 use super::error::ApiError;
 use super::state::{now_ms, Relay};
-use tether_store::{Registry, Role, Tenant, TokenRecord};
+use tether_store::{Role, Store, Tenant, TokenRecord};
 
 impl FromRequestParts<Arc<Relay>> for Caller {
     type Rejection = ApiError;
@@ -37,7 +37,7 @@ impl FromRequestParts<Arc<Relay>> for Caller {
         let Some(token) = header.to_str().ok().and_then(auth::bearer) else {
             return Err(relay.unauthorized("the Authorization header is not `Bearer <token>`"));
         };
-        match relay.registry.token(hash_token(token)).await? {
+        match relay.store.token(hash_token(token)).await? {
             Some(TokenRecord { tenant, role }) => Ok(Caller { tenant, role }),
             None => Err(relay.unauthorized("this API token is not known to this relay")),
         }
@@ -66,12 +66,12 @@ fn random_hex() -> String {
 
 /// Mints and stores a token for `tenant`; returns the token, which is never stored.
 pub(super) async fn create_token(
-    registry: &Registry,
+    store: &Store,
     tenant: Tenant,
     role: Role,
 ) -> Result<String, ApiError> {
     let token = mint_api_token();
-    registry
+    store
         .insert_token(hash_token(&token), TokenRecord { tenant, role }, now_ms())
         .await?;
     Ok(token)
@@ -83,7 +83,7 @@ pub(super) async fn create_token(
 /// relay admins were told apart is made the relay admin again here. The data directory is
 /// bound to this store before this runs (`store::binding`), so the file's token is this
 /// store's own, never another store's taken over.
-pub(super) async fn ensure_admin_token(registry: &Registry, path: &Path) -> anyhow::Result<String> {
+pub(super) async fn ensure_admin_token(store: &Store, path: &Path) -> anyhow::Result<String> {
     let existing = match std::fs::read_to_string(path) {
         Ok(text) if text.trim().is_empty() => anyhow::bail!(
             "{} holds no token; restore it from a backup of the data directory, or delete it \
@@ -102,13 +102,13 @@ pub(super) async fn ensure_admin_token(registry: &Registry, path: &Path) -> anyh
         let hash = hash_token(&token);
         // The file is the admin credential: whoever can read it owns the data directory
         // anyway. A database that lost it (deleted, restored) learns it again.
-        if registry.token(hash.clone()).await?.as_ref() != Some(&admin) {
-            registry.insert_token(hash, admin, now_ms()).await?;
+        if store.token(hash.clone()).await?.as_ref() != Some(&admin) {
+            store.insert_token(hash, admin, now_ms()).await?;
         }
         return Ok(token);
     }
     let token = mint_api_token();
-    registry
+    store
         .insert_token(hash_token(&token), admin, now_ms())
         .await?;
     // Never over a file that appeared meanwhile: an existing admin token is never replaced.
@@ -140,40 +140,37 @@ mod tests {
     async fn admin_token_is_written_once_and_reused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("admin.token");
-        let registry = Registry::open_in_memory().unwrap();
+        let store = Store::open_in_memory().unwrap();
 
-        let first = ensure_admin_token(&registry, &path).await.unwrap();
+        let first = ensure_admin_token(&store, &path).await.unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), first);
         // Written through a temporary file, which is gone.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
-        let rec = registry.token(hash_token(&first)).await.unwrap().unwrap();
+        let rec = store.token(hash_token(&first)).await.unwrap().unwrap();
         assert!(rec.role == Role::RelayAdmin && rec.tenant == Tenant::default_tenant());
 
-        assert_eq!(ensure_admin_token(&registry, &path).await.unwrap(), first);
+        assert_eq!(ensure_admin_token(&store, &path).await.unwrap(), first);
 
         // A fresh database learns the token from the file.
-        let fresh = Registry::open_in_memory().unwrap();
+        let fresh = Store::open_in_memory().unwrap();
         assert_eq!(ensure_admin_token(&fresh, &path).await.unwrap(), first);
         assert!(fresh.token(hash_token(&first)).await.unwrap().is_some());
 
         // An empty file is named, never replaced.
         std::fs::write(&path, "\n").unwrap();
-        let empty = format!(
-            "{:#}",
-            ensure_admin_token(&registry, &path).await.unwrap_err()
-        );
+        let empty = format!("{:#}", ensure_admin_token(&store, &path).await.unwrap_err());
         assert!(empty.contains("holds no token"), "{empty}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "\n");
         std::fs::write(&path, format!("{first}\n")).unwrap();
 
         // A lost file means a new admin token; the old one still works.
         std::fs::remove_file(&path).unwrap();
-        let second = ensure_admin_token(&registry, &path).await.unwrap();
+        let second = ensure_admin_token(&store, &path).await.unwrap();
         assert_ne!(second, first);
-        assert!(registry.token(hash_token(&first)).await.unwrap().is_some());
-        assert!(registry.token(hash_token(&second)).await.unwrap().is_some());
+        assert!(store.token(hash_token(&first)).await.unwrap().is_some());
+        assert!(store.token(hash_token(&second)).await.unwrap().is_some());
 
         // A database from before roles knew the file's token as a plain admin: it is the
         // relay's admin again, and the lost file's old token stays a tenant admin.
@@ -181,16 +178,16 @@ mod tests {
             tenant: Tenant::default_tenant(),
             role: Role::Admin,
         };
-        registry
+        store
             .insert_token(hash_token(&second), old.clone(), 0)
             .await
             .unwrap();
-        registry
+        store
             .insert_token(hash_token(&first), old.clone(), 0)
             .await
             .unwrap();
-        ensure_admin_token(&registry, &path).await.unwrap();
-        let grant = |t: &str| registry.token(hash_token(t));
+        ensure_admin_token(&store, &path).await.unwrap();
+        let grant = |t: &str| store.token(hash_token(t));
         assert_eq!(
             grant(&second).await.unwrap().unwrap().role,
             Role::RelayAdmin

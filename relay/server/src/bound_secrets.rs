@@ -1,14 +1,14 @@
 //! Secrets by placeholder, bound to a sandbox when it is created: each secret a create request
 //! names gets its value (from the request, else the tenant's secret store), a random
 //! placeholder that the sandbox sees in its environment instead, and a sealed record in the
-//! registry so a restarted relay finds the binding again ([`bind`], [`load`]).
+//! store so a restarted relay finds the binding again ([`bind`], [`load`]).
 //!
 //! The value never enters the sandbox or the stored spec: the egress proxy swaps the
 //! placeholder for it on the way out, in requests to the secret's hosts only.
 
 use tether_client::api::{check_secret_name, check_secret_value, SandboxSpec};
 use tether_relay_core::egress::policy::{BoundSecret, HostPattern, PLACEHOLDER_PREFIX};
-use tether_store::{Registry, RegistryError, SandboxId, Tenant};
+use tether_store::{SandboxId, Store, StoreError, Tenant};
 
 use crate::ApiError;
 
@@ -33,7 +33,7 @@ pub(crate) fn placeholder() -> String {
 /// Nothing in `spec` changes unless every secret binds. A create that fails after this call
 /// should [`unbind`]; if it cannot, the next relay start forgets the binding anyway.
 pub(crate) async fn bind(
-    registry: &Registry,
+    store: &Store,
     tenant: &Tenant,
     id: &SandboxId,
     spec: &mut SandboxSpec,
@@ -79,7 +79,7 @@ pub(crate) async fn bind(
                 check_secret_value(name, value.expose()).map_err(ApiError::Invalid)?;
                 value.clone()
             }
-            None => registry
+            None => store
                 .secret_value(tenant, name)
                 .await?
                 .ok_or_else(|| missing(tenant, name))?,
@@ -91,7 +91,7 @@ pub(crate) async fn bind(
             hosts,
         });
     }
-    registry.bind_secrets(id, &bound).await?;
+    store.bind_secrets(id, &bound).await?;
     for (secret, b) in spec.secrets.iter_mut().zip(&bound) {
         secret.value = None;
         spec.env.insert(b.name.clone(), b.placeholder.clone());
@@ -101,17 +101,14 @@ pub(crate) async fn bind(
 
 /// The bound secrets of sandbox `id`, as [`bind`] recorded them (none for a sandbox that has
 /// none), for a relay that restarted.
-pub(crate) async fn load(
-    registry: &Registry,
-    id: &SandboxId,
-) -> Result<Vec<BoundSecret>, RegistryError> {
-    registry.bound_secrets(id).await
+pub(crate) async fn load(store: &Store, id: &SandboxId) -> Result<Vec<BoundSecret>, StoreError> {
+    store.bound_secrets(id).await
 }
 
 /// Forgets the bound secrets of sandbox `id`, for a create that failed after [`bind`]. (The
-/// registry forgets those of a recorded sandbox by itself when the sandbox is deleted.)
-pub(crate) async fn unbind(registry: &Registry, id: &SandboxId) -> Result<(), RegistryError> {
-    registry.unbind_secrets(id).await
+/// store forgets those of a recorded sandbox by itself when the sandbox is deleted.)
+pub(crate) async fn unbind(store: &Store, id: &SandboxId) -> Result<(), StoreError> {
+    store.unbind_secrets(id).await
 }
 
 /// The 400 for a secret that has no value anywhere.
@@ -153,9 +150,9 @@ mod tests {
         }
     }
 
-    /// A registry whose tenant `a` stores OPENAI_API_KEY.
-    async fn registry_with_stored(path: &std::path::Path) -> Registry {
-        let reg = Registry::open(path).unwrap();
+    /// A store whose tenant `a` stores OPENAI_API_KEY.
+    async fn registry_with_stored(path: &std::path::Path) -> Store {
+        let reg = Store::open(path).unwrap();
         let value = SecretValue::new(STORED);
         let a = tenant("a");
         let put = reg.put_secret(&a, "OPENAI_API_KEY", &value, 1, 8);
@@ -209,7 +206,7 @@ mod tests {
         assert!(!shown.contains(STORED) && !shown.contains(SENT), "{shown}");
 
         drop(reg);
-        let reg = Registry::open(&path).unwrap();
+        let reg = Store::open(&path).unwrap();
         assert_eq!(load(&reg, &id).await.unwrap(), bound);
         assert!(load(&reg, &SandboxId::generate()).await.unwrap().is_empty());
         unbind(&reg, &id).await.unwrap();
@@ -251,7 +248,7 @@ mod tests {
 
     #[tokio::test]
     async fn refuses_what_cannot_be_bound_and_changes_nothing() {
-        let reg = Registry::open_in_memory().unwrap();
+        let reg = Store::open_in_memory().unwrap();
         let t = tenant("a");
         let long = "A".repeat(129);
         let cases: Vec<(SandboxSpec, &str)> = vec![
@@ -322,7 +319,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_spec_without_secrets_binds_nothing() {
-        let reg = Registry::open_in_memory().unwrap();
+        let reg = Store::open_in_memory().unwrap();
         let mut spec = SandboxSpec::default();
         let id = SandboxId::generate();
         assert!(bind(&reg, &tenant("a"), &id, &mut spec)

@@ -10,7 +10,7 @@ use tracing::{error, warn};
 
 use tether_client::api::{ErrorBody, ErrorDetail};
 use tether_relay_core::provider::ProviderError;
-use tether_store::{DestroyReason, Destroyed, RegistryError, SandboxId};
+use tether_store::{DestroyReason, Destroyed, SandboxId, StoreError};
 
 /// A failed request. Each message is a sentence the user can act on.
 #[derive(Debug, thiserror::Error)]
@@ -136,8 +136,8 @@ impl ApiError {
     }
 }
 
-impl From<RegistryError> for ApiError {
-    fn from(e: RegistryError) -> ApiError {
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
         if e.is_disk_full() {
             // Nothing the request did wrong, and over once space is freed; the message says so.
             return ApiError::Unavailable(e.to_string());

@@ -1,5 +1,5 @@
 //! The relay (`tether serve`): provisions sandboxes through providers, keeps them in
-//! the registry, and tunnels client sessions to each sandbox's agent.
+//! the store, and tunnels client sessions to each sandbox's agent.
 //!
 //! # Layout
 //! - this file: [`start`] and shutting down ([`RunningRelay`]);
@@ -89,7 +89,7 @@ use tether_egress::Egress;
 pub use tether_egress::EgressConfig;
 use tether_relay_core::egress::TrustShelf;
 use tether_relay_core::provider::{Provider, ProviderContext};
-use tether_store::{NodeId, Registry};
+use tether_store::{NodeId, Store};
 
 /// How to run a relay.
 #[derive(Clone, Debug)]
@@ -114,7 +114,7 @@ pub struct RelayConfig {
     pub docker_host: Option<String>,
     /// Timeouts and caps that keep dead, slow and silent peers from holding the relay.
     pub connections: ConnectionLimits,
-    /// Where the registry lives: this relay's SQLite file, or a PostgreSQL database shared
+    /// Where the store lives: this relay's SQLite file, or a PostgreSQL database shared
     /// with other relays.
     pub database: Database,
     /// The URL other relays of the database reach this one at; `None`: the address it
@@ -122,7 +122,7 @@ pub struct RelayConfig {
     pub advertise: Option<String>,
 }
 
-/// Where a relay keeps its registry.
+/// Where a relay keeps its store.
 #[derive(Clone, Default)]
 pub enum Database {
     /// SQLite in `<data_dir>/relay.db`, the key beside it: one relay.
@@ -209,30 +209,30 @@ async fn start_serving(
     let data_dir = config.data_dir.clone();
     let database = config.database.clone();
     let sqlite = matches!(database, Database::Sqlite);
-    let (registry, node, dir_lock) =
+    let (store, node, dir_lock) =
         tokio::task::spawn_blocking(move || open_data_dir(&data_dir, sqlite))
             .await
             .context("the task opening the data directory failed")??;
-    let registry = match (registry, database) {
-        (Some(registry), _) => registry,
+    let store = match (store, database) {
+        (Some(store), _) => store,
         (None, Database::Postgres { url, key_file }) => {
             let key_file = key_file.unwrap_or_else(|| config.data_dir.join(tether_store::KEY_FILE));
-            Registry::open_postgres_for(&url, &key_file, &config.data_dir).await?
+            Store::open_postgres_for(&url, &key_file, &config.data_dir).await?
         }
-        (None, Database::Sqlite) => anyhow::bail!("the SQLite registry was not opened"),
+        (None, Database::Sqlite) => anyhow::bail!("the SQLite store was not opened"),
     };
     let shared = !sqlite;
     // Before anything reads or writes what the directory holds: its sandboxes and its admin
     // token are another store's when the two disagree, and nothing of them is touched.
-    registry.bind_data_dir(&config.data_dir).await?;
+    store.bind_data_dir(&config.data_dir).await?;
     // Under the directory's lock and before any create: a bound secret without its sandbox
     // is left from a create that failed (or a relay that stopped) after binding it.
-    let swept = registry.sweep_unbound_secrets(&node).await?;
+    let swept = store.sweep_unbound_secrets(&node).await?;
     if swept > 0 {
         info!("forgot {swept} secrets bound to sandboxes that were never created");
     }
     let admin_token_file = config.data_dir.join(ADMIN_TOKEN_FILE);
-    let admin_token = auth::ensure_admin_token(&registry, &admin_token_file).await?;
+    let admin_token = auth::ensure_admin_token(&store, &admin_token_file).await?;
     let policy = policy::Policy::new(&config.policy, &config.data_dir, providers.keys().copied())?;
     let tls = config.tls.as_ref().map(tls::load).transpose()?;
     // An https egress listener serves the relay's own certificate, which sandboxes must trust.
@@ -243,7 +243,7 @@ async fn start_serving(
     let egress = Arc::new(Egress::new(
         &config.data_dir,
         &egress_config,
-        registry.clone(),
+        store.clone(),
         trust,
     )?);
 
@@ -270,10 +270,10 @@ async fn start_serving(
         ),
         None => format!("{}://{addr}", if tls.is_some() { "https" } else { "http" }),
     };
-    let grant_key = registry.derived_key(cluster::Cluster::grant_key_purpose());
+    let grant_key = store.derived_key(cluster::Cluster::grant_key_purpose());
     let cluster = cluster::Cluster::new(node.clone(), address, shared, grant_key)?;
     let relay = Arc::new(Relay {
-        registry,
+        store,
         node,
         cluster,
         providers,
@@ -387,7 +387,7 @@ impl RunningRelay {
             );
         }
         // Its peers count its sandboxes unavailable at once, not after its heartbeat ages.
-        if let Err(e) = self.relay.registry.leave(&self.relay.node).await {
+        if let Err(e) = self.relay.store.leave(&self.relay.node).await {
             warn!("cannot record in the database that this relay stopped: {e}");
         }
     }
@@ -400,11 +400,8 @@ impl Drop for RunningRelay {
 }
 
 /// Creates the data directory (mode 0700), takes its lock, reads this relay's node id, and
-/// opens the SQLite registry in it when `sqlite`.
-fn open_data_dir(
-    dir: &Path,
-    sqlite: bool,
-) -> anyhow::Result<(Option<Registry>, NodeId, Flock<File>)> {
+/// opens the SQLite store in it when `sqlite`.
+fn open_data_dir(dir: &Path, sqlite: bool) -> anyhow::Result<(Option<Store>, NodeId, Flock<File>)> {
     DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -423,11 +420,11 @@ fn open_data_dir(
         )
     })?;
     let node = cluster::node::load_or_create(dir)?;
-    let registry = match sqlite {
-        true => Some(Registry::open(&dir.join(DB_FILE))?),
+    let store = match sqlite {
+        true => Some(Store::open(&dir.join(DB_FILE))?),
         false => None,
     };
-    Ok((registry, node, lock))
+    Ok((store, node, lock))
 }
 
 async fn shutdown_signal() -> anyhow::Result<()> {

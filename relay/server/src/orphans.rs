@@ -1,5 +1,5 @@
 //! Orphans: sandboxes at a provider that carry Tether's id label (local: a sandbox directory
-//! under this relay's data directory) but that the registry does not know, left behind by a
+//! under this relay's data directory) but that the store does not know, left behind by a
 //! relay that crashed between a provider's create and its own record, that lost its data
 //! directory or its database, or kept at start because nothing proved them its own to remove
 //! (`recovery`). The relay admin lists them (`GET /v1/orphans`, `tether ls --orphans`) and
@@ -34,7 +34,7 @@ fn relay_admin_only(relay: &Relay, caller: &Caller) -> Result<(), ApiError> {
 /// Every orphan at every configured provider.
 pub(super) async fn find(relay: &Relay) -> Result<OrphanList, ApiError> {
     let known: HashSet<(String, String)> = relay
-        .registry
+        .store
         .all()
         .await?
         .into_iter()
@@ -43,7 +43,7 @@ pub(super) async fn find(relay: &Relay) -> Result<OrphanList, ApiError> {
     // A create in flight (journaled, not yet registered) is not an orphan: `--rm` would race
     // it. One interrupted by a crash is the start-up recovery's, which removes it.
     let creating: HashSet<String> = relay
-        .registry
+        .store
         .pending_creates(None)
         .await?
         .into_iter()
@@ -89,7 +89,7 @@ pub(super) async fn list(
 }
 
 /// Removes the orphans whose relay id or provider id is `id`, for a relay admin's delete of
-/// an id the registry does not know; `false` when there is none.
+/// an id the store does not know; `false` when there is none.
 pub(super) async fn remove(relay: &Relay, caller: &Caller, id: &str) -> Result<bool, ApiError> {
     if caller.role != Role::RelayAdmin {
         return Ok(false);
@@ -104,7 +104,7 @@ pub(super) async fn remove(relay: &Relay, caller: &Caller, id: &str) -> Result<b
         let Some(provider) = relay.providers.get(orphan.provider.as_str()) else {
             continue;
         };
-        // What the registry would have kept is lost; the provider's id is all a delete needs.
+        // What the store would have kept is lost; the provider's id is all a delete needs.
         let handle = SandboxHandle {
             id: orphan.id.clone(),
             provider_ref: orphan.provider_ref.clone(),

@@ -10,7 +10,7 @@
 //! with it is answered with a cookie holding the token and a redirect to the same URL
 //! without it, so the token does not linger in the address bar or reach the app), or in
 //! that cookie. The token is HMAC-SHA256(agent token, id): per sandbox, stable for its life,
-//! unguessable without the agent token, and needing no column in the registry. It is
+//! unguessable without the agent token, and needing no column in the store. It is
 //! checked in constant time, and an unknown id, a missing token and a wrong one all get the
 //! same 401 and the same body, so the answers tell nobody which sandbox ids exist.
 //!
@@ -234,7 +234,7 @@ async fn authorize_and_forward(
     mut req: Request,
 ) -> Result<Response, Response> {
     let sandbox = relay
-        .registry
+        .store
         .get_any(&SandboxId::from(target.id.clone()))
         .await
         .map_err(|e| ApiError::from(e).into_response())?;
@@ -370,10 +370,7 @@ async fn is_relay_credential(relay: &Relay, sandbox: &SandboxRecord, credential:
     }
     // A token minted before API tokens had their prefix is known by its hash alone. A store
     // that cannot answer strips nothing more: the request goes on as the browser sent it.
-    matches!(
-        relay.registry.token(hash_token(credential)).await,
-        Ok(Some(_))
-    )
+    matches!(relay.store.token(hash_token(credential)).await, Ok(Some(_)))
 }
 
 /// Opens the way to the port and sends the request there.

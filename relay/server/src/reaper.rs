@@ -69,7 +69,7 @@ pub(super) async fn run(relay: Arc<Relay>, interval: Duration) {
         if last_activity.elapsed() >= activity_every {
             last_activity = Instant::now();
             let active = relay.tunnels.to_record();
-            match relay.registry.touch(active.clone(), now_ms()).await {
+            match relay.store.touch(active.clone(), now_ms()).await {
                 Ok(()) => relay.tunnels.recorded(&active),
                 Err(e) => warn!("cannot record tunnel activity: {e}"),
             }
@@ -84,7 +84,7 @@ pub(super) async fn run(relay: Arc<Relay>, interval: Duration) {
 /// Takes or renews the reaper's lease; `None` while another relay holds it.
 async fn acquire(relay: &Relay) -> Option<Lease> {
     let lease = relay
-        .registry
+        .store
         .acquire_lease(REAPER_LEASE, &relay.node, REAPER_LEASE_TTL)
         .await;
     let lease = lease.unwrap_or_else(|e| {
@@ -100,7 +100,7 @@ async fn acquire(relay: &Relay) -> Option<Lease> {
 /// Lets go of the lease at shutdown, so another relay reaps at once.
 async fn release(relay: &Relay, lease: Option<Lease>) {
     if let Some(lease) = lease {
-        if let Err(e) = relay.registry.release_lease(&lease).await {
+        if let Err(e) = relay.store.release_lease(&lease).await {
             warn!(
                 "cannot release the reaper's lease: {e}; another relay takes it when it runs out"
             );
@@ -117,7 +117,7 @@ async fn recheck_unknown_every(relay: Arc<Relay>, interval: Duration) {
 /// Asks again about every sandbox whose state could not be told that this relay should
 /// ask about: those on its own host, and cloud ones while it runs the reaper.
 async fn recheck_unknown(relay: &Relay) {
-    let unknown = match relay.registry.in_state(SandboxState::Unknown).await {
+    let unknown = match relay.store.in_state(SandboxState::Unknown).await {
         Ok(unknown) => unknown,
         Err(e) => return warn!("cannot look for sandboxes of unknown state: {e}"),
     };
@@ -149,7 +149,7 @@ fn asks_about(relay: &Relay, provider: &dyn Provider, sandbox: &SandboxRecord) -
 /// Deletes every sandbox that is due, under `lease`.
 async fn reap(relay: &Relay, lease: &Lease, failing: &mut HashSet<SandboxId>) {
     let now = now_ms();
-    let due = match relay.registry.due(now).await {
+    let due = match relay.store.due(now).await {
         Ok(due) => due,
         Err(e) => {
             warn!("cannot look for expired sandboxes: {e}");
@@ -181,11 +181,7 @@ async fn reap_one(
     sandbox: SandboxRecord,
 ) -> Option<(SandboxId, Result<(), String>)> {
     // Read it again: a renew or a new tunnel may have come in since the scan.
-    let mut sandbox = relay
-        .registry
-        .get(&sandbox.tenant, &sandbox.id)
-        .await
-        .ok()??;
+    let mut sandbox = relay.store.get(&sandbox.tenant, &sandbox.id).await.ok()??;
     let now = now_ms();
     let provider = match relay.provider_of(&sandbox) {
         Ok(provider) => provider,
@@ -263,7 +259,7 @@ async fn claim(
     due: Due,
 ) -> Result<bool, String> {
     relay
-        .registry
+        .store
         .claim(&sandbox.id, lease, REAPER_LEASE_MARGIN, due)
         .await
         .map_err(|e| format!("cannot claim sandbox {} for deletion: {e}", sandbox.id))
@@ -294,7 +290,7 @@ async fn destroy_unasked(
     let evidence = entry.evidence.clone();
     let claim = lease.claim();
     if relay
-        .registry
+        .store
         .remove_journaled(entry, Some(&claim))
         .await?
         .is_none()
@@ -318,13 +314,13 @@ async fn destroy_unasked(
 
 /// Asks each sandbox's provider for its state (of those this relay asks about), forgetting
 /// those it positively no longer has when this relay holds the reaper's `lease`: after a host
-/// reboot, say, the registry may remember sandboxes that are gone. Those whose state cannot
+/// reboot, say, the store may remember sandboxes that are gone. Those whose state cannot
 /// be told are kept, and asked about again on every tick; gone ones another relay reaps.
 async fn reconcile(relay: &Relay, lease: Option<&Lease>) {
-    let all = match relay.registry.all().await {
+    let all = match relay.store.all().await {
         Ok(all) => all,
         Err(e) => {
-            warn!("cannot read the registry to reconcile it: {e}");
+            warn!("cannot read the store to reconcile it: {e}");
             return;
         }
     };

@@ -2,13 +2,13 @@
 //! create journal proves it began is removed: every create it journaled (the row names this
 //! relay's node) was interrupted (a create in progress ends either registered or undone), so
 //! what it made is removed at its provider. Every other sandbox a provider holds for this relay
-//! that neither the registry nor the journal accounts for is reported, one line per sandbox
+//! that neither the store nor the journal accounts for is reported, one line per sandbox
 //! naming its id and where it is, and kept: it may be registered in another store or a
 //! database restored later, and only an admin may remove it (`tether ls --orphans` lists it,
 //! `tether rm ID` removes it). One line sums up what was done.
 //!
 //! A registered sandbox is never touched, and nothing is removed on a state that could not be
-//! read: if the registry or the journal cannot be read, recovery is skipped with a warning and
+//! read: if the store or the journal cannot be read, recovery is skipped with a warning and
 //! tried again at the next start; a journaled create whose removal fails stays journaled.
 //! The data directory was checked to belong to this store before (`store::binding`).
 
@@ -24,13 +24,13 @@ use tether_store::PendingCreate;
 /// Finishes interrupted creates, reports unaccounted sandboxes, then logs a summary.
 pub(super) async fn run(relay: &Relay) {
     let (registered, pending) = match (
-        relay.registry.all_ids().await,
-        relay.registry.pending_creates(Some(&relay.node)).await,
+        relay.store.all_ids().await,
+        relay.store.pending_creates(Some(&relay.node)).await,
     ) {
         (Ok(ids), Ok(pending)) => (ids, pending),
         (Err(e), _) | (_, Err(e)) => {
             return warn!(
-                "cannot read the registry to recover from a crash: {e}; nothing was removed, \
+                "cannot read the store to recover from a crash: {e}; nothing was removed, \
                  and recovery runs again at the next start"
             )
         }
@@ -66,7 +66,7 @@ pub(super) async fn run(relay: &Relay) {
                          token); `tether ls --orphans` lists every such sandbox",
                         id = sandbox.id,
                         place = sandbox.place,
-                        store = relay.registry.location(),
+                        store = relay.store.location(),
                     );
                     kept.push(sandbox.id);
                 }
@@ -119,7 +119,7 @@ async fn finish(
         return (id, Outcome::Kept);
     }
     // Registered after all (the row outlived its insert, or was written by someone else):
-    // the sandbox is the registry's, and only the row goes.
+    // the sandbox is the store's, and only the row goes.
     let stale = registered.contains(&id);
     if !stale {
         let Some(provider) = relay.providers.get(create.provider.as_str()) else {
@@ -150,7 +150,7 @@ async fn finish(
             }
         }
     }
-    match relay.registry.finish_create(&create.id).await {
+    match relay.store.finish_create(&create.id).await {
         Ok(()) if stale => (id, Outcome::Stale),
         Ok(()) => (id, Outcome::Finished),
         Err(e) => {

@@ -102,7 +102,7 @@ async fn create_token(
         Role::Admin => {}
     }
     let role = if req.admin { Role::Admin } else { Role::Member };
-    let token = auth::create_token(&relay.registry, tenant.clone(), role).await?;
+    let token = auth::create_token(&relay.store, tenant.clone(), role).await?;
     let tenant = tenant.to_string();
     Ok((StatusCode::CREATED, Json(TokenResponse { token, tenant })))
 }

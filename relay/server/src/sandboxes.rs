@@ -60,7 +60,7 @@ pub(super) async fn list(
     RawQuery(query): RawQuery,
 ) -> Result<Json<Vec<SandboxInfo>>, ApiError> {
     let labels = label_filters(query.as_deref().unwrap_or(""))?;
-    let found = relay.registry.list(&caller.tenant, &labels).await?;
+    let found = relay.store.list(&caller.tenant, &labels).await?;
     Ok(Json(found.iter().map(|s| info(&relay, s, false)).collect()))
 }
 
@@ -78,18 +78,14 @@ pub(super) async fn get(
 }
 
 /// `DELETE /v1/sandboxes/{id}`: idempotent, so an unknown id also answers 204. For the relay
-/// admin, an id the registry does not know may be an orphan's (`GET /v1/orphans`), which is
+/// admin, an id the store does not know may be an orphan's (`GET /v1/orphans`), which is
 /// removed at its provider.
 pub(super) async fn delete(
     State(relay): State<Arc<Relay>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let Some(sandbox) = relay
-        .registry
-        .get(&caller.tenant, &id.clone().into())
-        .await?
-    else {
+    let Some(sandbox) = relay.store.get(&caller.tenant, &id.clone().into()).await? else {
         super::orphans::remove(&relay, &caller, &id).await?;
         return Ok(StatusCode::NO_CONTENT);
     };
@@ -114,7 +110,7 @@ pub(super) async fn renew(
     let mut sandbox = find(&relay, &caller, id).await?;
     let provider = relay.provider_of(&sandbox)?;
     // A sandbox on another relay's host has no provider-side lifetime to extend (those
-    // providers keep a sandbox until it is deleted); the TTL is the registry's.
+    // providers keep a sandbox until it is deleted); the TTL is the store's.
     let renewed = match relay.is_here(&sandbox) {
         true => provider.renew(&sandbox.handle(), ttl).await,
         false => Ok(()),
@@ -122,14 +118,14 @@ pub(super) async fn renew(
     if let Err(e) = renewed {
         if matches!(e, ProviderError::Gone(_)) {
             relay
-                .registry
+                .store
                 .set_state(&sandbox.id, SandboxState::Gone)
                 .await?;
         }
         return Err(ApiError::provider(&sandbox.provider, Some(&sandbox.id), e));
     }
     let expires_ms = now_ms().saturating_add(millis(ttl));
-    if !relay.registry.set_ttl(&sandbox.id, ttl, expires_ms).await? {
+    if !relay.store.set_ttl(&sandbox.id, ttl, expires_ms).await? {
         return Err(ApiError::Deleted(format!(
             "sandbox {} is being deleted by the relay (its TTL ran out, it sat idle, or its \
              provider reported it gone); create a new one",
@@ -158,8 +154,8 @@ async fn get_or_create(
         serde_json::to_string(&spec.labels).unwrap_or_default()
     );
     // Across every relay sharing the database (for SQLite, within this relay).
-    let _turn = relay.registry.lock_labels(&key).await?;
-    if let Some(mut found) = relay.registry.find_by_labels(&tenant, &spec.labels).await? {
+    let _turn = relay.store.lock_labels(&key).await?;
+    if let Some(mut found) = relay.store.find_by_labels(&tenant, &spec.labels).await? {
         if let Ok(found_provider) = relay.provider_of(&found) {
             relay.refresh_state(&*found_provider, &mut found).await;
         }
@@ -179,8 +175,8 @@ async fn create_new(
     tenant: Tenant,
     mut spec: SandboxSpec,
 ) -> Result<SandboxRecord, ApiError> {
-    // Held until the sandbox is in the registry, which then counts it.
-    let _place = relay.policy.reserve(&relay.registry, &tenant).await?;
+    // Held until the sandbox is in the store, which then counts it.
+    let _place = relay.policy.reserve(&relay.store, &tenant).await?;
     // Every sandbox has a TTL, which the reaper enforces: the request's, else the tenant's
     // default. The provider sees only one that was asked for, so it otherwise keeps its own
     // lifetime rules (E2B extends its timeout on every connect).
@@ -190,7 +186,7 @@ async fn create_new(
     // Journaled before anything of it exists, so a relay killed from here on finds it at its
     // next start and removes what it made (see `recovery`).
     relay
-        .registry
+        .store
         .begin_create(PendingCreate {
             id: id.clone(),
             tenant: tenant.clone(),
@@ -228,7 +224,7 @@ async fn create_new(
             return Err(ApiError::provider(provider.name(), Some(&id), e));
         }
     };
-    if let Err(e) = relay.registry.create_made(&id, &created.provider_ref).await {
+    if let Err(e) = relay.store.create_made(&id, &created.provider_ref).await {
         // Only a crash before the insert needs it; the insert will likely fail the same way.
         tracing::warn!(sandbox = %id, "cannot journal the provider's id of a new sandbox: {e}");
     }
@@ -258,7 +254,7 @@ async fn create_new(
     };
     let recorded = match attached {
         Ok(()) => relay
-            .registry
+            .store
             .insert(sandbox.clone())
             .await
             .map_err(ApiError::from),
@@ -287,7 +283,7 @@ async fn create_new(
 /// Forgets the journaled create of `id`, which did not register its sandbox and whose
 /// provider has undone its part. If that fails, the relay's next start removes it again.
 async fn abandon_create(relay: &Relay, id: &SandboxId) {
-    if let Err(e) = relay.registry.finish_create(id).await {
+    if let Err(e) = relay.store.finish_create(id).await {
         tracing::warn!(sandbox = %id, "cannot finish the journal of a failed create: {e}");
     }
 }
@@ -326,9 +322,9 @@ async fn prepare_egress(
     } else {
         Some(check_route(relay, provider, id, spec)?)
     };
-    let secrets = bound_secrets::bind(&relay.registry, tenant, id, spec).await?;
+    let secrets = bound_secrets::bind(&relay.store, tenant, id, spec).await?;
     if let Err(e) = relay.egress.prepare(id, &secrets).await {
-        let _ = bound_secrets::unbind(&relay.registry, id).await;
+        let _ = bound_secrets::unbind(&relay.store, id).await;
         return Err(ApiError::Internal(e.to_string()));
     }
     Ok(Some(EgressPlan {
@@ -432,7 +428,7 @@ async fn attach_egress(
     let ca = match relay.egress.take_trust(&sandbox.id) {
         Some(ca) => ca,
         None => relay
-            .registry
+            .store
             .egress_ca(&sandbox.id)
             .await?
             .map(|ca| ca.cert_pem)
@@ -495,19 +491,19 @@ async fn attach_local(
 /// Forgets what [`prepare_egress`] recorded for a sandbox that was not created.
 async fn undo_egress(relay: &Relay, id: &SandboxId) {
     relay.egress.unprepare(id).await;
-    if let Err(e) = bound_secrets::unbind(&relay.registry, id).await {
+    if let Err(e) = bound_secrets::unbind(&relay.store, id).await {
         tracing::warn!(sandbox = %id, "cannot forget the secrets bound to a failed create: {e}");
     }
 }
 
-/// At relay start: forgets the egress state of sandboxes the registry no longer has (deleted
+/// At relay start: forgets the egress state of sandboxes the store no longer has (deleted
 /// while the relay was down), then attaches the egress proxy again to every running sandbox
-/// with an allowlist that the relay serves, with its secrets and CA from the registry: local
+/// with an allowlist that the relay serves, with its secrets and CA from the store: local
 /// ones, and ones elsewhere with secrets (their CA is installed already). Failures are
 /// logged; a local sandbox stays cut off (its rules refuse everything), never open, and a
 /// sandbox elsewhere gets no secret into its requests.
 pub(super) async fn reattach_egress(relay: &Relay) {
-    let all = match relay.registry.all().await {
+    let all = match relay.store.all().await {
         Ok(all) => all,
         Err(e) => {
             tracing::warn!("cannot list sandboxes to re-attach their egress proxy: {e}");
@@ -538,7 +534,7 @@ pub(super) async fn reattach_egress(relay: &Relay) {
             let allowlist = Allowlist::from_spec(&sandbox.spec)
                 .map_err(ApiError::Invalid)?
                 .unwrap_or_default();
-            let secrets = bound_secrets::load(&relay.registry, &sandbox.id).await?;
+            let secrets = bound_secrets::load(&relay.store, &sandbox.id).await?;
             if provider.runs_here() {
                 attach_local(relay, &*provider, &sandbox, allowlist, secrets).await
             } else {

@@ -35,7 +35,7 @@ pub(super) async fn put(
     let value = parse_value(&body)?;
     check_secret_value(&name, value.expose()).map_err(ApiError::Invalid)?;
     let put = relay
-        .registry
+        .store
         .put_secret(&tenant, &name, &value, now_ms(), MAX_SECRETS_PER_TENANT);
     let Some((stored, created)) = put.await? else {
         return Err(ApiError::Forbidden(format!(
@@ -64,7 +64,7 @@ pub(super) async fn list(
     RawQuery(query): RawQuery,
 ) -> Result<Json<Vec<SecretInfo>>, ApiError> {
     let tenant = target_tenant(&relay, &caller, query.as_deref())?;
-    let stored = relay.registry.secrets(&tenant).await?;
+    let stored = relay.store.secrets(&tenant).await?;
     Ok(Json(
         stored
             .into_iter()
@@ -82,7 +82,7 @@ pub(super) async fn delete(
 ) -> Result<StatusCode, ApiError> {
     let tenant = target_tenant(&relay, &caller, query.as_deref())?;
     check_secret_name(&name).map_err(ApiError::Invalid)?;
-    if !relay.registry.remove_secret(&tenant, &name).await? {
+    if !relay.store.remove_secret(&tenant, &name).await? {
         return Err(ApiError::NotFound(format!(
             "tenant {tenant} has no secret {name}; `tether secret list` lists them"
         )));

@@ -1,4 +1,4 @@
-//! What every handler and background task of one relay shares: the registry, the providers,
+//! What every handler and background task of one relay shares: the store, the providers,
 //! the policy, the open tunnels, its peers and the shutdown signal.
 
 use std::collections::BTreeMap;
@@ -19,12 +19,12 @@ use super::caller::Caller;
 use super::error::ApiError;
 use super::policy::Policy;
 use tether_relay_core::provider::{Provider, ProviderError, SandboxState};
-use tether_store::{NodeId, Registry, SandboxId, SandboxRecord};
+use tether_store::{NodeId, SandboxId, SandboxRecord, Store};
 
 /// One running relay's shared state.
 pub(super) struct Relay {
     /// Sandboxes and tokens.
-    pub registry: Registry,
+    pub store: Store,
     /// This relay among those sharing its database: its data directory's `node.id`.
     pub node: NodeId,
     /// This relay's view of the relays sharing its database.
@@ -142,7 +142,7 @@ impl Relay {
         };
         if state != sandbox.state {
             sandbox.state = state;
-            if let Err(e) = self.registry.set_state(&sandbox.id, state).await {
+            if let Err(e) = self.store.set_state(&sandbox.id, state).await {
                 warn!("cannot record the state of sandbox {}: {e}", sandbox.id);
             }
         }
@@ -161,12 +161,12 @@ impl Relay {
             Err(e) => return Err(ApiError::provider(&sandbox.provider, Some(&sandbox.id), e)),
         }
         self.egress.detach(&sandbox.id);
-        self.registry.remove(&sandbox.id).await?;
+        self.store.remove(&sandbox.id).await?;
         Ok(())
     }
 
     /// Runs `work` to completion even if the client disconnects: a create or delete cut off
-    /// between the provider and the registry would leak a sandbox or keep a dead one.
+    /// between the provider and the store would leak a sandbox or keep a dead one.
     pub(super) async fn detached<T, F>(&self, work: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
@@ -179,10 +179,10 @@ impl Relay {
     }
 
     /// Records client activity on sandbox `id` now. Never fails the caller: activity the
-    /// registry cannot take (its disk full, its database unreachable) is kept in memory, where
+    /// store cannot take (its disk full, its database unreachable) is kept in memory, where
     /// the reaper counts it as activity and writes it once it can.
     pub(super) async fn record_activity(&self, id: &SandboxId) {
-        if let Err(e) = self.registry.touch(vec![id.clone()], now_ms()).await {
+        if let Err(e) = self.store.touch(vec![id.clone()], now_ms()).await {
             // Said once per sandbox until a record is written again, not on every session.
             if self.tunnels.unrecorded(id.clone()) {
                 warn!(
@@ -217,10 +217,10 @@ pub(crate) async fn find(
     id: String,
 ) -> Result<SandboxRecord, ApiError> {
     let id = SandboxId::from(id);
-    if let Some(sandbox) = relay.registry.get(&caller.tenant, &id).await? {
+    if let Some(sandbox) = relay.store.get(&caller.tenant, &id).await? {
         return Ok(sandbox);
     }
-    Err(match relay.registry.destroyed(&caller.tenant, &id).await? {
+    Err(match relay.store.destroyed(&caller.tenant, &id).await? {
         Some(entry) => ApiError::deleted(&entry),
         None => ApiError::no_sandbox(&id),
     })

@@ -24,7 +24,7 @@ pub(super) async fn run(relay: Arc<Relay>) {
 
 /// Refreshes the state of every running sandbox on this host, logging the agents found dead.
 async fn check(relay: &Relay) {
-    let running = match relay.registry.in_state(SandboxState::Running).await {
+    let running = match relay.store.in_state(SandboxState::Running).await {
         Ok(running) => running,
         Err(e) => return warn!("cannot list running sandboxes to watch their agents: {e}"),
     };

@@ -14,7 +14,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::backend::Backend;
-use super::{Registry, RegistryError};
+use super::{Store, StoreError};
 
 /// The file under the data directory that names the store it belongs to.
 pub(super) const STORE_FILE: &str = "store.id";
@@ -74,7 +74,7 @@ pub enum BindingError {
     },
     /// The store cannot be asked for its id, or take one.
     #[error(transparent)]
-    Registry(#[from] RegistryError),
+    Store(#[from] StoreError),
 }
 
 /// What a data directory's `store.id` says.
@@ -86,7 +86,7 @@ struct Bound {
     at: String,
 }
 
-impl Registry {
+impl Store {
     /// Makes sure the data directory `dir` belongs to this store, binding a directory that
     /// belongs to none yet; returns the store's id. Must run under the directory's lock and
     /// before anything reads or writes what the directory holds (sandboxes, the admin token).
@@ -95,7 +95,7 @@ impl Registry {
     }
 }
 
-/// [`Registry::bind_data_dir`] on a bare backend: before a PostgreSQL database is sealed under
+/// [`Store::bind_data_dir`] on a bare backend: before a PostgreSQL database is sealed under
 /// the relay's key, so a refused start leaves nothing of the directory in it.
 pub(super) async fn bind(backend: &dyn Backend, dir: &Path) -> Result<String, BindingError> {
     let file = dir.join(STORE_FILE);
@@ -184,7 +184,7 @@ mod tests {
     #[tokio::test]
     async fn a_data_dir_is_bound_once_and_refuses_any_other_store() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Registry::open_in_memory().unwrap();
+        let store = Store::open_in_memory().unwrap();
         let id = store.bind_data_dir(dir.path()).await.unwrap();
         assert!(id.starts_with(STORE_PREFIX), "{id}");
         let file = dir.path().join(STORE_FILE);
@@ -195,7 +195,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&file).unwrap(), written);
 
         // A new store (a fresh SQLite file): refused, naming both, the file untouched.
-        let fresh = Registry::open_in_memory().unwrap();
+        let fresh = Store::open_in_memory().unwrap();
         let err = fresh
             .bind_data_dir(dir.path())
             .await

@@ -3,16 +3,16 @@
 //!
 //! The row is written before the provider is asked to make anything, given the provider's id
 //! as soon as the provider answers, and deleted in the same transaction that registers the
-//! sandbox ([`Registry::insert`]) or once a failed create has been undone. A row found at
+//! sandbox ([`Store::insert`]) or once a failed create has been undone. A row found at
 //! start is therefore a create that a crash interrupted: the relay removes whatever it made
-//! (`server::recovery`), then [`Registry::finish_create`] forgets it. Each row names the relay
+//! (`server::recovery`), then [`Store::finish_create`] forgets it. Each row names the relay
 //! running the create, so relays sharing a database each recover only their own. This is not the destroy
 //! journal (`journal`, table `destroyed`), which is a history kept for users; this one is the
 //! relay's own to-do list and is empty whenever no create runs.
 
 use std::collections::BTreeMap;
 
-use super::{NodeId, Registry, RegistryError, SandboxId, Tenant};
+use super::{NodeId, SandboxId, Store, StoreError, Tenant};
 
 /// A create the relay began and has not finished.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,19 +34,15 @@ pub struct PendingCreate {
     pub node: Option<NodeId>,
 }
 
-impl Registry {
+impl Store {
     /// Journals a create before anything of it exists. Fails if the id is journaled already.
-    pub async fn begin_create(&self, create: PendingCreate) -> Result<(), RegistryError> {
+    pub async fn begin_create(&self, create: PendingCreate) -> Result<(), StoreError> {
         self.backend.begin_create(create).await
     }
 
     /// Records the provider's id for a journaled create, so a crash before the sandbox is
     /// registered still lets the relay delete it at the provider.
-    pub async fn create_made(
-        &self,
-        id: &SandboxId,
-        provider_ref: &str,
-    ) -> Result<(), RegistryError> {
+    pub async fn create_made(&self, id: &SandboxId, provider_ref: &str) -> Result<(), StoreError> {
         self.backend
             .create_made(id.to_string(), provider_ref.to_string())
             .await
@@ -57,7 +53,7 @@ impl Registry {
     pub async fn pending_creates(
         &self,
         node: Option<&NodeId>,
-    ) -> Result<Vec<PendingCreate>, RegistryError> {
+    ) -> Result<Vec<PendingCreate>, StoreError> {
         self.backend.pending_creates(node.cloned()).await
     }
 
@@ -65,7 +61,7 @@ impl Registry {
     /// undone, or the relay removed what a crash left of it), with the secrets and egress CA
     /// bound to it, which no sandbox row will ever take away. A registered sandbox's rows are
     /// never touched: for it, this only drops a stale journal row.
-    pub async fn finish_create(&self, id: &SandboxId) -> Result<(), RegistryError> {
+    pub async fn finish_create(&self, id: &SandboxId) -> Result<(), StoreError> {
         self.backend.finish_create(id.to_string()).await
     }
 }

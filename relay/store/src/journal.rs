@@ -1,17 +1,17 @@
-//! The destroy journal: a durable, append-only record in the registry (table `destroyed`) of
+//! The destroy journal: a durable, append-only record in the store (table `destroyed`) of
 //! every sandbox the relay deleted without being asked to (its TTL ran out, it sat idle, its
 //! provider proved it gone), with the evidence the relay acted on. Deletes a client asked for
 //! are not journaled: the client knows.
 //!
 //! The entry is written in the same transaction that forgets the sandbox, after its provider
-//! deleted it, so every sandbox the registry stops knowing on its own has an entry. Read it
+//! deleted it, so every sandbox the store stops knowing on its own has an entry. Read it
 //! with `sqlite3 <data_dir>/relay.db 'SELECT * FROM destroyed'`; the API answers 410 with the
 //! entry's reason for a sandbox it destroyed.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::{Registry, RegistryError, SandboxId, SandboxRecord, Tenant};
+use super::{SandboxId, SandboxRecord, Store, StoreError, Tenant};
 
 /// Why the relay destroyed a sandbox on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,16 +93,16 @@ impl Destroyed {
     }
 }
 
-impl Registry {
+impl Store {
     /// Forgets the sandbox of `entry` and journals why, in one transaction. With a `claim`
-    /// (a reaper's, see [`Registry::claim`]), only if the sandbox still carries it: `None`
+    /// (a reaper's, see [`Store::claim`]), only if the sandbox still carries it: `None`
     /// then says another reaper took the sandbox over, and nothing was done. Otherwise,
     /// whether the sandbox was there.
     pub async fn remove_journaled(
         &self,
         entry: Destroyed,
         claim: Option<&str>,
-    ) -> Result<Option<bool>, RegistryError> {
+    ) -> Result<Option<bool>, StoreError> {
         self.backend
             .remove_journaled(entry, claim.map(str::to_string))
             .await
@@ -113,7 +113,7 @@ impl Registry {
         &self,
         tenant: &Tenant,
         id: &SandboxId,
-    ) -> Result<Option<Destroyed>, RegistryError> {
+    ) -> Result<Option<Destroyed>, StoreError> {
         self.backend
             .destroyed(tenant.to_string(), id.to_string())
             .await

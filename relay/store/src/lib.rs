@@ -5,7 +5,7 @@
 //! each other (nodes, leases), so sandboxes outlive relay restarts. `binding` ties a data
 //! directory to the one store its sandboxes are registered in.
 //!
-//! [`Registry`] is the one face of it; behind it a [`backend::Backend`] stores the rows: SQLite
+//! [`Store`] is the one face of it; behind it a [`backend::Backend`] stores the rows: SQLite
 //! (`sqlite`, `<data_dir>/relay.db`, one relay, the default) or PostgreSQL (`postgres`, any
 //! number of relays as replicas). Only hashes of API tokens are stored. Agent tokens, which the
 //! relay must present to each agent, are sealed under the relay's key (`seal`) here, before
@@ -61,9 +61,9 @@ const KEY_CHECK: &str = "key_check";
 /// What [`KEY_CHECK`] seals.
 const KEY_CHECK_TEXT: &str = "tether-key-check-v1";
 
-/// Why a registry call failed.
+/// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
+pub enum StoreError {
     /// The database file cannot be opened or set up.
     #[error("cannot open the relay database {path}: {source}; check that the data directory is writable and that its disk has free space")]
     Open {
@@ -133,11 +133,11 @@ pub enum RegistryError {
     },
 }
 
-impl RegistryError {
+impl StoreError {
     /// Whether the database could not be written because its disk is full: nothing the
     /// request did wrong, and over once space is freed.
     pub fn is_disk_full(&self) -> bool {
-        matches!(self, RegistryError::Sqlite(e) if sqlite_disk_full(e))
+        matches!(self, StoreError::Sqlite(e) if sqlite_disk_full(e))
     }
 }
 
@@ -155,18 +155,18 @@ fn disk_full_hint(e: &rusqlite::Error) -> &'static str {
     }
 }
 
-/// The registry: cheap to clone, shared by every request and background task.
+/// The store: cheap to clone, shared by every request and background task.
 #[derive(Clone)]
-pub struct Registry {
+pub struct Store {
     backend: Arc<dyn Backend>,
     key: Arc<SealKey>,
 }
 
-impl Registry {
+impl Store {
     /// Opens (creating if needed, mode 0600) and migrates the SQLite database at `path`, with
     /// the relay's key in `KEY_FILE` beside it (created if needed, mode 0600).
-    pub fn open(path: &Path) -> Result<Registry, RegistryError> {
-        let open_err = |source: Box<dyn std::error::Error + Send + Sync>| RegistryError::Open {
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let open_err = |source: Box<dyn std::error::Error + Send + Sync>| StoreError::Open {
             path: path.to_path_buf(),
             source,
         };
@@ -182,13 +182,13 @@ impl Registry {
         let (key, new_key) = SealKey::load_or_create(&key_file)?;
         let backend = sqlite::SqliteBackend::open(path, &key, new_key, &key_file);
         let backend = backend.map_err(|e| match e {
-            RegistryError::Sqlite(e) => open_err(e.into()),
-            RegistryError::KeyLost { .. } => RegistryError::KeyLost {
+            StoreError::Sqlite(e) => open_err(e.into()),
+            StoreError::KeyLost { .. } => StoreError::KeyLost {
                 path: path.to_path_buf(),
             },
             other => other,
         })?;
-        Ok(Registry {
+        Ok(Store {
             backend: Arc::new(backend),
             key: Arc::new(key),
         })
@@ -199,23 +199,23 @@ impl Registry {
     /// have the same one. The first relay of an empty database creates the file when it is
     /// missing; a relay joining one that others use refuses to start without it.
     #[cfg(feature = "postgres")]
-    pub async fn open_postgres(url: &str, key_file: &Path) -> Result<Registry, RegistryError> {
+    pub async fn open_postgres(url: &str, key_file: &Path) -> Result<Store, StoreError> {
         let backend = postgres::PostgresBackend::connect(url).await?;
-        Registry::seal_postgres(backend, key_file).await
+        Store::seal_postgres(backend, key_file).await
     }
 
-    /// [`Registry::open_postgres`] for a relay with the data directory `data_dir`, which must
-    /// belong to this database ([`Registry::bind_data_dir`]): checked before anything of the
+    /// [`Store::open_postgres`] for a relay with the data directory `data_dir`, which must
+    /// belong to this database ([`Store::bind_data_dir`]): checked before anything of the
     /// relay's (its key check) is written to the database.
     #[cfg(feature = "postgres")]
     pub async fn open_postgres_for(
         url: &str,
         key_file: &Path,
         data_dir: &Path,
-    ) -> Result<Registry, BindingError> {
+    ) -> Result<Store, BindingError> {
         let backend = postgres::PostgresBackend::connect(url).await?;
         binding::bind(&backend, data_dir).await?;
-        Ok(Registry::seal_postgres(backend, key_file).await?)
+        Ok(Store::seal_postgres(backend, key_file).await?)
     }
 
     /// Without the `postgres` feature: an error that says how to get a relay that has it.
@@ -224,8 +224,8 @@ impl Registry {
         _url: &str,
         _key_file: &Path,
         _data_dir: &Path,
-    ) -> Result<Registry, BindingError> {
-        Err(RegistryError::Postgres(
+    ) -> Result<Store, BindingError> {
+        Err(StoreError::Postgres(
             "this relay was built without PostgreSQL support; build it with the `postgres` \
              feature (on by default) to use --database postgres://..."
                 .into(),
@@ -233,16 +233,16 @@ impl Registry {
         .into())
     }
 
-    /// A registry on `backend`, sealing with the key in `key_file` (see [`Registry::open_postgres`]).
+    /// A store on `backend`, sealing with the key in `key_file` (see [`Store::open_postgres`]).
     #[cfg(feature = "postgres")]
     async fn seal_postgres(
         backend: postgres::PostgresBackend,
         key_file: &Path,
-    ) -> Result<Registry, RegistryError> {
+    ) -> Result<Store, StoreError> {
         let key = match SealKey::load(key_file)? {
             Some(key) => key,
             None if backend.has_key_check().await? => {
-                return Err(RegistryError::WrongKey {
+                return Err(StoreError::WrongKey {
                     kind: "PostgreSQL",
                     key_file: key_file.to_path_buf(),
                     hint: "that file does not exist, and other relays already seal this \
@@ -251,21 +251,21 @@ impl Registry {
             }
             None => SealKey::create(key_file)?,
         };
-        let registry = Registry {
+        let store = Store {
             backend: Arc::new(backend),
             key: Arc::new(key),
         };
-        registry.check_key(key_file).await?;
-        Ok(registry)
+        store.check_key(key_file).await?;
+        Ok(store)
     }
 
-    /// A registry that lives in memory only, under a key of its own: for tests, here and in
+    /// A store that lives in memory only, under a key of its own: for tests, here and in
     /// the crates built on the store.
-    pub fn open_in_memory() -> Result<Registry, RegistryError> {
+    pub fn open_in_memory() -> Result<Store, StoreError> {
         let key = SealKey::random();
         let db = rusqlite::Connection::open_in_memory()?;
         let backend = sqlite::SqliteBackend::setup(db, &key, true, Path::new(":memory:"))?;
-        Ok(Registry {
+        Ok(Store {
             backend: Arc::new(backend),
             key: Arc::new(key),
         })
@@ -284,7 +284,7 @@ impl Registry {
     /// Makes sure the database's values were sealed under this relay's key, recording the
     /// check on first use.
     #[cfg(feature = "postgres")]
-    async fn check_key(&self, key_file: &Path) -> Result<(), RegistryError> {
+    async fn check_key(&self, key_file: &Path) -> Result<(), StoreError> {
         let stored = self
             .backend
             .setting_or_insert(KEY_CHECK.to_string(), key_check(&self.key))
@@ -299,8 +299,8 @@ impl Registry {
     }
 
     /// Stores a new sandbox and, in the same transaction, completes its create in the create
-    /// journal: from then on the sandbox is the registry's, never a half-made create.
-    pub async fn insert(&self, sandbox: SandboxRecord) -> Result<(), RegistryError> {
+    /// journal: from then on the sandbox is the store's, never a half-made create.
+    pub async fn insert(&self, sandbox: SandboxRecord) -> Result<(), StoreError> {
         let row = self.seal_row(&sandbox)?;
         self.backend.insert(row).await
     }
@@ -310,7 +310,7 @@ impl Registry {
         &self,
         tenant: &Tenant,
         id: &SandboxId,
-    ) -> Result<Option<SandboxRecord>, RegistryError> {
+    ) -> Result<Option<SandboxRecord>, StoreError> {
         let row = self
             .backend
             .get(Some(tenant.to_string()), id.to_string())
@@ -319,7 +319,7 @@ impl Registry {
     }
 
     /// Sandbox `id` whoever owns it (for previews, whose token is the sandbox's own).
-    pub async fn get_any(&self, id: &SandboxId) -> Result<Option<SandboxRecord>, RegistryError> {
+    pub async fn get_any(&self, id: &SandboxId) -> Result<Option<SandboxRecord>, StoreError> {
         let row = self.backend.get(None, id.to_string()).await?;
         row.map(|row| self.open_row(row)).transpose()
     }
@@ -329,7 +329,7 @@ impl Registry {
         &self,
         tenant: &Tenant,
         labels: &BTreeMap<String, String>,
-    ) -> Result<Vec<SandboxRecord>, RegistryError> {
+    ) -> Result<Vec<SandboxRecord>, StoreError> {
         let all = self.select(Select::Tenant(tenant.to_string())).await?;
         Ok(all
             .into_iter()
@@ -343,7 +343,7 @@ impl Registry {
         &self,
         tenant: &Tenant,
         labels: &BTreeMap<String, String>,
-    ) -> Result<Option<SandboxRecord>, RegistryError> {
+    ) -> Result<Option<SandboxRecord>, StoreError> {
         // A BTreeMap serializes with sorted keys and no spaces, so equal maps are equal text.
         let labels = serde_json::to_string(labels)?;
         let select = Select::ExactLabels {
@@ -354,41 +354,41 @@ impl Registry {
     }
 
     /// Every sandbox of every tenant.
-    pub async fn all(&self) -> Result<Vec<SandboxRecord>, RegistryError> {
+    pub async fn all(&self) -> Result<Vec<SandboxRecord>, StoreError> {
         self.select(Select::All).await
     }
 
     /// The id of every sandbox of every tenant (nothing is unsealed, so a row sealed under
     /// another key still counts).
-    pub async fn all_ids(&self) -> Result<Vec<SandboxId>, RegistryError> {
+    pub async fn all_ids(&self) -> Result<Vec<SandboxId>, StoreError> {
         let ids = self.backend.all_ids().await?;
         Ok(ids.into_iter().map(SandboxId::from).collect())
     }
 
     /// How many sandboxes `tenant` has that are not known to be gone.
-    pub async fn count(&self, tenant: &Tenant) -> Result<u64, RegistryError> {
+    pub async fn count(&self, tenant: &Tenant) -> Result<u64, StoreError> {
         self.backend.count(tenant.to_string()).await
     }
 
     /// Sandboxes whose TTL has run out, whose idle timeout has passed at `now_ms` (open
     /// tunnels are the caller's to check), that are known to be gone, or that a reaper claimed.
-    pub async fn due(&self, now_ms: i64) -> Result<Vec<SandboxRecord>, RegistryError> {
+    pub async fn due(&self, now_ms: i64) -> Result<Vec<SandboxRecord>, StoreError> {
         self.select(Select::Due(now_ms)).await
     }
 
     /// Every sandbox, of every tenant, last seen in `state`.
-    pub async fn in_state(&self, state: SandboxState) -> Result<Vec<SandboxRecord>, RegistryError> {
+    pub async fn in_state(&self, state: SandboxState) -> Result<Vec<SandboxRecord>, StoreError> {
         self.select(Select::State(state_name(state).to_string()))
             .await
     }
 
     /// Forgets a sandbox. Returns whether it was there.
-    pub async fn remove(&self, id: &SandboxId) -> Result<bool, RegistryError> {
+    pub async fn remove(&self, id: &SandboxId) -> Result<bool, StoreError> {
         self.backend.remove(id.to_string()).await
     }
 
     /// Records client activity on `ids` at `now_ms`.
-    pub async fn touch(&self, ids: Vec<SandboxId>, now_ms: i64) -> Result<(), RegistryError> {
+    pub async fn touch(&self, ids: Vec<SandboxId>, now_ms: i64) -> Result<(), StoreError> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -397,11 +397,7 @@ impl Registry {
     }
 
     /// Records the state a provider reported.
-    pub async fn set_state(
-        &self,
-        id: &SandboxId,
-        state: SandboxState,
-    ) -> Result<(), RegistryError> {
+    pub async fn set_state(&self, id: &SandboxId, state: SandboxState) -> Result<(), StoreError> {
         self.backend
             .set_state(id.to_string(), state_name(state).to_string())
             .await
@@ -414,7 +410,7 @@ impl Registry {
         id: &SandboxId,
         ttl: Duration,
         expires_ms: i64,
-    ) -> Result<bool, RegistryError> {
+    ) -> Result<bool, StoreError> {
         self.backend
             .set_ttl(id.to_string(), millis(ttl), expires_ms)
             .await
@@ -426,13 +422,13 @@ impl Registry {
         hash: String,
         token: TokenRecord,
         created_ms: i64,
-    ) -> Result<(), RegistryError> {
+    ) -> Result<(), StoreError> {
         self.backend.insert_token(hash, token, created_ms).await
     }
 
     /// What the token with this hash grants, if it exists. The index finds the row; the hash
     /// is then compared in constant time, so no timing depends on how much of it matched.
-    pub async fn token(&self, hash: String) -> Result<Option<TokenRecord>, RegistryError> {
+    pub async fn token(&self, hash: String) -> Result<Option<TokenRecord>, StoreError> {
         let found = self.backend.token(hash.clone()).await?;
         Ok(found.and_then(|(stored, record)| {
             bool::from(stored.as_bytes().ct_eq(hash.as_bytes())).then_some(record)
@@ -440,19 +436,19 @@ impl Registry {
     }
 
     /// Records that `node` is alive and reached at `address`.
-    pub async fn heartbeat(&self, node: &NodeId, address: &str) -> Result<(), RegistryError> {
+    pub async fn heartbeat(&self, node: &NodeId, address: &str) -> Result<(), StoreError> {
         self.backend
             .heartbeat(node.clone(), address.to_string())
             .await
     }
 
     /// Records that `node` stopped, so its peers stop counting it alive at once.
-    pub async fn leave(&self, node: &NodeId) -> Result<(), RegistryError> {
+    pub async fn leave(&self, node: &NodeId) -> Result<(), StoreError> {
         self.backend.leave(node.clone()).await
     }
 
     /// Every relay that ever used the database; alive when heard from within `alive`.
-    pub async fn nodes(&self, alive: Duration) -> Result<Vec<NodeRow>, RegistryError> {
+    pub async fn nodes(&self, alive: Duration) -> Result<Vec<NodeRow>, StoreError> {
         self.backend.nodes(millis(alive)).await
     }
 
@@ -462,27 +458,27 @@ impl Registry {
         name: &str,
         holder: &NodeId,
         ttl: Duration,
-    ) -> Result<Option<Lease>, RegistryError> {
+    ) -> Result<Option<Lease>, StoreError> {
         self.backend
             .acquire_lease(name.to_string(), holder.clone(), millis(ttl))
             .await
     }
 
     /// Lets go of a lease, so another relay may take it at once.
-    pub async fn release_lease(&self, lease: &Lease) -> Result<(), RegistryError> {
+    pub async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
         self.backend.release_lease(lease.clone()).await
     }
 
     /// Claims sandbox `id` for deletion under `lease` if it is still `due` and the lease still
     /// has `margin` left; whether it did. Only the claim's holder may then journal its delete
-    /// ([`Registry::remove_journaled`]).
+    /// ([`Store::remove_journaled`]).
     pub async fn claim(
         &self,
         id: &SandboxId,
         lease: &Lease,
         margin: Duration,
         due: Due,
-    ) -> Result<bool, RegistryError> {
+    ) -> Result<bool, StoreError> {
         self.backend
             .claim(id.to_string(), lease.clone(), millis(margin), due)
             .await
@@ -490,17 +486,17 @@ impl Registry {
 
     /// Waits for the lock on `key` across every relay of the database (get-or-create by
     /// labels); it is held until the returned guard drops.
-    pub async fn lock_labels(&self, key: &str) -> Result<LabelLock, RegistryError> {
+    pub async fn lock_labels(&self, key: &str) -> Result<LabelLock, StoreError> {
         self.backend.lock_labels(key.to_string()).await
     }
 
-    async fn select(&self, select: Select) -> Result<Vec<SandboxRecord>, RegistryError> {
+    async fn select(&self, select: Select) -> Result<Vec<SandboxRecord>, StoreError> {
         let rows = self.backend.select(select).await?;
         rows.into_iter().map(|row| self.open_row(row)).collect()
     }
 
     /// The row of `sandbox`, its secret columns sealed.
-    fn seal_row(&self, sandbox: &SandboxRecord) -> Result<SandboxRow, RegistryError> {
+    fn seal_row(&self, sandbox: &SandboxRecord) -> Result<SandboxRow, StoreError> {
         let id = sandbox.id.as_str();
         let seal = |column: &str, value: &str| self.key.seal(&seal_context(id, column), value);
         Ok(SandboxRow {
@@ -523,14 +519,14 @@ impl Registry {
     }
 
     /// The sandbox of `row`, its secret columns opened.
-    fn open_row(&self, row: SandboxRow) -> Result<SandboxRecord, RegistryError> {
+    fn open_row(&self, row: SandboxRow) -> Result<SandboxRecord, StoreError> {
         let open =
             |column: &str, sealed: &str| self.key.open(&seal_context(&row.id, column), sealed);
         let spec = open("spec", &row.spec)?;
         let agent_token = open("agent_token", &row.agent_token)?;
         let meta = open("meta", &row.meta)?;
         let state = parse_state(&row.state).ok_or_else(|| {
-            RegistryError::Corrupt(format!(
+            StoreError::Corrupt(format!(
                 "sandbox {} has the unknown state {:?}",
                 row.id, row.state
             ))
@@ -566,10 +562,10 @@ fn verify_key_check(
     stored: &str,
     kind: &'static str,
     key_file: &Path,
-) -> Result<(), RegistryError> {
+) -> Result<(), StoreError> {
     match key.open(&format!("settings/{KEY_CHECK}"), stored) {
         Ok(text) if text == KEY_CHECK_TEXT => Ok(()),
-        _ => Err(RegistryError::WrongKey {
+        _ => Err(StoreError::WrongKey {
             kind,
             key_file: key_file.to_path_buf(),
             hint: "restore the key file that belongs with this database (every relay sharing \

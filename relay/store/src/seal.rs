@@ -19,7 +19,7 @@ const KEY_BYTES: usize = 32;
 /// Bytes in a nonce: XChaCha20's 192 bits, large enough to draw at random.
 const NONCE_BYTES: usize = 24;
 /// What a sealed token starts with: the format's version. Anything else in the column is a
-/// token from before sealing, which [`super::Registry`] seals when it opens the database.
+/// token from before sealing, which [`super::Store`] seals when it opens the database.
 pub(super) const SEALED_PREFIX: &str = "x1:";
 
 /// Why the key could not be loaded or a token opened.

@@ -11,7 +11,7 @@
 use tether_client::api::SecretValue;
 
 use super::backend::BoundRow;
-use super::{NodeId, Registry, RegistryError, SandboxId, Tenant};
+use super::{NodeId, SandboxId, Store, StoreError, Tenant};
 use tether_relay_core::egress::policy::{BoundSecret, HostPattern};
 
 /// A stored secret without its value.
@@ -36,7 +36,7 @@ fn bound_context(id: &str, name: &str) -> String {
     format!("bound:{id}/{name}")
 }
 
-impl Registry {
+impl Store {
     /// Stores `value` as the tenant's secret `name`, replacing the value it had, unless that
     /// would make the tenant hold more than `max` secrets. Returns the secret and whether it
     /// is new, or `None` when the store is full.
@@ -47,7 +47,7 @@ impl Registry {
         value: &SecretValue,
         now_ms: i64,
         max: usize,
-    ) -> Result<Option<(StoredSecret, bool)>, RegistryError> {
+    ) -> Result<Option<(StoredSecret, bool)>, StoreError> {
         let sealed = self.key.seal(&tenant_context(tenant, name), value.expose());
         self.backend
             .put_secret(tenant.to_string(), name.to_string(), sealed, now_ms, max)
@@ -55,7 +55,7 @@ impl Registry {
     }
 
     /// The tenant's secrets, by name, without their values.
-    pub async fn secrets(&self, tenant: &Tenant) -> Result<Vec<StoredSecret>, RegistryError> {
+    pub async fn secrets(&self, tenant: &Tenant) -> Result<Vec<StoredSecret>, StoreError> {
         self.backend.secrets(tenant.to_string()).await
     }
 
@@ -64,7 +64,7 @@ impl Registry {
         &self,
         tenant: &Tenant,
         name: &str,
-    ) -> Result<Option<SecretValue>, RegistryError> {
+    ) -> Result<Option<SecretValue>, StoreError> {
         let sealed = self
             .backend
             .secret_value(tenant.to_string(), name.to_string())
@@ -79,7 +79,7 @@ impl Registry {
     }
 
     /// Deletes the tenant's secret `name`. Returns whether it was there.
-    pub async fn remove_secret(&self, tenant: &Tenant, name: &str) -> Result<bool, RegistryError> {
+    pub async fn remove_secret(&self, tenant: &Tenant, name: &str) -> Result<bool, StoreError> {
         self.backend
             .remove_secret(tenant.to_string(), name.to_string())
             .await
@@ -90,7 +90,7 @@ impl Registry {
         &self,
         id: &SandboxId,
         secrets: &[BoundSecret],
-    ) -> Result<(), RegistryError> {
+    ) -> Result<(), StoreError> {
         let mut rows = Vec::with_capacity(secrets.len());
         for s in secrets {
             let hosts: Vec<String> = s.hosts.iter().map(ToString::to_string).collect();
@@ -107,7 +107,7 @@ impl Registry {
     }
 
     /// Sandbox `id`'s bound secrets, in the order they were bound.
-    pub async fn bound_secrets(&self, id: &SandboxId) -> Result<Vec<BoundSecret>, RegistryError> {
+    pub async fn bound_secrets(&self, id: &SandboxId) -> Result<Vec<BoundSecret>, StoreError> {
         let rows = self.backend.bound_secrets(id.to_string()).await?;
         rows.into_iter()
             .map(|row| {
@@ -120,7 +120,7 @@ impl Registry {
                     .map(|h| HostPattern::parse(h))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| {
-                        RegistryError::Corrupt(format!("a host of secret {}: {e}", row.name))
+                        StoreError::Corrupt(format!("a host of secret {}: {e}", row.name))
                     })?;
                 Ok(BoundSecret {
                     name: row.name,
@@ -133,15 +133,15 @@ impl Registry {
     }
 
     /// Forgets sandbox `id`'s bound secrets (a create that failed after binding them).
-    pub async fn unbind_secrets(&self, id: &SandboxId) -> Result<(), RegistryError> {
+    pub async fn unbind_secrets(&self, id: &SandboxId) -> Result<(), StoreError> {
         self.backend.unbind_secrets(id.to_string()).await
     }
 
-    /// Forgets bound secrets whose sandbox the registry does not hold and no other relay than
+    /// Forgets bound secrets whose sandbox the store does not hold and no other relay than
     /// `node` is creating: creates that failed (or a relay that stopped) between binding and
     /// recording. Only for relay `node` starting up, when it runs no create. Returns how many
     /// it forgot.
-    pub async fn sweep_unbound_secrets(&self, node: &NodeId) -> Result<usize, RegistryError> {
+    pub async fn sweep_unbound_secrets(&self, node: &NodeId) -> Result<usize, StoreError> {
         self.backend.sweep_unbound_secrets(node.clone()).await
     }
 }

@@ -145,7 +145,7 @@ fn agent_pid(relay: &Relay, id: &str) -> i32 {
     let id = id.to_string();
     // The stored metadata is sealed: read it through the relay's own registry.
     std::thread::spawn(move || {
-        let registry = tether_store::Registry::open(&db).unwrap();
+        let registry = tether_store::Store::open(&db).unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
         let all = rt.block_on(registry.all()).unwrap();
         let record = all.into_iter().find(|r| r.id.as_str() == id).unwrap();

@@ -1156,7 +1156,7 @@ fn relay_db_holds_no_token_in_plain_text() {
     assert!(!contains(&bytes, &member), "relay.db holds an API token");
 
     // The relay, with its key, still knows the token; the file does not show it.
-    let registry = tether_store::Registry::open(&relay.data_dir.join("relay.db")).unwrap();
+    let registry = tether_store::Store::open(&relay.data_dir.join("relay.db")).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let records = rt.block_on(registry.all()).unwrap();
     let record = records

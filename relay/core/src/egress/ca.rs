@@ -1,7 +1,7 @@
 //! The per-sandbox CA of a sandbox with secrets: the egress proxy signs a leaf certificate
 //! for each intercepted host with it. Its certificate is installed in the sandbox's trust
 //! stores (the same paths on every provider, here); its key stays on the relay (sealed in the
-//! registry).
+//! store).
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose,

@@ -4,7 +4,7 @@
 //!
 //! The credential is HMAC-SHA256 of the sandbox's id under its agent token, with a context of
 //! its own: per sandbox, stable across relay restarts, unguessable without the agent token,
-//! needing no column in the registry, and neither the agent token nor any API token. It is
+//! needing no column in the store, and neither the agent token nor any API token. It is
 //! revoked when the sandbox is deleted: the relay then stops accepting it.
 
 use std::fmt;

@@ -19,7 +19,7 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> AgentIo for T {}
 
 pub use upgrade::AgentSocket;
 
-/// What a provider reports back from a create; the relay persists it in the registry.
+/// What a provider reports back from a create; the relay persists it in the store.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Created {
     /// The provider's own id for the sandbox (equal to the relay's id for `local`).
@@ -28,7 +28,7 @@ pub struct Created {
     pub meta: serde_json::Value,
 }
 
-/// A sandbox as the registry knows it, handed back to its provider for every later call.
+/// A sandbox as the store knows it, handed back to its provider for every later call.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SandboxHandle {
     /// The relay's id, e.g. `sb-3f9a2c`.
@@ -150,9 +150,9 @@ pub trait Provider: Send + Sync + 'static {
         }
     }
     /// At relay start, before any create: the sandboxes this provider holds for this relay
-    /// that are not in `accounted` (every sandbox the registry has, and every journaled
+    /// that are not in `accounted` (every sandbox the store has, and every journaled
     /// create), and where each is. Removes nothing: nothing proves such a sandbox this relay's
-    /// to remove (its registry row may be in another store, or restored later), so it is
+    /// to remove (its store row may be in another store, or restored later), so it is
     /// reported and kept until an admin removes it (`tether ls --orphans`, `tether rm ID`).
     /// Also clears what the provider made for itself and no sandbox holds (a half-written
     /// template). Fails, removing nothing, when it cannot read what exists. By default none:
@@ -194,7 +194,7 @@ pub trait Provider: Send + Sync + 'static {
         network::relay_enforced(spec)
     }
     /// The live sandboxes at the provider that carry Tether's id label (`tether.sandbox`),
-    /// whichever relay made them: how sandboxes a relay lost (a crash, a deleted registry)
+    /// whichever relay made them: how sandboxes a relay lost (a crash, a deleted store)
     /// are found again. `None` for a provider that cannot list its sandboxes.
     async fn labelled(&self) -> Result<Option<Vec<Labelled>>, ProviderError> {
         Ok(None)
@@ -211,7 +211,7 @@ pub trait Provider: Send + Sync + 'static {
     }
 }
 
-/// A sandbox a provider holds for this relay that neither its registry nor its create
+/// A sandbox a provider holds for this relay that neither its store nor its create
 /// journal accounts for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unaccounted {

@@ -96,13 +96,13 @@ pub(crate) async fn beat(relay: Arc<Relay>) {
 }
 
 /// One heartbeat and one read of the peers.
-pub(crate) async fn refresh(relay: &Relay) -> Result<(), tether_store::RegistryError> {
+pub(crate) async fn refresh(relay: &Relay) -> Result<(), tether_store::StoreError> {
     let cluster = &relay.cluster;
     relay
-        .registry
+        .store
         .heartbeat(&cluster.node, &cluster.address)
         .await?;
-    let nodes = relay.registry.nodes(NODE_ALIVE_WITHIN).await?;
+    let nodes = relay.store.nodes(NODE_ALIVE_WITHIN).await?;
     cluster.update_peers(nodes);
     Ok(())
 }

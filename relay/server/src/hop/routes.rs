@@ -44,7 +44,7 @@ fn granted(relay: &Relay, headers: &HeaderMap, op: Op, id: &str) -> Result<Grant
 async fn owned(relay: &Relay, grant: &Grant, id: &str) -> Result<Option<SandboxRecord>, ApiError> {
     let tenant = Tenant::parse(&grant.tenant).map_err(|e| ApiError::Invalid(e.to_string()))?;
     let id = SandboxId::from(id.to_string());
-    let Some(sandbox) = relay.registry.get(&tenant, &id).await? else {
+    let Some(sandbox) = relay.store.get(&tenant, &id).await? else {
         return Ok(None);
     };
     if !relay.is_here(&sandbox) {

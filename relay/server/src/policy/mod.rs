@@ -34,7 +34,7 @@ use tether_egress::reach;
 use tether_oci::unpack::is_oci_ref;
 use tether_relay_core::egress::policy::Allowlist;
 use tether_relay_core::provider::{NetworkPolicy, Provider, SandboxSpec};
-use tether_store::{Registry, Tenant};
+use tether_store::{Store, Tenant};
 
 pub(super) use ranges::lifetime as check_lifetime;
 
@@ -65,7 +65,7 @@ impl PolicyConfig {
 pub(super) struct Policy {
     file: PolicyFile,
     images: ImageRoots,
-    /// Creates under way per tenant, counted with the registry's sandboxes against
+    /// Creates under way per tenant, counted with the store's sandboxes against
     /// `max_sandboxes`.
     pending: Arc<Mutex<HashMap<Tenant, u64>>>,
     /// Makes a tenant's count-and-reserve one step, so concurrent creates cannot all pass.
@@ -73,7 +73,7 @@ pub(super) struct Policy {
 }
 
 /// A place in a tenant's sandbox count, held while its sandbox is made; released on drop
-/// (by then the registry counts the sandbox, or it was never made).
+/// (by then the store counts the sandbox, or it was never made).
 pub(super) struct Reservation {
     pending: Arc<Mutex<HashMap<Tenant, u64>>>,
     tenant: Tenant,
@@ -209,12 +209,12 @@ impl Policy {
     /// maximum already.
     pub(super) async fn reserve(
         &self,
-        registry: &Registry,
+        store: &Store,
         tenant: &Tenant,
     ) -> Result<Reservation, ApiError> {
         let max = self.limits(tenant).max_sandboxes;
         let _turn = self.turn.lock().await;
-        let existing = registry.count(tenant).await?;
+        let existing = store.count(tenant).await?;
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let underway = pending.get(tenant).copied().unwrap_or(0);
         if existing.saturating_add(underway) >= max {

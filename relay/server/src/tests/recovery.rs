@@ -7,7 +7,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use super::TestRelay;
-use tether_store::{PendingCreate, Registry, SandboxId, Tenant};
+use tether_store::{PendingCreate, SandboxId, Store, Tenant};
 
 fn interrupted(id: &str, provider_ref: Option<&str>) -> PendingCreate {
     PendingCreate {
@@ -36,13 +36,13 @@ async fn interrupted_creates_are_removed_and_registered_sandboxes_kept() {
         .lock()
         .unwrap()
         .insert("sb-made".into(), "token".into());
-    let registry = Registry::open(&t.dir.path().join("data").join("relay.db")).unwrap();
+    let store = Store::open(&t.dir.path().join("data").join("relay.db")).unwrap();
     for create in [
         interrupted("sb-made", Some("fake-sb-made")),
         interrupted("sb-unanswered", None),
         interrupted(&kept.id, Some(&kept.provider_ref)),
     ] {
-        registry.begin_create(create).await.unwrap();
+        store.begin_create(create).await.unwrap();
     }
     let deletes = t.provider.deletes.load(Ordering::SeqCst);
 
@@ -58,7 +58,7 @@ async fn interrupted_creates_are_removed_and_registered_sandboxes_kept() {
         .call("GET", &format!("/v1/sandboxes/{}", kept.id), &b, None)
         .await;
     assert_eq!(status, StatusCode::OK, "{got}");
-    assert_eq!(registry.pending_creates(None).await.unwrap(), vec![]);
+    assert_eq!(store.pending_creates(None).await.unwrap(), vec![]);
 }
 
 #[tokio::test]
@@ -69,6 +69,6 @@ async fn finished_creates_leave_nothing_journaled() {
     let body = json!({"provider": "fake", "labels": {"a": "b"}, "get_or_create": true});
     let (status, _) = t.call("POST", "/v1/sandboxes", &b, Some(body)).await;
     assert_eq!(status, StatusCode::CREATED);
-    let registry = Registry::open(&t.dir.path().join("data").join("relay.db")).unwrap();
-    assert_eq!(registry.pending_creates(None).await.unwrap(), vec![]);
+    let store = Store::open(&t.dir.path().join("data").join("relay.db")).unwrap();
+    assert_eq!(store.pending_creates(None).await.unwrap(), vec![]);
 }

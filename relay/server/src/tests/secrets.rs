@@ -7,14 +7,14 @@ use serde_json::json;
 use super::{assert_error, eventually, TestRelay};
 use tether_client::api::{SecretInfo, SecretValue};
 use tether_relay_core::egress::policy::{BoundSecret, HostPattern};
-use tether_store::{Registry, SandboxId};
+use tether_store::{SandboxId, Store};
 
 /// A value no other test data contains: any answer holding it leaked it.
 const VALUE: &str = "sk-route-Mn4bV7cX0zL3kJ6h";
 
 impl TestRelay {
-    fn registry(&self) -> &Registry {
-        &self.relay.as_ref().expect("relay running").relay.registry
+    fn store(&self) -> &Store {
+        &self.relay.as_ref().expect("relay running").relay.store
     }
 
     /// `PUT /v1/secrets/{name}{query}` with a raw body; the status and the body's text.
@@ -126,16 +126,10 @@ async fn a_tenant_can_neither_see_overwrite_nor_delete_another_tenants_secret() 
             );
         }
     }
-    let registry = t.registry();
+    let store = t.store();
     let value = |tenant: &str| {
         let tenant = tether_store::Tenant::parse(tenant).unwrap();
-        async move {
-            registry
-                .secret_value(&tenant, "KEY")
-                .await
-                .unwrap()
-                .unwrap()
-        }
+        async move { store.secret_value(&tenant, "KEY").await.unwrap().unwrap() }
     };
     assert_eq!(
         value("team-a").await.expose(),
@@ -252,9 +246,9 @@ async fn bound_secrets_go_with_their_sandbox_whoever_deletes_it() {
         .map(|id| SandboxId::from(id.clone()))
         .into();
     for id in &ids {
-        t.registry().bind_secrets(id, &bound).await.unwrap();
+        t.store().bind_secrets(id, &bound).await.unwrap();
         assert_eq!(
-            crate::bound_secrets::load(t.registry(), id).await.unwrap(),
+            crate::bound_secrets::load(t.store(), id).await.unwrap(),
             bound
         );
     }
@@ -264,12 +258,12 @@ async fn bound_secrets_go_with_their_sandbox_whoever_deletes_it() {
         t.call("DELETE", &path, &admin, None).await.0,
         StatusCode::NO_CONTENT
     );
-    assert!(crate::bound_secrets::load(t.registry(), &ids[0])
+    assert!(crate::bound_secrets::load(t.store(), &ids[0])
         .await
         .unwrap()
         .is_empty());
     eventually("the TTL to delete the sandbox and its secrets", || async {
-        crate::bound_secrets::load(t.registry(), &ids[1])
+        crate::bound_secrets::load(t.store(), &ids[1])
             .await
             .unwrap()
             .is_empty()

@@ -6,7 +6,7 @@ use deadpool_postgres::Object;
 
 use super::{lock_id, pg, PostgresBackend, NOW_MS};
 use crate::backend::{Cluster, Due, LabelLock, Lease, NodeRow};
-use crate::RegistryError;
+use crate::StoreError;
 use tether_relay_core::record::NodeId;
 
 /// The advisory-lock space of get-or-create's label sets.
@@ -14,7 +14,7 @@ const LABELS_SPACE: &str = "labels";
 
 #[async_trait]
 impl Cluster for PostgresBackend {
-    async fn heartbeat(&self, node: NodeId, address: String) -> Result<(), RegistryError> {
+    async fn heartbeat(&self, node: NodeId, address: String) -> Result<(), StoreError> {
         let client = self.client().await?;
         client
             .execute(
@@ -30,7 +30,7 @@ impl Cluster for PostgresBackend {
         Ok(())
     }
 
-    async fn leave(&self, node: NodeId) -> Result<(), RegistryError> {
+    async fn leave(&self, node: NodeId) -> Result<(), StoreError> {
         let client = self.client().await?;
         client
             .execute(
@@ -42,7 +42,7 @@ impl Cluster for PostgresBackend {
         Ok(())
     }
 
-    async fn nodes(&self, alive_ms: i64) -> Result<Vec<NodeRow>, RegistryError> {
+    async fn nodes(&self, alive_ms: i64) -> Result<Vec<NodeRow>, StoreError> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(&format!(
@@ -69,7 +69,7 @@ impl Cluster for PostgresBackend {
         name: String,
         holder: NodeId,
         ttl_ms: i64,
-    ) -> Result<Option<Lease>, RegistryError> {
+    ) -> Result<Option<Lease>, StoreError> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(&format!(
@@ -100,7 +100,7 @@ impl Cluster for PostgresBackend {
         }))
     }
 
-    async fn release_lease(&self, lease: Lease) -> Result<(), RegistryError> {
+    async fn release_lease(&self, lease: Lease) -> Result<(), StoreError> {
         let client = self.client().await?;
         client
             .execute(
@@ -118,7 +118,7 @@ impl Cluster for PostgresBackend {
         lease: Lease,
         margin_ms: i64,
         due: Due,
-    ) -> Result<bool, RegistryError> {
+    ) -> Result<bool, StoreError> {
         let (condition, now, quiet) = match due {
             Due::Expired(now) => ("expires_ms IS NOT NULL AND expires_ms <= $6", now, 0),
             Due::Idle { now_ms, quiet_ms } => (
@@ -161,7 +161,7 @@ impl Cluster for PostgresBackend {
         Ok(stamped.as_deref() == Some(claim.as_str()))
     }
 
-    async fn lock_labels(&self, key: String) -> Result<LabelLock, RegistryError> {
+    async fn lock_labels(&self, key: String) -> Result<LabelLock, StoreError> {
         // This relay's waiters queue here, holding no connection; the first takes the
         // database's lock, which the other relays' first waiters queue on.
         let local = self.label_locks.lock(key.clone()).await;
@@ -176,7 +176,7 @@ impl Cluster for PostgresBackend {
         Ok(Box::new((Unlocking(acquiring.0.take(), id), local)))
     }
 
-    async fn setting(&self, name: String) -> Result<Option<String>, RegistryError> {
+    async fn setting(&self, name: String) -> Result<Option<String>, StoreError> {
         let client = self.client().await?;
         client
             .query_opt("SELECT value FROM settings WHERE name = $1", &[&name])
@@ -187,11 +187,7 @@ impl Cluster for PostgresBackend {
             .map_err(pg)
     }
 
-    async fn setting_or_insert(
-        &self,
-        name: String,
-        value: String,
-    ) -> Result<String, RegistryError> {
+    async fn setting_or_insert(&self, name: String, value: String) -> Result<String, StoreError> {
         let client = self.client().await?;
         client
             .execute(

@@ -5,12 +5,12 @@ use async_trait::async_trait;
 use super::{pg, PostgresBackend};
 use crate::backend::Journals;
 use crate::journal::DestroyReason;
-use crate::{Destroyed, PendingCreate, RegistryError};
+use crate::{Destroyed, PendingCreate, StoreError};
 use tether_relay_core::record::{NodeId, SandboxId, Tenant};
 
 #[async_trait]
 impl Journals for PostgresBackend {
-    async fn begin_create(&self, create: PendingCreate) -> Result<(), RegistryError> {
+    async fn begin_create(&self, create: PendingCreate) -> Result<(), StoreError> {
         let labels = serde_json::to_string(&create.labels)?;
         let client = self.client().await?;
         client
@@ -33,7 +33,7 @@ impl Journals for PostgresBackend {
         Ok(())
     }
 
-    async fn create_made(&self, id: String, provider_ref: String) -> Result<(), RegistryError> {
+    async fn create_made(&self, id: String, provider_ref: String) -> Result<(), StoreError> {
         let client = self.client().await?;
         client
             .execute(
@@ -48,7 +48,7 @@ impl Journals for PostgresBackend {
     async fn pending_creates(
         &self,
         node: Option<NodeId>,
-    ) -> Result<Vec<PendingCreate>, RegistryError> {
+    ) -> Result<Vec<PendingCreate>, StoreError> {
         let client = self.client().await?;
         let node = node.as_ref().map(NodeId::as_str);
         let rows = client
@@ -79,7 +79,7 @@ impl Journals for PostgresBackend {
             .collect()
     }
 
-    async fn finish_create(&self, id: String) -> Result<(), RegistryError> {
+    async fn finish_create(&self, id: String) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
         // Locks the sandbox's row, if any, so an insert cannot slip in between.
@@ -106,7 +106,7 @@ impl Journals for PostgresBackend {
         &self,
         entry: Destroyed,
         claim: Option<String>,
-    ) -> Result<Option<bool>, RegistryError> {
+    ) -> Result<Option<bool>, StoreError> {
         let labels = serde_json::to_string(&entry.labels)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
@@ -147,11 +147,7 @@ impl Journals for PostgresBackend {
         Ok(Some(removed > 0))
     }
 
-    async fn destroyed(
-        &self,
-        tenant: String,
-        id: String,
-    ) -> Result<Option<Destroyed>, RegistryError> {
+    async fn destroyed(&self, tenant: String, id: String) -> Result<Option<Destroyed>, StoreError> {
         let client = self.client().await?;
         let Some(row) = client
             .query_opt(

@@ -25,7 +25,7 @@ use tokio_rustls::rustls;
 
 use super::backend::{Backend, SandboxRow};
 use super::locks::KeyedLocks;
-use super::{RegistryError, KEY_CHECK};
+use super::{StoreError, KEY_CHECK};
 
 mod embedded {
     refinery::embed_migrations!("src/postgres/migrations");
@@ -48,7 +48,7 @@ pub(super) const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000):
 const SANDBOX_COLUMNS: &str = "id, tenant, provider, provider_ref, labels, spec, agent_token, \
      meta, created_ms, last_active_ms, ttl_ms, expires_ms, idle_timeout_ms, state, node";
 
-/// The registry in a PostgreSQL database.
+/// The store in a PostgreSQL database.
 pub(super) struct PostgresBackend {
     pool: Pool,
     /// Get-or-create's per-label locks within this relay, taken before the database's, so
@@ -60,8 +60,8 @@ pub(super) struct PostgresBackend {
 
 impl PostgresBackend {
     /// Connects to `url` and brings the schema up to date.
-    pub(super) async fn connect(url: &str) -> Result<PostgresBackend, RegistryError> {
-        let config = tokio_postgres::Config::from_str(url).map_err(|e| RegistryError::Connect {
+    pub(super) async fn connect(url: &str) -> Result<PostgresBackend, StoreError> {
+        let config = tokio_postgres::Config::from_str(url).map_err(|e| StoreError::Connect {
             target: "the --database URL".into(),
             reason: format!("{e}; it must look like postgres://USER:PASSWORD@HOST:PORT/DATABASE"),
         })?;
@@ -80,7 +80,7 @@ impl PostgresBackend {
             .create_timeout(Some(CONNECT_TIMEOUT))
             .wait_timeout(Some(WAIT_TIMEOUT))
             .build()
-            .map_err(|e| RegistryError::Connect {
+            .map_err(|e| StoreError::Connect {
                 target: target.clone(),
                 reason: e.to_string(),
             })?;
@@ -89,25 +89,21 @@ impl PostgresBackend {
             label_locks: Arc::default(),
             location: target.clone(),
         };
-        let client = backend
-            .pool
-            .get()
-            .await
-            .map_err(|e| RegistryError::Connect {
-                target: target.clone(),
-                reason: e.to_string(),
-            })?;
+        let client = backend.pool.get().await.map_err(|e| StoreError::Connect {
+            target: target.clone(),
+            reason: e.to_string(),
+        })?;
         migrate(client).await?;
         Ok(backend)
     }
 
     /// A connection from the pool.
-    pub(super) async fn client(&self) -> Result<Object, RegistryError> {
+    pub(super) async fn client(&self) -> Result<Object, StoreError> {
         self.pool.get().await.map_err(pg)
     }
 
     /// Whether some relay has recorded its key check already.
-    pub(super) async fn has_key_check(&self) -> Result<bool, RegistryError> {
+    pub(super) async fn has_key_check(&self) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let row = client
             .query_one(
@@ -131,7 +127,7 @@ impl Backend for PostgresBackend {
 }
 
 /// Applies the migrations this build has and the database lacks, one relay at a time.
-async fn migrate(mut client: Object) -> Result<(), RegistryError> {
+async fn migrate(mut client: Object) -> Result<(), StoreError> {
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
         .await
@@ -152,11 +148,11 @@ async fn migrate(mut client: Object) -> Result<(), RegistryError> {
         drop(Object::take(client));
     }
     outcome.map_err(|e| match e.kind() {
-        refinery::error::Kind::MissingVersion(m) => RegistryError::Postgres(format!(
+        refinery::error::Kind::MissingVersion(m) => StoreError::Postgres(format!(
             "the database has migration {m}, which this tether does not know: a newer tether \
              migrated it; run that version on every relay"
         )),
-        _ => RegistryError::Postgres(format!("cannot migrate the database: {e}")),
+        _ => StoreError::Postgres(format!("cannot migrate the database: {e}")),
     })?;
     Ok(())
 }
@@ -189,13 +185,13 @@ fn client_tls() -> rustls::ClientConfig {
         .with_no_client_auth()
 }
 
-/// A failed PostgreSQL call, as a registry error.
-pub(super) fn pg(e: impl Display) -> RegistryError {
-    RegistryError::Postgres(e.to_string())
+/// A failed PostgreSQL call, as a store error.
+pub(super) fn pg(e: impl Display) -> StoreError {
+    StoreError::Postgres(e.to_string())
 }
 
 /// Reads a row of [`SANDBOX_COLUMNS`].
-fn read_sandbox(row: &Row) -> Result<SandboxRow, RegistryError> {
+fn read_sandbox(row: &Row) -> Result<SandboxRow, StoreError> {
     Ok(SandboxRow {
         id: row.try_get(0).map_err(pg)?,
         tenant: row.try_get(1).map_err(pg)?,

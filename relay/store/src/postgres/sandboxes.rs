@@ -5,12 +5,12 @@ use tokio_postgres::types::ToSql;
 
 use super::{pg, read_sandbox, PostgresBackend, SANDBOX_COLUMNS};
 use crate::backend::{SandboxRow, Sandboxes, Select};
-use crate::RegistryError;
+use crate::StoreError;
 use tether_relay_core::record::{Role, Tenant, TokenRecord};
 
 #[async_trait]
 impl Sandboxes for PostgresBackend {
-    async fn insert(&self, row: SandboxRow) -> Result<(), RegistryError> {
+    async fn insert(&self, row: SandboxRow) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
         tx.execute(
@@ -51,7 +51,7 @@ impl Sandboxes for PostgresBackend {
         &self,
         tenant: Option<String>,
         id: String,
-    ) -> Result<Option<SandboxRow>, RegistryError> {
+    ) -> Result<Option<SandboxRow>, StoreError> {
         let client = self.client().await?;
         let sql = format!(
             "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
@@ -62,7 +62,7 @@ impl Sandboxes for PostgresBackend {
         row.as_ref().map(read_sandbox).transpose()
     }
 
-    async fn select(&self, select: Select) -> Result<Vec<SandboxRow>, RegistryError> {
+    async fn select(&self, select: Select) -> Result<Vec<SandboxRow>, StoreError> {
         let client = self.client().await?;
         let (filter, args): (&str, Vec<Box<dyn ToSql + Sync + Send>>) = match select {
             Select::All => ("", vec![]),
@@ -89,7 +89,7 @@ impl Sandboxes for PostgresBackend {
         rows.iter().map(read_sandbox).collect()
     }
 
-    async fn all_ids(&self) -> Result<Vec<String>, RegistryError> {
+    async fn all_ids(&self) -> Result<Vec<String>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query("SELECT id FROM sandboxes", &[])
@@ -98,7 +98,7 @@ impl Sandboxes for PostgresBackend {
         rows.iter().map(|r| r.try_get(0).map_err(pg)).collect()
     }
 
-    async fn count(&self, tenant: String) -> Result<u64, RegistryError> {
+    async fn count(&self, tenant: String) -> Result<u64, StoreError> {
         let client = self.client().await?;
         let row = client
             .query_one(
@@ -111,7 +111,7 @@ impl Sandboxes for PostgresBackend {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    async fn remove(&self, id: String) -> Result<bool, RegistryError> {
+    async fn remove(&self, id: String) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let removed = client
             .execute("DELETE FROM sandboxes WHERE id = $1", &[&id])
@@ -120,7 +120,7 @@ impl Sandboxes for PostgresBackend {
         Ok(removed > 0)
     }
 
-    async fn touch(&self, ids: Vec<String>, now_ms: i64) -> Result<(), RegistryError> {
+    async fn touch(&self, ids: Vec<String>, now_ms: i64) -> Result<(), StoreError> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
@@ -133,7 +133,7 @@ impl Sandboxes for PostgresBackend {
         Ok(())
     }
 
-    async fn set_state(&self, id: String, state: String) -> Result<(), RegistryError> {
+    async fn set_state(&self, id: String, state: String) -> Result<(), StoreError> {
         let client = self.client().await?;
         client
             .execute(
@@ -145,12 +145,7 @@ impl Sandboxes for PostgresBackend {
         Ok(())
     }
 
-    async fn set_ttl(
-        &self,
-        id: String,
-        ttl_ms: i64,
-        expires_ms: i64,
-    ) -> Result<bool, RegistryError> {
+    async fn set_ttl(&self, id: String, ttl_ms: i64, expires_ms: i64) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let changed = client
             .execute(
@@ -168,7 +163,7 @@ impl Sandboxes for PostgresBackend {
         hash: String,
         token: TokenRecord,
         created_ms: i64,
-    ) -> Result<(), RegistryError> {
+    ) -> Result<(), StoreError> {
         let admin = token.role != Role::Member;
         let relay_admin = token.role == Role::RelayAdmin;
         let client = self.client().await?;
@@ -192,7 +187,7 @@ impl Sandboxes for PostgresBackend {
         Ok(())
     }
 
-    async fn token(&self, hash: String) -> Result<Option<(String, TokenRecord)>, RegistryError> {
+    async fn token(&self, hash: String) -> Result<Option<(String, TokenRecord)>, StoreError> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached("SELECT hash, tenant, admin, relay_admin FROM tokens WHERE hash = $1")

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use super::{lock_id, pg, PostgresBackend};
 use crate::backend::{BoundRow, Secrets};
-use crate::{RegistryError, StoredSecret};
+use crate::{StoreError, StoredSecret};
 use tether_relay_core::record::NodeId;
 
 #[async_trait]
@@ -16,7 +16,7 @@ impl Secrets for PostgresBackend {
         sealed: String,
         now_ms: i64,
         max: usize,
-    ) -> Result<Option<(StoredSecret, bool)>, RegistryError> {
+    ) -> Result<Option<(StoredSecret, bool)>, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
         // One put per tenant at a time, on every relay, so two cannot both take the last
@@ -66,7 +66,7 @@ impl Secrets for PostgresBackend {
         Ok(Some((stored, created.is_none())))
     }
 
-    async fn secrets(&self, tenant: String) -> Result<Vec<StoredSecret>, RegistryError> {
+    async fn secrets(&self, tenant: String) -> Result<Vec<StoredSecret>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query(
@@ -90,7 +90,7 @@ impl Secrets for PostgresBackend {
         &self,
         tenant: String,
         name: String,
-    ) -> Result<Option<String>, RegistryError> {
+    ) -> Result<Option<String>, StoreError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
@@ -102,7 +102,7 @@ impl Secrets for PostgresBackend {
         row.map(|r| r.try_get(0)).transpose().map_err(pg)
     }
 
-    async fn remove_secret(&self, tenant: String, name: String) -> Result<bool, RegistryError> {
+    async fn remove_secret(&self, tenant: String, name: String) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let removed = client
             .execute(
@@ -114,7 +114,7 @@ impl Secrets for PostgresBackend {
         Ok(removed > 0)
     }
 
-    async fn bind_secrets(&self, id: String, rows: Vec<BoundRow>) -> Result<(), RegistryError> {
+    async fn bind_secrets(&self, id: String, rows: Vec<BoundRow>) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
         tx.execute("DELETE FROM sandbox_secrets WHERE sandbox_id = $1", &[&id])
@@ -132,7 +132,7 @@ impl Secrets for PostgresBackend {
         tx.commit().await.map_err(pg)
     }
 
-    async fn bound_secrets(&self, id: String) -> Result<Vec<BoundRow>, RegistryError> {
+    async fn bound_secrets(&self, id: String) -> Result<Vec<BoundRow>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query(
@@ -154,7 +154,7 @@ impl Secrets for PostgresBackend {
             .collect()
     }
 
-    async fn unbind_secrets(&self, id: String) -> Result<(), RegistryError> {
+    async fn unbind_secrets(&self, id: String) -> Result<(), StoreError> {
         let client = self.client().await?;
         client
             .execute("DELETE FROM sandbox_secrets WHERE sandbox_id = $1", &[&id])
@@ -163,7 +163,7 @@ impl Secrets for PostgresBackend {
         Ok(())
     }
 
-    async fn sweep_unbound_secrets(&self, node: NodeId) -> Result<usize, RegistryError> {
+    async fn sweep_unbound_secrets(&self, node: NodeId) -> Result<usize, StoreError> {
         let client = self.client().await?;
         let removed = client
             .execute(
@@ -182,7 +182,7 @@ impl Secrets for PostgresBackend {
         id: String,
         cert_pem: String,
         sealed_key: String,
-    ) -> Result<(), RegistryError> {
+    ) -> Result<(), StoreError> {
         let client = self.client().await?;
         client
             .execute(
@@ -196,7 +196,7 @@ impl Secrets for PostgresBackend {
         Ok(())
     }
 
-    async fn egress_ca(&self, id: String) -> Result<Option<(String, String)>, RegistryError> {
+    async fn egress_ca(&self, id: String) -> Result<Option<(String, String)>, StoreError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
@@ -214,7 +214,7 @@ impl Secrets for PostgresBackend {
         }
     }
 
-    async fn remove_egress_ca(&self, id: String) -> Result<(), RegistryError> {
+    async fn remove_egress_ca(&self, id: String) -> Result<(), StoreError> {
         let client = self.client().await?;
         client
             .execute("DELETE FROM egress_ca WHERE sandbox_id = $1", &[&id])

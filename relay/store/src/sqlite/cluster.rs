@@ -7,7 +7,7 @@ use rusqlite::{params, OptionalExtension};
 
 use super::SqliteBackend;
 use crate::backend::{Cluster, Due, LabelLock, Lease, NodeRow};
-use crate::{wall_clock_ms, RegistryError};
+use crate::{wall_clock_ms, StoreError};
 use tether_relay_core::record::NodeId;
 
 /// Takes a free or expired lease, or renews the holder's; `epoch` grows on a change of hands.
@@ -21,7 +21,7 @@ const ACQUIRE: &str = "INSERT INTO leases (name, holder, epoch, expires_ms) VALU
 
 #[async_trait]
 impl Cluster for SqliteBackend {
-    async fn heartbeat(&self, node: NodeId, address: String) -> Result<(), RegistryError> {
+    async fn heartbeat(&self, node: NodeId, address: String) -> Result<(), StoreError> {
         self.call(move |db| {
             db.execute(
                 "INSERT INTO nodes (id, address, heartbeat_ms) VALUES (?1, ?2, ?3) \
@@ -34,7 +34,7 @@ impl Cluster for SqliteBackend {
         .await
     }
 
-    async fn leave(&self, node: NodeId) -> Result<(), RegistryError> {
+    async fn leave(&self, node: NodeId) -> Result<(), StoreError> {
         self.call(move |db| {
             db.execute(
                 "UPDATE nodes SET heartbeat_ms = 0 WHERE id = ?1",
@@ -45,7 +45,7 @@ impl Cluster for SqliteBackend {
         .await
     }
 
-    async fn nodes(&self, alive_ms: i64) -> Result<Vec<NodeRow>, RegistryError> {
+    async fn nodes(&self, alive_ms: i64) -> Result<Vec<NodeRow>, StoreError> {
         self.call(move |db| {
             let mut stmt =
                 db.prepare_cached("SELECT id, address, heartbeat_ms FROM nodes ORDER BY id")?;
@@ -69,7 +69,7 @@ impl Cluster for SqliteBackend {
         name: String,
         holder: NodeId,
         ttl_ms: i64,
-    ) -> Result<Option<Lease>, RegistryError> {
+    ) -> Result<Option<Lease>, StoreError> {
         self.call(move |db| {
             let got = db
                 .query_row(
@@ -88,7 +88,7 @@ impl Cluster for SqliteBackend {
         .await
     }
 
-    async fn release_lease(&self, lease: Lease) -> Result<(), RegistryError> {
+    async fn release_lease(&self, lease: Lease) -> Result<(), StoreError> {
         self.call(move |db| {
             db.execute(
                 "UPDATE leases SET expires_ms = 0 WHERE name = ?1 AND holder = ?2 AND epoch = ?3",
@@ -105,7 +105,7 @@ impl Cluster for SqliteBackend {
         lease: Lease,
         margin_ms: i64,
         due: Due,
-    ) -> Result<bool, RegistryError> {
+    ) -> Result<bool, StoreError> {
         self.call(move |db| {
             let (condition, now, quiet) = match due {
                 Due::Expired(now) => ("expires_ms IS NOT NULL AND expires_ms <= ?6", now, 0),
@@ -144,11 +144,11 @@ impl Cluster for SqliteBackend {
         .await
     }
 
-    async fn lock_labels(&self, key: String) -> Result<LabelLock, RegistryError> {
+    async fn lock_labels(&self, key: String) -> Result<LabelLock, StoreError> {
         Ok(Box::new(self.label_locks.lock(key).await))
     }
 
-    async fn setting(&self, name: String) -> Result<Option<String>, RegistryError> {
+    async fn setting(&self, name: String) -> Result<Option<String>, StoreError> {
         self.call(move |db| {
             Ok(db
                 .query_row(
@@ -161,11 +161,7 @@ impl Cluster for SqliteBackend {
         .await
     }
 
-    async fn setting_or_insert(
-        &self,
-        name: String,
-        value: String,
-    ) -> Result<String, RegistryError> {
+    async fn setting_or_insert(&self, name: String, value: String) -> Result<String, StoreError> {
         self.call(move |db| {
             db.execute(
                 "INSERT OR IGNORE INTO settings (name, value) VALUES (?1, ?2)",

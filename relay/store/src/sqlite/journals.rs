@@ -6,12 +6,12 @@ use rusqlite::{params, OptionalExtension, TransactionBehavior};
 use super::{json_text, SqliteBackend};
 use crate::backend::Journals;
 use crate::journal::DestroyReason;
-use crate::{Destroyed, PendingCreate, RegistryError};
+use crate::{Destroyed, PendingCreate, StoreError};
 use tether_relay_core::record::{NodeId, SandboxId, Tenant};
 
 #[async_trait]
 impl Journals for SqliteBackend {
-    async fn begin_create(&self, create: PendingCreate) -> Result<(), RegistryError> {
+    async fn begin_create(&self, create: PendingCreate) -> Result<(), StoreError> {
         let labels = serde_json::to_string(&create.labels)?;
         self.call(move |db| {
             db.execute(
@@ -33,7 +33,7 @@ impl Journals for SqliteBackend {
         .await
     }
 
-    async fn create_made(&self, id: String, provider_ref: String) -> Result<(), RegistryError> {
+    async fn create_made(&self, id: String, provider_ref: String) -> Result<(), StoreError> {
         self.call(move |db| {
             db.execute(
                 "UPDATE create_journal SET provider_ref = ?2 WHERE sandbox_id = ?1",
@@ -47,7 +47,7 @@ impl Journals for SqliteBackend {
     async fn pending_creates(
         &self,
         node: Option<NodeId>,
-    ) -> Result<Vec<PendingCreate>, RegistryError> {
+    ) -> Result<Vec<PendingCreate>, StoreError> {
         self.call(move |db| {
             // A row without a node was journaled before relays had ids: by the only relay
             // this file ever had, so by every one that asks.
@@ -72,7 +72,7 @@ impl Journals for SqliteBackend {
         .await
     }
 
-    async fn finish_create(&self, id: String) -> Result<(), RegistryError> {
+    async fn finish_create(&self, id: String) -> Result<(), StoreError> {
         self.call(move |db| {
             let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let registered: bool = tx.query_row(
@@ -95,7 +95,7 @@ impl Journals for SqliteBackend {
         &self,
         entry: Destroyed,
         claim: Option<String>,
-    ) -> Result<Option<bool>, RegistryError> {
+    ) -> Result<Option<bool>, StoreError> {
         let labels = serde_json::to_string(&entry.labels)?;
         self.call(move |db| {
             let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -130,11 +130,7 @@ impl Journals for SqliteBackend {
         .await
     }
 
-    async fn destroyed(
-        &self,
-        tenant: String,
-        id: String,
-    ) -> Result<Option<Destroyed>, RegistryError> {
+    async fn destroyed(&self, tenant: String, id: String) -> Result<Option<Destroyed>, StoreError> {
         self.call(move |db| {
             Ok(db
                 .query_row(

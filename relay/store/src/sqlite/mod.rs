@@ -1,4 +1,4 @@
-//! The SQLite backend: the registry of a single relay, embedded in `<data_dir>/relay.db` (WAL
+//! The SQLite backend: the store of a single relay, embedded in `<data_dir>/relay.db` (WAL
 //! mode), the default.
 //!
 //! One connection sits behind a mutex; every call runs on tokio's blocking pool so a slow disk
@@ -22,7 +22,7 @@ use rusqlite::{params, Connection, Row};
 use super::backend::{Backend, SandboxRow};
 use super::locks::KeyedLocks;
 use super::seal::{self, SealKey};
-use super::{RegistryError, KEY_CHECK};
+use super::{StoreError, KEY_CHECK};
 
 /// How long a statement waits for another connection's lock (a second process reading the
 /// file, say) before failing.
@@ -37,7 +37,7 @@ pub(super) const SANDBOX_COLUMNS: &str = "id, tenant, provider, provider_ref, la
 /// which carry users' environment variables and providers' access tokens.
 pub(super) const SEALED_COLUMNS: [&str; 3] = ["spec", "agent_token", "meta"];
 
-/// The registry in an SQLite file (or in memory, for tests).
+/// The store in an SQLite file (or in memory, for tests).
 pub(super) struct SqliteBackend {
     db: Arc<Mutex<Connection>>,
     /// Get-or-create's per-label locks: one relay per file, so in-process locks suffice.
@@ -55,7 +55,7 @@ impl SqliteBackend {
         key: &SealKey,
         new_key: bool,
         key_file: &Path,
-    ) -> Result<SqliteBackend, RegistryError> {
+    ) -> Result<SqliteBackend, StoreError> {
         db.busy_timeout(BUSY_TIMEOUT)?;
         // `journal_mode` answers with the mode it set, so it must be read as a query.
         let _: String = db.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
@@ -67,7 +67,7 @@ impl SqliteBackend {
         db.execute_batch("PRAGMA secure_delete = ON;")?;
         schema::migrate(&mut db)?;
         if new_key && has_sealed_tokens(&db)? {
-            return Err(RegistryError::KeyLost {
+            return Err(StoreError::KeyLost {
                 path: PathBuf::from(db.path().unwrap_or(":memory:")),
             });
         }
@@ -99,15 +99,15 @@ impl SqliteBackend {
         key: &SealKey,
         new_key: bool,
         key_file: &Path,
-    ) -> Result<SqliteBackend, RegistryError> {
+    ) -> Result<SqliteBackend, StoreError> {
         Self::setup(Connection::open(path)?, key, new_key, key_file)
     }
 
     /// Runs `f` on the connection on the blocking pool.
-    pub(super) async fn call<T, F>(&self, f: F) -> Result<T, RegistryError>
+    pub(super) async fn call<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<T, RegistryError> + Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || {
@@ -117,7 +117,7 @@ impl SqliteBackend {
             f(&mut db)
         })
         .await
-        .map_err(|e| RegistryError::Task(e.to_string()))?
+        .map_err(|e| StoreError::Task(e.to_string()))?
     }
 }
 
@@ -132,7 +132,7 @@ impl Backend for SqliteBackend {
 }
 
 /// Whether any sandbox row holds a sealed agent token.
-fn has_sealed_tokens(db: &Connection) -> Result<bool, RegistryError> {
+fn has_sealed_tokens(db: &Connection) -> Result<bool, StoreError> {
     let pattern = format!("{}%", seal::SEALED_PREFIX);
     Ok(db.query_row(
         "SELECT EXISTS (SELECT 1 FROM sandboxes WHERE agent_token LIKE ?1)",
@@ -143,7 +143,7 @@ fn has_sealed_tokens(db: &Connection) -> Result<bool, RegistryError> {
 
 /// Seals every agent token stored before tokens were sealed, then compacts the file and
 /// empties the write-ahead log, so no page of either still holds one in plain text.
-fn seal_plain_tokens(db: &mut Connection, key: &SealKey) -> Result<(), RegistryError> {
+fn seal_plain_tokens(db: &mut Connection, key: &SealKey) -> Result<(), StoreError> {
     let mut plain: Vec<(String, &str, String)> = Vec::new();
     {
         let mut stmt = db.prepare("SELECT id, spec, agent_token, meta FROM sandboxes")?;

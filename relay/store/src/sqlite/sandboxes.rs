@@ -5,7 +5,7 @@ use rusqlite::{params, OptionalExtension};
 
 use super::{read_sandbox, SqliteBackend, SANDBOX_COLUMNS};
 use crate::backend::{SandboxRow, Sandboxes, Select};
-use crate::RegistryError;
+use crate::StoreError;
 use tether_relay_core::record::{Role, Tenant, TokenRecord};
 
 /// States a get-or-create never hands out.
@@ -13,7 +13,7 @@ const UNUSABLE: [&str; 2] = ["gone", "dead"];
 
 #[async_trait]
 impl Sandboxes for SqliteBackend {
-    async fn insert(&self, row: SandboxRow) -> Result<(), RegistryError> {
+    async fn insert(&self, row: SandboxRow) -> Result<(), StoreError> {
         self.call(move |db| {
             let tx = db.transaction()?;
             tx.execute(
@@ -53,7 +53,7 @@ impl Sandboxes for SqliteBackend {
         &self,
         tenant: Option<String>,
         id: String,
-    ) -> Result<Option<SandboxRow>, RegistryError> {
+    ) -> Result<Option<SandboxRow>, StoreError> {
         self.call(move |db| {
             let sql = format!(
                 "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
@@ -66,7 +66,7 @@ impl Sandboxes for SqliteBackend {
         .await
     }
 
-    async fn select(&self, select: Select) -> Result<Vec<SandboxRow>, RegistryError> {
+    async fn select(&self, select: Select) -> Result<Vec<SandboxRow>, StoreError> {
         self.call(move |db| {
             let order = "ORDER BY created_ms, id";
             let (filter, args): (&str, Vec<rusqlite::types::Value>) = match select {
@@ -96,7 +96,7 @@ impl Sandboxes for SqliteBackend {
         .await
     }
 
-    async fn all_ids(&self) -> Result<Vec<String>, RegistryError> {
+    async fn all_ids(&self) -> Result<Vec<String>, StoreError> {
         self.call(|db| {
             let mut stmt = db.prepare("SELECT id FROM sandboxes")?;
             let ids = stmt.query_map([], |row| row.get::<_, String>(0))?;
@@ -105,7 +105,7 @@ impl Sandboxes for SqliteBackend {
         .await
     }
 
-    async fn count(&self, tenant: String) -> Result<u64, RegistryError> {
+    async fn count(&self, tenant: String) -> Result<u64, StoreError> {
         self.call(move |db| {
             Ok(db.query_row(
                 "SELECT count(*) FROM sandboxes WHERE tenant = ?1 AND state != 'gone'",
@@ -116,12 +116,12 @@ impl Sandboxes for SqliteBackend {
         .await
     }
 
-    async fn remove(&self, id: String) -> Result<bool, RegistryError> {
+    async fn remove(&self, id: String) -> Result<bool, StoreError> {
         self.call(move |db| Ok(db.execute("DELETE FROM sandboxes WHERE id = ?1", [id])? > 0))
             .await
     }
 
-    async fn touch(&self, ids: Vec<String>, now_ms: i64) -> Result<(), RegistryError> {
+    async fn touch(&self, ids: Vec<String>, now_ms: i64) -> Result<(), StoreError> {
         self.call(move |db| {
             let tx = db.transaction()?;
             {
@@ -138,7 +138,7 @@ impl Sandboxes for SqliteBackend {
         .await
     }
 
-    async fn set_state(&self, id: String, state: String) -> Result<(), RegistryError> {
+    async fn set_state(&self, id: String, state: String) -> Result<(), StoreError> {
         self.call(move |db| {
             db.execute(
                 "UPDATE sandboxes SET state = ?2 WHERE id = ?1",
@@ -149,12 +149,7 @@ impl Sandboxes for SqliteBackend {
         .await
     }
 
-    async fn set_ttl(
-        &self,
-        id: String,
-        ttl_ms: i64,
-        expires_ms: i64,
-    ) -> Result<bool, RegistryError> {
+    async fn set_ttl(&self, id: String, ttl_ms: i64, expires_ms: i64) -> Result<bool, StoreError> {
         self.call(move |db| {
             let changed = db.execute(
                 "UPDATE sandboxes SET ttl_ms = ?2, expires_ms = ?3 \
@@ -171,7 +166,7 @@ impl Sandboxes for SqliteBackend {
         hash: String,
         token: TokenRecord,
         created_ms: i64,
-    ) -> Result<(), RegistryError> {
+    ) -> Result<(), StoreError> {
         let admin = token.role != Role::Member;
         let relay_admin = token.role == Role::RelayAdmin;
         self.call(move |db| {
@@ -185,7 +180,7 @@ impl Sandboxes for SqliteBackend {
         .await
     }
 
-    async fn token(&self, hash: String) -> Result<Option<(String, TokenRecord)>, RegistryError> {
+    async fn token(&self, hash: String) -> Result<Option<(String, TokenRecord)>, StoreError> {
         self.call(move |db| {
             Ok(db
                 .query_row(

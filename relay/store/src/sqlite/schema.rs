@@ -1,8 +1,8 @@
-//! The registry's SQLite schema and its migrations, tracked by `PRAGMA user_version`.
+//! The store's SQLite schema and its migrations, tracked by `PRAGMA user_version`.
 
 use rusqlite::Connection;
 
-use crate::RegistryError;
+use crate::StoreError;
 
 /// One SQL batch per schema version: `MIGRATIONS[n]` takes version `n` to `n + 1`. Append new
 /// steps; never edit a released one, since databases in the field have already run it.
@@ -32,7 +32,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         created_ms INTEGER NOT NULL
      ) STRICT;",
     // 2: the relay's own admin token is marked apart from tenants' admin tokens; agent
-    // tokens are sealed (by `Registry::open`, which holds the key, not by SQL).
+    // tokens are sealed (by `Store::open`, which holds the key, not by SQL).
     "ALTER TABLE tokens ADD COLUMN relay_admin INTEGER NOT NULL DEFAULT 0;",
     // 3: the journal of sandboxes the relay destroyed on its own (TTL, idle, gone).
     "CREATE TABLE destroyed (
@@ -121,10 +121,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
 pub(crate) const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 /// Brings `db` up to [`SCHEMA_VERSION`], each step in its own transaction.
-pub(super) fn migrate(db: &mut Connection) -> Result<(), RegistryError> {
+pub(super) fn migrate(db: &mut Connection) -> Result<(), StoreError> {
     let found: u32 = db.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     if found > SCHEMA_VERSION {
-        return Err(RegistryError::TooNew {
+        return Err(StoreError::TooNew {
             found,
             known: SCHEMA_VERSION,
         });

@@ -5,7 +5,7 @@ use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
 use super::SqliteBackend;
 use crate::backend::{BoundRow, Secrets};
-use crate::{RegistryError, StoredSecret};
+use crate::{StoreError, StoredSecret};
 use tether_relay_core::record::NodeId;
 
 #[async_trait]
@@ -17,7 +17,7 @@ impl Secrets for SqliteBackend {
         sealed: String,
         now_ms: i64,
         max: usize,
-    ) -> Result<Option<(StoredSecret, bool)>, RegistryError> {
+    ) -> Result<Option<(StoredSecret, bool)>, StoreError> {
         self.call(move |db| {
             let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let created: Option<i64> = tx
@@ -56,7 +56,7 @@ impl Secrets for SqliteBackend {
         .await
     }
 
-    async fn secrets(&self, tenant: String) -> Result<Vec<StoredSecret>, RegistryError> {
+    async fn secrets(&self, tenant: String) -> Result<Vec<StoredSecret>, StoreError> {
         self.call(move |db| {
             let mut stmt = db.prepare_cached(
                 "SELECT name, created_ms, updated_ms FROM secrets WHERE tenant = ?1 ORDER BY name",
@@ -77,7 +77,7 @@ impl Secrets for SqliteBackend {
         &self,
         tenant: String,
         name: String,
-    ) -> Result<Option<String>, RegistryError> {
+    ) -> Result<Option<String>, StoreError> {
         self.call(move |db| {
             Ok(db
                 .query_row(
@@ -90,7 +90,7 @@ impl Secrets for SqliteBackend {
         .await
     }
 
-    async fn remove_secret(&self, tenant: String, name: String) -> Result<bool, RegistryError> {
+    async fn remove_secret(&self, tenant: String, name: String) -> Result<bool, StoreError> {
         self.call(move |db| {
             Ok(db.execute(
                 "DELETE FROM secrets WHERE tenant = ?1 AND name = ?2",
@@ -100,7 +100,7 @@ impl Secrets for SqliteBackend {
         .await
     }
 
-    async fn bind_secrets(&self, id: String, rows: Vec<BoundRow>) -> Result<(), RegistryError> {
+    async fn bind_secrets(&self, id: String, rows: Vec<BoundRow>) -> Result<(), StoreError> {
         self.call(move |db| {
             let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
             tx.execute("DELETE FROM sandbox_secrets WHERE sandbox_id = ?1", [&id])?;
@@ -117,7 +117,7 @@ impl Secrets for SqliteBackend {
         .await
     }
 
-    async fn bound_secrets(&self, id: String) -> Result<Vec<BoundRow>, RegistryError> {
+    async fn bound_secrets(&self, id: String) -> Result<Vec<BoundRow>, StoreError> {
         self.call(move |db| {
             let mut stmt = db.prepare_cached(
                 "SELECT name, placeholder, value, hosts FROM sandbox_secrets \
@@ -136,7 +136,7 @@ impl Secrets for SqliteBackend {
         .await
     }
 
-    async fn unbind_secrets(&self, id: String) -> Result<(), RegistryError> {
+    async fn unbind_secrets(&self, id: String) -> Result<(), StoreError> {
         self.call(move |db| {
             db.execute("DELETE FROM sandbox_secrets WHERE sandbox_id = ?1", [id])?;
             Ok(())
@@ -144,7 +144,7 @@ impl Secrets for SqliteBackend {
         .await
     }
 
-    async fn sweep_unbound_secrets(&self, node: NodeId) -> Result<usize, RegistryError> {
+    async fn sweep_unbound_secrets(&self, node: NodeId) -> Result<usize, StoreError> {
         self.call(move |db| {
             Ok(db.execute(
                 "DELETE FROM sandbox_secrets WHERE sandbox_id NOT IN (SELECT id FROM sandboxes) \
@@ -161,7 +161,7 @@ impl Secrets for SqliteBackend {
         id: String,
         cert_pem: String,
         sealed_key: String,
-    ) -> Result<(), RegistryError> {
+    ) -> Result<(), StoreError> {
         self.call(move |db| {
             db.execute(
                 "INSERT OR REPLACE INTO egress_ca (sandbox_id, cert_pem, key_pem) \
@@ -173,7 +173,7 @@ impl Secrets for SqliteBackend {
         .await
     }
 
-    async fn egress_ca(&self, id: String) -> Result<Option<(String, String)>, RegistryError> {
+    async fn egress_ca(&self, id: String) -> Result<Option<(String, String)>, StoreError> {
         self.call(move |db| {
             Ok(db
                 .query_row(
@@ -186,7 +186,7 @@ impl Secrets for SqliteBackend {
         .await
     }
 
-    async fn remove_egress_ca(&self, id: String) -> Result<(), RegistryError> {
+    async fn remove_egress_ca(&self, id: String) -> Result<(), StoreError> {
         self.call(move |db| {
             db.execute("DELETE FROM egress_ca WHERE sandbox_id = ?1", [id])?;
             Ok(())

@@ -1,6 +1,6 @@
 //! What relays sharing a database rely on: leases held by one relay at a time with epochs
 //! that fence a holder that lost its lease, reapers' claims, heartbeats, and get-or-create's
-//! lock across relays. Each test plays two relays as two registries on one database.
+//! lock across relays. Each test plays two relays as two stores on one database.
 
 use std::time::Duration;
 
@@ -220,7 +220,7 @@ async fn the_label_lock_is_exclusive_across_relays(db: Db) {
     let other = db.open_again().await.unwrap();
     let held = db.reg.lock_labels("t\n{\"a\":\"1\"}").await.unwrap();
     // The same key waits, from this relay and from another (in SQLite, one relay per file:
-    // the same registry).
+    // the same store).
     let same_relay = if db.kind() == "SQLite" {
         db.reg.clone()
     } else {

@@ -54,7 +54,7 @@ fn record(id: &SandboxId) -> SandboxRecord {
     }
 }
 
-async fn bind_secret_and_ca(reg: &Registry, id: &SandboxId) {
+async fn bind_secret_and_ca(reg: &Store, id: &SandboxId) {
     let secret = BoundSecret {
         name: "KEY".into(),
         placeholder: format!("tether-secret-{}", "0f".repeat(16)),
@@ -127,7 +127,7 @@ async fn the_journal_survives_a_crash(db: Db) {
     let id = SandboxId::generate();
     db.reg.begin_create(pending(&id)).await.unwrap();
     db.reg.create_made(&id, "ref-9").await.unwrap();
-    // Another registry on the database, as a relay restarted after a kill finds it.
+    // Another store on the database, as a relay restarted after a kill finds it.
     let reg = db.open_again().await.unwrap();
     let found = reg.pending_creates(None).await.unwrap();
     assert_eq!(found.len(), 1);

@@ -44,11 +44,11 @@ macro_rules! both {
 }
 pub(super) use both;
 
-/// Where a test's registry lives, and raw access to it, as an operator (or an attacker with
+/// Where a test's store lives, and raw access to it, as an operator (or an attacker with
 /// the database but not the key) would have.
 pub(super) struct Db {
-    /// The registry under test.
-    pub reg: Registry,
+    /// The store under test.
+    pub reg: Store,
     /// The key file (beside the SQLite file; alone for PostgreSQL).
     pub key_file: PathBuf,
     place: Place,
@@ -61,19 +61,19 @@ enum Place {
 }
 
 impl Db {
-    /// A registry in a new SQLite file.
+    /// A store in a new SQLite file.
     pub(super) fn sqlite() -> Db {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("relay.db");
         Db {
-            reg: Registry::open(&path).unwrap(),
+            reg: Store::open(&path).unwrap(),
             key_file: dir.path().join(KEY_FILE),
             place: Place::Sqlite(path),
             _dir: dir,
         }
     }
 
-    /// A registry in a new database on the shared PostgreSQL server.
+    /// A store in a new database on the shared PostgreSQL server.
     pub(super) async fn postgres() -> Db {
         let url = tokio::task::spawn_blocking(|| PgServer::shared().fresh_database())
             .await
@@ -82,7 +82,7 @@ impl Db {
         let dir = tempfile::tempdir().unwrap();
         let key_file = dir.path().join(KEY_FILE);
         Db {
-            reg: Registry::open_postgres(&url, &key_file).await.unwrap(),
+            reg: Store::open_postgres(&url, &key_file).await.unwrap(),
             key_file,
             place: Place::Postgres { url, db },
             _dir: dir,
@@ -94,17 +94,17 @@ impl Db {
         self.reg.kind()
     }
 
-    /// Another registry on the same database and key, as another relay (or a restarted one)
+    /// Another store on the same database and key, as another relay (or a restarted one)
     /// opens it.
-    pub(super) async fn open_again(&self) -> Result<Registry, RegistryError> {
+    pub(super) async fn open_again(&self) -> Result<Store, StoreError> {
         self.open_with_key(&self.key_file).await
     }
 
-    /// A registry on the same database with the key in `key_file`.
+    /// A store on the same database with the key in `key_file`.
     pub(super) async fn open_with_key(
         &self,
         key_file: &std::path::Path,
-    ) -> Result<Registry, RegistryError> {
+    ) -> Result<Store, StoreError> {
         match &self.place {
             Place::Sqlite(path) => {
                 // The key file sits beside the SQLite file: put the wanted one there.
@@ -113,15 +113,15 @@ impl Db {
                     std::fs::copy(key_file, &beside).unwrap();
                 }
                 let path = path.clone();
-                tokio::task::spawn_blocking(move || Registry::open(&path))
+                tokio::task::spawn_blocking(move || Store::open(&path))
                     .await
                     .unwrap()
             }
-            Place::Postgres { url, .. } => Registry::open_postgres(url, key_file).await,
+            Place::Postgres { url, .. } => Store::open_postgres(url, key_file).await,
         }
     }
 
-    /// Runs `sql` on the database behind the registry's back.
+    /// Runs `sql` on the database behind the store's back.
     pub(super) async fn exec(&self, sql: &str) {
         let sql = sql.to_string();
         match &self.place {
@@ -145,7 +145,7 @@ impl Db {
         }
     }
 
-    /// The one integer `sql` selects, read behind the registry's back.
+    /// The one integer `sql` selects, read behind the store's back.
     pub(super) async fn count(&self, sql: &str) -> i64 {
         let sql = sql.to_string();
         match &self.place {

@@ -201,7 +201,7 @@ async fn a_database_sealed_under_another_key_is_refused(db: Db) {
     let other = tempfile::tempdir().unwrap();
     let other_key = other.path().join(KEY_FILE);
     // A key of its own, as a relay given the wrong file (or none) would make.
-    drop(Registry::open(&other.path().join("relay.db")).unwrap());
+    drop(Store::open(&other.path().join("relay.db")).unwrap());
     let err = db
         .open_with_key(&other_key)
         .await
@@ -243,14 +243,14 @@ async fn postgres_joins_a_database_only_with_its_key() {
     let url = PgServer::shared().fresh_database();
     let keys = tempfile::tempdir().unwrap();
     let key = keys.path().join("relay.key");
-    let first = Registry::open_postgres(&url, &key).await.unwrap();
+    let first = Store::open_postgres(&url, &key).await.unwrap();
     let together =
-        futures_util::future::join_all((0..3).map(|_| Registry::open_postgres(&url, &key))).await;
+        futures_util::future::join_all((0..3).map(|_| Store::open_postgres(&url, &key))).await;
     assert!(together.iter().all(Result::is_ok));
     drop(first);
     // A relay without the key file may not join: it would seal under a key nobody else has.
     let missing = keys.path().join("absent.key");
-    let err = Registry::open_postgres(db.url().unwrap(), &missing)
+    let err = Store::open_postgres(db.url().unwrap(), &missing)
         .await
         .err()
         .unwrap()
@@ -258,15 +258,12 @@ async fn postgres_joins_a_database_only_with_its_key() {
     assert!(err.contains("copy their key file"), "{err}");
     assert!(!missing.exists(), "no stray key file is left behind");
     // A bad URL names the problem, and a dead server too, without a password.
-    let err = Registry::open_postgres("mysql://x", &key)
-        .await
-        .err()
-        .unwrap();
+    let err = Store::open_postgres("mysql://x", &key).await.err().unwrap();
     assert!(
         err.to_string().contains("postgres://USER:PASSWORD@HOST"),
         "{err}"
     );
-    let err = Registry::open_postgres("postgres://u:hunter2@127.0.0.1:1/db", &key)
+    let err = Store::open_postgres("postgres://u:hunter2@127.0.0.1:1/db", &key)
         .await
         .err()
         .unwrap()
@@ -285,7 +282,7 @@ fn refuses_a_newer_schema() {
     db.execute_batch(&format!("PRAGMA user_version = {}", SCHEMA_VERSION + 1))
         .unwrap();
     drop(db);
-    let err = Registry::open(&path).err().unwrap().to_string();
+    let err = Store::open(&path).err().unwrap().to_string();
     assert!(err.contains("newer tether"), "{err}");
 }
 
@@ -325,7 +322,7 @@ async fn a_version_1_database_keeps_working_with_its_agent_tokens_sealed() {
         db.execute("INSERT INTO tokens VALUES ('h', 'team-a', 1, 1)", [])
             .unwrap();
     }
-    let reg = Registry::open(&path).unwrap();
+    let reg = Store::open(&path).unwrap();
     let old = reg
         .get(&tenant("a"), &"sb-old".to_string().into())
         .await
@@ -352,6 +349,6 @@ async fn a_version_1_database_keeps_working_with_its_agent_tokens_sealed() {
 
     // Without its key, the database refuses to open rather than lose every sandbox.
     std::fs::remove_file(dir.path().join(KEY_FILE)).unwrap();
-    let err = Registry::open(&path).err().unwrap().to_string();
+    let err = Store::open(&path).err().unwrap().to_string();
     assert!(err.contains("restore the relay.key"), "{err}");
 }

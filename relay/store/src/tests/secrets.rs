@@ -23,13 +23,7 @@ both!(
 );
 
 /// Stores a secret in a store with room for 8.
-async fn put(
-    reg: &Registry,
-    t: &Tenant,
-    name: &str,
-    value: &str,
-    now: i64,
-) -> (StoredSecret, bool) {
+async fn put(reg: &Store, t: &Tenant, name: &str, value: &str, now: i64) -> (StoredSecret, bool) {
     reg.put_secret(t, name, &SecretValue::new(value), now, 8)
         .await
         .unwrap()
@@ -265,7 +259,7 @@ async fn a_full_store_takes_no_new_name_but_replaces_and_leaves_others_alone(db:
 }
 
 async fn concurrent_puts_never_overfill_a_store(db: Db) {
-    // Two relays (two registries on one database) race for the last places.
+    // Two relays (two stores on one database) race for the last places.
     let other = db.open_again().await.unwrap();
     let a = tenant("a");
     let puts = (0..8).map(|i| {
@@ -287,13 +281,13 @@ async fn concurrent_puts_never_overfill_a_store(db: Db) {
 }
 
 async fn a_ca_round_trips_sealed_and_goes_away(db: Db) {
-    let registry = db.reg;
+    let store = db.reg;
     let id = SandboxId::from("sb-ca".to_string());
     let ca = SandboxCa::generate(id.as_str()).unwrap();
-    registry.put_egress_ca(&id, &ca).await.unwrap();
-    let back = registry.egress_ca(&id).await.unwrap().unwrap();
+    store.put_egress_ca(&id, &ca).await.unwrap();
+    let back = store.egress_ca(&id).await.unwrap().unwrap();
     assert_eq!(back, ca);
-    let (_, stored) = registry
+    let (_, stored) = store
         .backend
         .egress_ca(id.to_string())
         .await
@@ -303,6 +297,6 @@ async fn a_ca_round_trips_sealed_and_goes_away(db: Db) {
         !stored.contains("PRIVATE KEY"),
         "the key is stored in the clear"
     );
-    registry.remove_egress_ca(&id).await.unwrap();
-    assert_eq!(registry.egress_ca(&id).await.unwrap(), None);
+    store.remove_egress_ca(&id).await.unwrap();
+    assert_eq!(store.egress_ca(&id).await.unwrap(), None);
 }

@@ -60,7 +60,7 @@ struct Entry {
 }
 
 /// The sandboxes the listener serves, and its bounds.
-pub(super) struct Remote {
+pub(super) struct Listener {
     sandboxes: Mutex<HashMap<String, Entry>>,
     connections: Arc<Semaphore>,
     unauthenticated: Arc<Semaphore>,
@@ -74,7 +74,7 @@ struct Failures {
     counts: HashMap<IpAddr, u32>,
 }
 
-impl Default for Remote {
+impl Default for Listener {
     fn default() -> Self {
         Self {
             sandboxes: Mutex::new(HashMap::new()),
@@ -96,7 +96,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// A connection's place among the unauthenticated, given back on drop.
 struct Pending {
-    remote: Arc<Remote>,
+    remote: Arc<Listener>,
     addr: IpAddr,
     _permit: OwnedSemaphorePermit,
 }
@@ -120,7 +120,7 @@ enum Auth {
     Limited,
 }
 
-impl Remote {
+impl Listener {
     /// Serves sandbox `id` with `credential` through `proxy`, replacing an earlier entry.
     pub(super) fn insert(&self, id: &str, credential: String, proxy: Arc<Proxy>) {
         let entry = Entry {
@@ -399,8 +399,8 @@ mod tests {
 
     /// A listener serving sandbox `sb-a` (allowed `up.test`) and `sb-b` (allowed
     /// `other.test`) with credentials `cred-a` and `cred-b`.
-    async fn listener(hosts: &tempfile::NamedTempFile) -> (Arc<Remote>, SocketAddr) {
-        let remote = Arc::new(Remote::default());
+    async fn listener(hosts: &tempfile::NamedTempFile) -> (Arc<Listener>, SocketAddr) {
+        let remote = Arc::new(Listener::default());
         remote.insert("sb-a", "cred-a".into(), proxy("sb-a", "up.test", hosts));
         remote.insert("sb-b", "cred-b".into(), proxy("sb-b", "other.test", hosts));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -514,7 +514,7 @@ mod tests {
         use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
         let (up, hosts) = upstream().await;
-        let remote = Arc::new(Remote::default());
+        let remote = Arc::new(Listener::default());
         remote.insert("sb-a", "cred-a".into(), proxy("sb-a", "up.test", &hosts));
         let certified = rcgen::generate_simple_self_signed(vec!["relay.test".into()]).unwrap();
         let cert = CertificateDer::from(certified.cert.der().to_vec());
