@@ -3,6 +3,7 @@
 //! relays and agents through [`tether_client`] only; `tether serve` runs [`tether_relay`].
 #![warn(missing_docs)]
 
+mod advice;
 mod bench;
 pub mod commands;
 mod mcp;

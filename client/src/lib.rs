@@ -83,8 +83,8 @@ pub enum ClientError {
     /// [`Connect`]: ClientError::Connect
     #[error(
         "the relay at {url} went away in the middle of the request ({reason}): it may have \
-         done what was asked (a sandbox being created may exist); check with `tether ls` \
-         before retrying"
+         done what was asked (a sandbox being created may exist); list the sandboxes before \
+         retrying"
     )]
     Interrupted {
         /// Where.
@@ -96,7 +96,7 @@ pub enum ClientError {
     /// page, a server that does not take WebSockets): the address is probably wrong.
     #[error(
         "{url} answered, but not as a Tether relay ({reason}): check the relay's address \
-         (TETHER_RELAY or --relay)"
+         (TETHER_RELAY)"
     )]
     NotRelay {
         /// Where.
@@ -117,7 +117,7 @@ pub enum ClientError {
     #[error(transparent)]
     CaCert(#[from] tls::CaCertError),
     /// The connection was lost while the operation ran.
-    #[error("the connection to the sandbox was lost; retry, or check that the relay and sandbox are up (`tether ls`)")]
+    #[error("the connection to the sandbox was lost; retry once the relay and the sandbox are up")]
     Disconnected,
     /// Nothing at all (no frame, no answer to a ping) came over the connection for the peer
     /// timeout: the network between here and the relay (or the relay itself) is taken for
@@ -125,7 +125,7 @@ pub enum ClientError {
     #[error(
         "the connection to the sandbox went silent: nothing arrived for {} (the peer \
          timeout, TETHER_PEER_TIMEOUT), not even an answer to a ping; check the network and \
-         that the relay is up (`tether ls`), then retry",
+         that the relay is up, then retry",
         humantime::format_duration(*.timeout)
     )]
     PeerSilent {

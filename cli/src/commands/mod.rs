@@ -41,6 +41,7 @@ use std::future::Future;
 use std::io::Write;
 
 use clap::{Parser, Subcommand};
+use tether_client::ClientError;
 
 use self::remote::Remote;
 
@@ -216,9 +217,16 @@ fn report(e: &anyhow::Error) {
 /// The error and its causes on one line, each cause left out when the text before it
 /// already says it (many errors quote their source), so nothing is said twice.
 fn chain(e: &anyhow::Error) -> String {
-    let mut text = e.to_string();
+    // A client error that reached here without a command's own explanation still gets the
+    // CLI's advice.
+    let said = |cause: &(dyn std::error::Error + 'static)| match cause.downcast_ref::<ClientError>()
+    {
+        Some(err) => crate::advice::sentence(err, None),
+        None => cause.to_string(),
+    };
+    let mut text = said(e.as_ref());
     for cause in e.chain().skip(1) {
-        let cause = cause.to_string();
+        let cause = said(cause);
         if !text.contains(&cause) {
             text = format!("{text}: {cause}");
         }

@@ -1,6 +1,7 @@
 //! Which relay the CLI talks to and as whom: the address from `--relay` or `TETHER_RELAY`,
 //! the token from `TETHER_TOKEN` or the local relay's admin token file; and every client
-//! error turned into a sentence that says what to do next.
+//! error turned into a sentence that says what to do next (the CLI's one door to the relay:
+//! [`Remote::rest`] and [`Remote::connect`] are the only ways its commands reach it).
 
 use anyhow::anyhow;
 
@@ -46,37 +47,6 @@ impl Remote {
     /// Turns a client error into one that says what to do; `id` is the sandbox concerned.
     pub(super) fn explain(&self, err: ClientError, id: Option<&str>) -> anyhow::Error {
         match err {
-            ClientError::Connect { reason, .. } => {
-                let mut msg = format!(
-                    "no relay at {}: start one with `tether serve` (or use `tether run`, which \
-                     needs none)",
-                    self.base
-                );
-                // Beyond the usual "nobody listens", a cause helps (TLS, DNS, a proxy). The
-                // REST client's own sentence names no cause, so it is left out.
-                let cause = reason.split("; start a relay").next().unwrap_or(&reason);
-                let uninformative = ["refused", "error sending request"];
-                if !uninformative
-                    .iter()
-                    .any(|u| cause.to_lowercase().contains(u))
-                {
-                    msg.push_str(&format!(" [{cause}]"));
-                }
-                anyhow!(msg)
-            }
-            // Reached and asked, then gone: unlike a relay that is not there, it may have
-            // done what was asked, so retrying blindly could make a second sandbox.
-            ClientError::Interrupted { reason, .. } => anyhow!(
-                "the relay at {} went away in the middle of the request ({reason}): it may \
-                 have done what was asked, so a sandbox being created may exist; check with \
-                 `tether ls` before retrying",
-                self.base
-            ),
-            // Named by the address the user gave, not the tunnel's URL built from it.
-            ClientError::NotRelay { reason, .. } => anyhow!(ClientError::NotRelay {
-                url: self.base.clone(),
-                reason,
-            }),
             ClientError::Http { status: 404, .. } if id.is_some() => anyhow!(
                 "no sandbox {} at {}: list yours with `tether ls`",
                 id.unwrap_or_default(),
@@ -98,6 +68,15 @@ impl Remote {
                 // The relay's message already says what to set.
                 Some(_) => anyhow!("the relay at {} refused the token: {message}", self.base),
             },
+            // What only the CLI words: the command to run next.
+            other @ (ClientError::Connect { .. }
+            | ClientError::Interrupted { .. }
+            | ClientError::NotRelay { .. }
+            | ClientError::Disconnected
+            | ClientError::PeerSilent { .. }) => {
+                anyhow!(crate::advice::sentence(&other, Some(&self.base)))
+            }
+            // The rest keep their type: exit statuses and contexts are read from it.
             other => anyhow!(other),
         }
     }

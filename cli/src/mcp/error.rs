@@ -36,7 +36,7 @@ pub(super) enum ToolError {
     #[error("{0}")]
     BinaryFile(String),
     /// The relay or the sandbox's agent refused or failed the operation.
-    #[error("{0}")]
+    #[error("{}", crate::advice::sentence(.0, None))]
     Client(#[from] ClientError),
     /// Landing what the sandbox sent on this machine failed or was refused.
     #[error("{0}")]

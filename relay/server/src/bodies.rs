@@ -142,6 +142,26 @@ impl HttpBody for Deadline {
     }
 }
 
+/// A JSON request body. An empty body reads as `{}`, so bodies whose fields all have
+/// defaults may be left out.
+pub(crate) struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<JsonBody<T>, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(rejection)?;
+        let body: &[u8] = if bytes.trim_ascii().is_empty() {
+            b"{}"
+        } else {
+            &bytes
+        };
+        serde_json::from_slice(body)
+            .map(JsonBody)
+            .map_err(|e| ApiError::Invalid(format!("invalid request body: {e}")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,25 +188,5 @@ mod tests {
             error.into_response().status(),
             axum::http::StatusCode::REQUEST_TIMEOUT
         );
-    }
-}
-
-/// A JSON request body. An empty body reads as `{}`, so bodies whose fields all have
-/// defaults may be left out.
-pub(crate) struct JsonBody<T>(pub T);
-
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<JsonBody<T>, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(rejection)?;
-        let body: &[u8] = if bytes.trim_ascii().is_empty() {
-            b"{}"
-        } else {
-            &bytes
-        };
-        serde_json::from_slice(body)
-            .map(JsonBody)
-            .map_err(|e| ApiError::Invalid(format!("invalid request body: {e}")))
     }
 }
