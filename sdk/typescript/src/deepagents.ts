@@ -33,6 +33,9 @@ export interface TetherBackendOptions {
   maxReadBytes?: number;
 }
 
+/** Stats `glob` keeps in flight at once to learn which matches are directories. */
+const STAT_CONCURRENCY = 32; // requests
+
 const BINARY_TYPES: Record<string, string> = {
   png: "image/png", jpg: "image/jpeg", jpeg: "image/jpeg", gif: "image/gif", webp: "image/webp",
   pdf: "application/pdf", mp3: "audio/mpeg", wav: "audio/wav", mp4: "video/mp4", zip: "application/zip",
@@ -132,7 +135,9 @@ export class TetherBackend implements SandboxBackendProtocolV2 {
       const entries = await this.sandbox.files.list(path, { depth: 1 });
       return { files: entries.map((f) => toDeepInfo(path, f)).sort((a, b) => a.path.localeCompare(b.path)) };
     } catch (e) {
-      if (e instanceof NotFoundError) return { error: `Directory '${path}' not found` };
+      // deepagents' contract (its generic sandbox and standard suite): a directory that does
+      // not exist lists as empty, not as an error.
+      if (e instanceof NotFoundError) return { files: [] };
       return { error: `Error listing '${path}': ${message(e)}` };
     }
   }
@@ -228,15 +233,30 @@ export class TetherBackend implements SandboxBackendProtocolV2 {
     }
   }
 
+  /** Paths under `path` matching `pattern`, relative to `path` as deepagents' generic sandbox
+   * and standard suite have them, directories included (`is_dir`). */
   async glob(pattern: string, path = "/"): Promise<GlobResult> {
+    let result: { paths: string[]; truncated: boolean };
     try {
-      const result = await this.sandbox.files.glob(pattern.replace(/^\/+/, ""), { root: path });
-      const files = result.paths.map((p) => ({ path: join(path, p) })).sort((a, b) => a.path.localeCompare(b.path));
-      return { files, ...(result.truncated ? { truncated: true } : {}) };
+      result = await this.sandbox.files.glob(pattern.replace(/^\/+/, ""), { root: path });
     } catch (e) {
       if (e instanceof NotFoundError || e instanceof PathKindError) return { files: [] };
       return { error: `Error matching '${pattern}' in '${path}': ${message(e)}` };
     }
+    // The agent's glob answers paths only; a stat of each says which are directories. A path
+    // gone between the two is left out, as it would be had the glob come a moment later.
+    const files: DeepFileInfo[] = [];
+    for (let i = 0; i < result.paths.length; i += STAT_CONCURRENCY) {
+      const batch = result.paths.slice(i, i + STAT_CONCURRENCY);
+      const infos = await Promise.all(batch.map((p) => this.sandbox.files.stat(join(path, p)).then((info) => ({ p, info }), () => undefined)));
+      for (const found of infos) {
+        if (found === undefined) continue;
+        const { p, info } = found;
+        files.push({ path: p, is_dir: info.kind === "dir", size: info.size, modified_at: new Date(info.mtimeMs).toISOString() });
+      }
+    }
+    files.sort((a, b) => a.path.localeCompare(b.path));
+    return { files, ...(result.truncated ? { truncated: true } : {}) };
   }
 
   async delete(filePath: string): Promise<DeleteResult> {

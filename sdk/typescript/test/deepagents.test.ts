@@ -1,10 +1,12 @@
 // A deepagentsjs agent, driven by LangChain's fake chat model with a scripted series of tool
 // calls, works in a local Tether sandbox through TetherBackend; and the backend's own
-// operations keep deepagents' contract (results, not exceptions; absolute paths).
+// operations keep deepagents' contract (results, not exceptions), answering `ls` and `glob` as
+// deepagents' own generic sandbox (BaseSandbox, which passes its standard suite) does over the
+// same Tether sandbox.
 
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { createDeepAgent } from "deepagents";
+import { BaseSandbox, createDeepAgent, type FileInfo as DeepFileInfo } from "deepagents";
 import { AIMessage, type BaseMessage, ToolMessage } from "@langchain/core/messages";
 import { FakeListChatModel } from "@langchain/core/utils/testing";
 import type { ChatResult } from "@langchain/core/outputs";
@@ -34,6 +36,37 @@ class ScriptedChatModel extends FakeListChatModel {
   override bindTools(): this {
     return this;
   }
+}
+
+/** deepagents' generic sandbox: every file operation a shell script run through `execute`,
+ * here over the same Tether sandbox; the reference the backend's answers are compared to. */
+class GenericSandbox extends BaseSandbox {
+  readonly id: string;
+  private readonly inner: TetherBackend;
+
+  constructor(inner: TetherBackend) {
+    super();
+    this.inner = inner;
+    this.id = inner.id;
+  }
+
+  execute(command: string) {
+    return this.inner.execute(command);
+  }
+
+  uploadFiles(files: Array<[string, Uint8Array]>) {
+    return this.inner.uploadFiles(files);
+  }
+
+  downloadFiles(paths: string[]) {
+    return this.inner.downloadFiles(paths);
+  }
+}
+
+/** What two backends must agree on: each entry's path (a directory's trailing `/` aside) and
+ * whether it is a directory, in path order. */
+function shape(files: DeepFileInfo[] | undefined): Array<[string, boolean]> {
+  return (files ?? []).map((f): [string, boolean] => [f.path.replace(/\/$/, ""), f.is_dir === true]).sort((a, b) => a[0].localeCompare(b[0]));
 }
 
 function call(id: string, name: string, args: Record<string, unknown>): AIMessage {
@@ -83,7 +116,7 @@ describe("deepagents", () => {
     assert.equal(await sandbox.files.readText("/workspace/app/hello.py"), "print('edited by deepagents')\n");
     assert.match(tool("c4"), /edited by deepagents/);
     assert.match(tool("c5"), /\/workspace\/app\/hello\.py/);
-    assert.match(tool("c6"), /\/workspace\/app\/hello\.py/);
+    assert.match(tool("c6"), /^app\/hello\.py$/m);
     assert.match(tool("c7"), /\/workspace\/app\/hello\.py/);
     assert.match(tool("c8"), /edited by deepagents/);
     assert.match(tool("c8"), /failed with exit code 3/);
@@ -106,7 +139,7 @@ describe("deepagents", () => {
     const ls = await backend.ls("/workspace/d");
     assert.deepEqual(ls.files?.map((f) => [f.path, f.is_dir]), [["/workspace/d/a.txt", false]]);
     assert.deepEqual((await backend.grep("two", "/workspace/d")).matches, [{ path: "/workspace/d/a.txt", line: 2, text: "two" }]);
-    assert.deepEqual((await backend.glob("*.txt", "/workspace/d")).files, [{ path: "/workspace/d/a.txt" }]);
+    assert.deepEqual((await backend.glob("*.txt", "/workspace/d")).files?.map((f) => [f.path, f.is_dir, f.size]), [["a.txt", false, 14]]);
     assert.match((await backend.edit("/workspace/d/a.txt", "absent", "x")).error ?? "", /String not found/);
     assert.deepEqual(await backend.edit("/workspace/d/a.txt", "two", "2"), { path: "/workspace/d/a.txt", filesUpdate: null, occurrences: 1 });
     const up = await backend.uploadFiles([
@@ -118,6 +151,46 @@ describe("deepagents", () => {
     assert.deepEqual([...(down[0]!.content ?? [])], [0, 255]);
     assert.equal(down[1]!.error, "file_not_found");
     assert.deepEqual(await backend.delete("/workspace/d"), { path: "/workspace/d" });
-    assert.match((await backend.ls("/workspace/d")).error ?? "", /not found/);
+    assert.deepEqual(await backend.ls("/workspace/d"), { files: [] });
+  });
+
+  test("ls and glob answer as deepagents' generic sandbox does over the same sandbox", async () => {
+    const generic = new GenericSandbox(backend);
+    const root = "/workspace/same";
+    await backend.execute(`mkdir -p ${root}/dir1 ${root}/dir2/deep/er ${root}/empty`);
+    for (const path of ["a.txt", "b.py", ".hidden", "dir1/c.txt", "dir2/d.txt", "dir2/deep/er/e.txt", "file with spaces.txt", "file(1).txt"]) {
+      assert.deepEqual(await backend.write(`${root}/${path}`, "x\n"), { path: `${root}/${path}`, filesUpdate: null });
+    }
+    for (const dir of [root, `${root}/`, `${root}/dir2`, `${root}/empty`, `${root}/missing`]) {
+      const ours = await backend.ls(dir);
+      const theirs = await generic.ls(dir);
+      assert.equal(ours.error, undefined, `ls ${dir}: ${ours.error}`);
+      assert.deepEqual(shape(ours.files), shape(theirs.files), `ls ${dir}`);
+    }
+    assert.deepEqual(await backend.ls(`${root}/missing`), { files: [] });
+    for (const [pattern, dir] of [
+      ["*", root],
+      ["*.txt", root],
+      ["**/*.txt", root],
+      ["**/deep", root],
+      [".*", root],
+      ["?.txt", root],
+      ["dir[12]", root],
+      ["*", `${root}/dir2`],
+      ["*", `${root}/empty`],
+      ["*", `${root}/missing`],
+    ] as const) {
+      const ours = await backend.glob(pattern, dir);
+      const theirs = await generic.glob(pattern, dir);
+      assert.equal(ours.error, undefined, `glob ${pattern} in ${dir}: ${ours.error}`);
+      assert.ok(shape(theirs.files).length > 0 || dir.endsWith("empty") || dir.endsWith("missing"), `the reference finds ${pattern} in ${dir}`);
+      assert.deepEqual(shape(ours.files), shape(theirs.files), `glob ${pattern} in ${dir}`);
+    }
+    const star = await backend.glob("*", root);
+    assert.deepEqual(
+      star.files?.filter((f) => f.is_dir).map((f) => f.path),
+      ["dir1", "dir2", "empty"],
+    );
+    await backend.delete(root);
   });
 });
