@@ -2,7 +2,9 @@
 //! toolkit created on first use, `getSandbox()`, `close()`), backed by a Tether relay, with
 //! the tool definitions in the shapes of the Vercel AI SDK and LangChain.js.
 
-import { z } from "zod";
+// "zod/v4" is the same API in zod 4 and in zod 3.25+, so either major satisfies the peer
+// dependency and the schemas are of the kind the user's `ai` and LangChain expect.
+import { z } from "zod/v4";
 import { NotFoundError } from "./errors.js";
 import { RelayConfig } from "./relay.js";
 import { Sandbox, type CreateOptions } from "./sandbox.js";
