@@ -118,6 +118,23 @@ async def test_arguments_the_schema_refuses_are_tool_errors(session: ClientSessi
     assert "timeout_seconds" in error["message"] or "invalid type" in error["message"], error
 
 
+async def test_numbers_sent_as_strings_and_a_short_default_ttl(session: ClientSession) -> None:
+    # The MCP Inspector sends every form field as a string: a number's field takes it.
+    asked = await call(session, "sandbox_create", labels={"test": "strings"}, ttl_seconds=" 900")
+    # A model that names no TTL gets an hour, not the relay's day.
+    default = await call(session, "sandbox_create", labels={"test": "default-ttl"})
+    try:
+        for info, ttl in ((asked, 900), (default, 3600)):
+            left = (info["expires_ms"] - info["created_ms"]) / 1000
+            assert ttl - 5 <= left <= ttl + 5, (info, ttl)
+        error = await fail(session, "sandbox_create", ttl_seconds="an hour")
+        assert error["code"] == "invalid_argument", error
+        assert error["message"] == 'ttl_seconds must be a whole number, not "an hour"', error
+    finally:
+        for info in (asked, default):
+            await call(session, "sandbox_delete", sandbox_id=info["id"])
+
+
 async def test_the_lifecycle_tools(session: ClientSession, sandbox: str) -> None:
     listed = await call(session, "sandbox_list")
     assert sandbox in [s["id"] for s in listed["sandboxes"]]

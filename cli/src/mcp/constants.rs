@@ -13,6 +13,11 @@ pub(super) const EXEC_OUTPUT_LIMIT: u64 = 64 << 20; // 64 MiB
 /// Where `exec` keeps whole outputs too long to show, inside the sandbox.
 pub(super) const OUTPUT_DIR: &str = "/tmp/tether-mcp";
 
+/// A sandbox's TTL when `sandbox_create` names none: a model that creates sandboxes and
+/// forgets them leaves nothing running for long. A policy whose maximum is shorter gets the
+/// relay's own default instead.
+pub(super) const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+
 /// `exec`'s timeout when the call names none.
 pub(super) const EXEC_DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 

@@ -9,8 +9,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use tether_client::api::CreateRequest;
+use tether_client::ClientError;
 
 use super::connections::check_id;
+use super::constants::DEFAULT_TTL;
 use super::error::{invalid, ToolError};
 use super::Server;
 
@@ -21,8 +23,8 @@ pub(super) struct CreateArgs {
     /// Labels to find the sandbox by later (sandbox_list), e.g. {"thread": "42"}.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
-    /// Delete the sandbox this many seconds after creation. The relay's policy caps it and
-    /// fills it in when absent (24 h by default).
+    /// Delete the sandbox this many seconds after creation: 3600 (one hour) when absent, or
+    /// the relay's default when its policy allows less; renew it with `tether renew`.
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub ttl_seconds: Option<u64>,
@@ -78,9 +80,23 @@ pub(super) async fn create(server: &Server, args: CreateArgs) -> Result<Value, T
     req.spec.image = args.image;
     req.spec.labels = args.labels;
     req.spec.env = args.env;
-    req.spec.ttl = seconds(args.ttl_seconds, "ttl_seconds")?;
+    let asked = seconds(args.ttl_seconds, "ttl_seconds")?;
+    req.spec.ttl = asked.or(Some(DEFAULT_TTL));
     req.spec.idle_timeout = seconds(args.idle_timeout_seconds, "idle_timeout_seconds")?;
-    let info = server.connections.relay().create(&req).await?;
+    let relay = server.connections.relay();
+    let info = match relay.create(&req).await {
+        // Our default, not the caller's TTL, is above the tenant's maximum: the relay's own
+        // default is within it.
+        Err(ClientError::Http {
+            status: 403,
+            message,
+            ..
+        }) if asked.is_none() && message.starts_with("ttl ") => {
+            req.spec.ttl = None;
+            relay.create(&req).await?
+        }
+        other => other?,
+    };
     Ok(serde_json::to_value(info).expect("sandbox info serializes"))
 }
 

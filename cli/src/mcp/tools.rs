@@ -95,7 +95,8 @@ fn answer(result: Result<Value, ToolError>) -> Result<CallToolResult, ErrorData>
 impl Tools {
     #[tool(
         description = "Create a sandbox and return it (its `id` is the sandbox_id of every \
-        other tool). Optional: labels to find it again, ttl_seconds, idle_timeout_seconds, \
+        other tool). Optional: labels to find it again, ttl_seconds (one hour when absent), \
+        idle_timeout_seconds, \
         image, provider (local, e2b, daytona, modal: whatever the relay serves), env, and \
         get_or_create to reuse the sandbox that already has exactly these labels."
     )]

@@ -6,10 +6,11 @@
 //! `*.localhost` for the host form).
 //!
 //! Requests carry the sandbox's preview token, not an API token: in the
-//! `X-Tether-Preview-Token` header, in the `tether_preview_token` query parameter (a `GET`
-//! with it is answered with a cookie holding the token and a redirect to the same URL
-//! without it, so the token does not linger in the address bar or reach the app), or in
-//! that cookie. The token is HMAC-SHA256(agent token, id): per sandbox, stable for its life,
+//! `X-Tether-Preview-Token` header, in the `tether_preview_token` query parameter, or in a
+//! cookie. A browser that opens a URL with the parameter is answered with the cookie and a
+//! redirect to the same URL without it, so the token does not linger in the address bar;
+//! any other client (curl, httpx, requests, urllib, fetch) is answered at once. Either way
+//! the parameter never reaches the app. The token is HMAC-SHA256(agent token, id): per sandbox, stable for its life,
 //! unguessable without the agent token, and needing no column in the store. It is
 //! checked in constant time, and an unknown id, a missing token and a wrong one all get the
 //! same 401 and the same body, so the answers tell nobody which sandbox ids exist.
@@ -251,8 +252,7 @@ async fn authorize_and_forward(
     };
     // `/preview/{id}/{port}` matches that path and everything below it, nothing beside it.
     let cookie_path = target.prefix.as_deref().unwrap_or("/");
-    let navigation = matches!(*req.method(), Method::GET | Method::HEAD) && !wants_upgrade(&req);
-    if from_query.is_some() && navigation {
+    if from_query.is_some() && is_navigation(&req) {
         // Remember the token in a cookie and drop it from the URL. (A WebSocket cannot
         // follow a redirect: it is proxied at once, the parameter stripped.)
         let location = strip_token(req.uri(), None);
@@ -459,6 +459,28 @@ async fn forward(
         rewrite_location(&mut response, prefix);
     }
     Ok(response.map(Body::new))
+}
+
+/// Whether `req` is a browser opening a page: it then gets the token as a cookie and a
+/// redirect to the URL without it, so the token leaves the address bar. Every other client
+/// (curl, httpx, requests, urllib, fetch, a WebSocket) is answered at once, the token
+/// stripped: a redirect is not followed by all of them, and a cookie not kept by most.
+fn is_navigation(req: &Request) -> bool {
+    if !matches!(*req.method(), Method::GET | Method::HEAD) || wants_upgrade(req) {
+        return false;
+    }
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_ascii_lowercase)
+    };
+    match header("sec-fetch-mode") {
+        // Browsers say what a request is for.
+        Some(mode) => mode == "navigate",
+        // Older ones do not, but ask for HTML first; programmatic clients ask for `*/*`.
+        None => header("accept").is_some_and(|accept| accept.starts_with("text/html")),
+    }
 }
 
 fn wants_upgrade(req: &Request) -> bool {

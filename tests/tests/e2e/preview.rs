@@ -79,12 +79,26 @@ async fn a_browser_opens_the_preview_and_wrong_tokens_are_refused() {
     let forged = servers::get(addr, &host, "/", &[("Cookie", "tether_preview=forged")]).await;
     assert_eq!(forged.status, 401, "{forged:?}");
 
-    // The query token becomes a cookie and leaves the URL.
+    // A program gets the page at once, by host name and by path: not every client follows
+    // a redirect or keeps a cookie.
+    let query = format!("index.html?tether_preview_token={}", preview.token);
+    for (host, path) in [
+        (host.as_str(), format!("/{query}")),
+        (addr, format!("/preview/{id}/8000/{query}")),
+    ] {
+        let page = servers::get(addr, host, &path, &[("Accept", "*/*")]).await;
+        assert_eq!((page.status, page.body.as_str()), (200, PAGE), "{path}");
+    }
+
+    // For a browser, the query token becomes a cookie and leaves the URL.
     let first = servers::get(
         addr,
         &host,
         &format!("/index.html?tether_preview_token={}", preview.token),
-        &[],
+        &[
+            ("Sec-Fetch-Mode", "navigate"),
+            ("Accept", "text/html,application/xhtml+xml,*/*;q=0.8"),
+        ],
     )
     .await;
     assert_eq!(first.status, 303, "{first:?}");
