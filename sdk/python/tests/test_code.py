@@ -50,6 +50,30 @@ def test_session_keeps_state_and_returns_a_matplotlib_png(sandbox: Sandbox) -> N
         assert py.run("1 + 1").images == []  # figures are returned once, then closed
 
 
+def test_session_returns_the_data_behind_its_charts(sandbox: Sandbox) -> None:
+    with sandbox.code_session(env={"PYTHONPATH": _site()}) as py:
+        r = py.run(
+            "import matplotlib.pyplot as plt\n"
+            "plt.plot([1, 2], [3, 4], label='up'); plt.title('line'); plt.xlabel('x')\n"
+            "plt.figure(); plt.bar(['a', 'b'], [5, 7]); plt.ylabel('n')\n"
+            "plt.figure(); plt.scatter([0.5], [1.5])\n"
+            "fig, (left, right) = plt.subplots(1, 2); left.plot([0, 1]); fig.suptitle('two')\n"
+            "plt.figure(); plt.text(0, 0, 'no data')\n"
+        )
+        assert r.error is None, r.error
+        assert len(r.charts) == len(r.images) == 5
+        line, bar, scatter, two, empty = r.charts
+        assert (line["type"], line["title"], line["x_label"]) == ("line", "line", "x")
+        assert line["elements"] == [{"label": "up", "points": [[1, 3], [2, 4]]}]
+        assert (bar["type"], bar["y_label"]) == ("bar", "n")
+        assert [(e["label"], e["value"]) for e in bar["elements"]] == [("a", 5), ("b", 7)]
+        assert scatter["type"] == "scatter" and scatter["elements"][0]["points"] == [[0.5, 1.5]]
+        assert (two["type"], two["title"]) == ("superchart", "two")
+        assert [c["type"] for c in two["elements"]] == ["line", "unknown"]
+        assert (empty["type"], empty["elements"]) == ("unknown", [])
+        assert py.run("1 + 1").charts == []
+
+
 def test_session_errors_stdout_stderr_and_subprocesses(sandbox: Sandbox) -> None:
     with sandbox.code_session() as py:
         r = py.run("def f():\n    return 1 / 0\nf()")

@@ -118,6 +118,8 @@ class AsyncCodeSession:
         """Runs ``code`` in the session. A Python exception comes back in ``result.error``
         (the session lives on); past ``timeout`` seconds the cell is interrupted and
         :class:`CommandTimeout` raised, with the session's state kept."""
+        # A bad timeout fails here, before the cell is sent and runs with nobody waiting.
+        timeout = None if timeout is None else float(timeout)
         async with self._lock:
             request_id = self._next_id
             self._next_id += 1
@@ -181,6 +183,9 @@ class AsyncCodeSession:
                 raise CodeSessionError(
                     "the code session sent an image that is not base64"
                 ) from None
+        # Chart data is the sandbox's word: kept only as JSON objects (the reply's size is
+        # already capped), never interpreted here.
+        charts = [c for c in reply.get("charts") or [] if isinstance(c, dict)]
         value = reply.get("value")
         return CodeResult(
             stdout=str(reply.get("stdout") or ""),
@@ -188,6 +193,7 @@ class AsyncCodeSession:
             value=None if value is None else str(value),
             error=error,
             images=images,
+            charts=charts,
         )
 
     async def close(self) -> None:

@@ -49,14 +49,80 @@ def _drain(f, fd):
 def _figures():
     plt = sys.modules.get("matplotlib.pyplot")
     if plt is None:
-        return []
-    images = []
+        return [], []
+    images, charts = [], []
     for num in plt.get_fignums():
+        fig = plt.figure(num)
+        try:
+            charts.append(_chart(fig))
+        except Exception:  # a figure the extractor does not understand still has its PNG
+            charts.append({"type": "unknown", "title": None, "elements": []})
         buf = io.BytesIO()
-        plt.figure(num).savefig(buf, format="png")
+        fig.savefig(buf, format="png")
         images.append(base64.b64encode(buf.getvalue()).decode("ascii"))
     plt.close("all")
-    return images
+    return images, charts
+
+
+def _num(v):
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return f if f == f and abs(f) != float("inf") else None
+
+
+def _axes_chart(ax):
+    # The data behind a matplotlib axes, in the shape of E2B's chart objects: line and
+    # scatter charts as labelled point lists, bar charts as labelled values.
+    chart = {
+        "title": ax.get_title() or None,
+        "x_label": ax.get_xlabel() or None,
+        "y_label": ax.get_ylabel() or None,
+    }
+    bars = [c for c in ax.containers if type(c).__name__ == "BarContainer"]
+    if bars:
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        elements = []
+        for c in bars:
+            group = c.get_label() if not str(c.get_label()).startswith("_") else None
+            for i, rect in enumerate(c.patches):
+                x = rect.get_x() + rect.get_width() / 2
+                label = ticks[i] if i < len(ticks) and ticks[i] else _num(x)
+                elements.append({"label": label, "group": group, "value": _num(rect.get_height())})
+        return {"type": "bar", **chart, "elements": elements}
+    scatters = [c for c in ax.collections if type(c).__name__ == "PathCollection"]
+    if scatters and not ax.get_lines():
+        elements = [
+            {
+                "label": None if str(c.get_label()).startswith("_") else c.get_label(),
+                "points": [[_num(x), _num(y)] for x, y in c.get_offsets()],
+            }
+            for c in scatters
+        ]
+        return {"type": "scatter", **chart, "elements": elements}
+    lines = ax.get_lines()
+    if lines:
+        elements = []
+        for line in lines:
+            xs, ys = list(line.get_xdata()), list(line.get_ydata())
+            label = line.get_label()
+            elements.append(
+                {
+                    "label": None if str(label).startswith("_") else label,
+                    "points": [[_num(xs[i]), _num(ys[i])] for i in range(min(len(xs), len(ys)))],
+                }
+            )
+        return {"type": "line", **chart, "elements": elements}
+    return {"type": "unknown", **chart, "elements": []}
+
+
+def _chart(fig):
+    axes = fig.get_axes()
+    if len(axes) == 1:
+        return _axes_chart(axes[0])
+    title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else None
+    return {"type": "superchart", "title": title, "elements": [_axes_chart(a) for a in axes]}
 
 
 def _run(code, namespace, number):
@@ -107,7 +173,7 @@ def main():
                 replies.write(last_reply)
                 replies.flush()
             continue
-        value, error, images = None, None, []
+        value, error, images, charts = None, None, [], []
         _running[0] = True
         try:
             value = _run(request["code"], namespace, request["id"])
@@ -116,7 +182,7 @@ def main():
         finally:
             _running[0] = False
         try:
-            images = _figures()
+            images, charts = _figures()
         except Exception as exc:
             error = error or _error(exc)
         sys.stdout.flush()
@@ -128,6 +194,7 @@ def main():
             "value": value,
             "error": error,
             "images": images,
+            "charts": charts,
         }
         last_id, last_reply = request["id"], json.dumps(reply) + "\n"
         replies.write(last_reply)

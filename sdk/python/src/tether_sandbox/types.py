@@ -403,6 +403,11 @@ class CodeResult:
     error: CodeError | None
     images: list[bytes]
     """PNG bytes of every matplotlib figure the code left open (then closed)."""
+    charts: list[dict[str, Any]] = field(default_factory=list)
+    """The data behind those figures, one per image, shaped as E2B's chart objects:
+    ``{"type": "line"|"scatter"|"bar"|"superchart"|"unknown", "title", "x_label", "y_label",
+    "elements"}`` (lines and scatters: ``{"label", "points": [[x, y], ...]}``; bars:
+    ``{"label", "group", "value"}``; a superchart's elements are charts)."""
 
     @property
     def ok(self) -> bool:

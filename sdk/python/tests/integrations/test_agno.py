@@ -18,7 +18,8 @@ from agno.models.base import Model
 from agno.models.response import ModelResponse
 from preview import fetch
 
-from tether_sandbox.integrations.agno import SandboxManager, TetherTools
+from tether_sandbox import Sandbox, errors
+from tether_sandbox.integrations.agno import E2BToolkit, SandboxManager, TetherTools
 
 JOB_WAIT_S = 30.0
 # ./check installs matplotlib where local sandboxes' python3 finds it through PYTHONPATH.
@@ -191,3 +192,69 @@ def test_the_manager_runs_code_in_all_sandboxes(tools: TetherTools) -> None:
     done = json.loads(tools.shutdown_all_sandboxes())["results"]
     assert set(done) == set(ids[1:])
     assert json.loads(tools.list_managed_sandboxes())["sandboxes"] == []
+
+
+def test_the_e2b_toolkit_pages_program(relay: object, tmp_path: Path) -> None:
+    """The page's names and calls, unchanged: ``SandboxManager(api_key=None, ...)``,
+    ``E2BToolkit(manager, auto_create_default=False)``, chart data, ``force_shutdown_all``."""
+    manager = SandboxManager(api_key=None, default_timeout=360)
+    toolkit = E2BToolkit(manager, auto_create_default=False, local_dir=tmp_path, python_env=SITE)
+    assert isinstance(toolkit, TetherTools)
+    outsider = Sandbox.create(labels={"test": "agno-outsider"}, ttl=600)
+    chart = (
+        "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3], [4, 5, 6], label='sales'); plt.title('Q1')\n"
+        "plt.xlabel('month'); plt.ylabel('units'); plt.show()"
+    )
+    model = ScriptedModel(
+        script=[
+            ("create_sandbox", {"timeout": 300, "metadata": {"purpose": "data-analysis"}}),
+            ("run_python_code", {"code": chart}),
+            ("download_chart_data", {"result_index": 0, "output_path": "chart-data.json"}),
+            ("force_shutdown_all", {}),
+            "cleaned up",
+        ]
+    )
+    run = Agent(model=model, tools=[toolkit]).run("chart it, then clean up")
+    created, ran, data, shut = tool_results(run)
+    assert created["status"] == "success", created
+    assert ran["status"] == "success" and ran["images"] == 1, ran
+    assert data["status"] == "success" and data["chart_path"] == str(tmp_path / "chart-data.json")
+    saved = json.loads((tmp_path / "chart-data.json").read_text())
+    assert (saved["type"], saved["title"], saved["x_label"], saved["y_label"]) == (
+        "line",
+        "Q1",
+        "month",
+        "units",
+    )
+    assert saved["elements"] == [{"label": "sales", "points": [[1, 4], [2, 5], [3, 6]]}]
+    assert (tmp_path / "chart-data.png").read_bytes().startswith(b"\x89PNG")
+    assert shut["status"] == "success" and {created["sandbox_id"], outsider.id} <= set(
+        shut["results"]
+    )
+    with pytest.raises(errors.SandboxNotFound):
+        Sandbox.connect(outsider.id)
+
+
+def test_the_api_key_is_ignored_and_tools_never_raise(relay: object, tmp_path: Path) -> None:
+    # An E2B key is not the relay's token: passing it must not break the sandbox.
+    tools = E2BToolkit(
+        SandboxManager(api_key="e2b_not_a_tether_token", default_timeout=600), local_dir=tmp_path
+    )
+    try:
+        assert json.loads(tools.run_command("echo ok"))["output"]["stdout"] == "ok\n"
+        # Arguments a model gets wrong, and sandboxes that are not there, are error statuses.
+        failures = [
+            tools.set_sandbox_timeout("soon"),  # type: ignore[arg-type]
+            tools.watch_directory("/workspace", duration_seconds="long"),  # type: ignore[arg-type]
+            tools.run_server("true", port=8000, sandbox_id="sb-not-managed"),
+            tools.run_python_code("1", timeout="never"),  # type: ignore[arg-type]
+            tools.download_chart_data(result_index=0, sandbox_id="sb-not-managed"),
+        ]
+        for raw in failures:
+            assert json.loads(raw)["status"] == "error", raw
+    finally:
+        tools.manager.shutdown_all()
+    down = E2BToolkit(SandboxManager(relay="http://127.0.0.1:9"), local_dir=tmp_path)
+    assert json.loads(down.run_command("echo unreachable"))["status"] == "error"
+    assert json.loads(down.force_shutdown_all())["status"] == "error"

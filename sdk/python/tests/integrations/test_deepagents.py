@@ -62,6 +62,52 @@ def test_the_agent_works_in_an_image_without_python3(busybox_sandbox: Sandbox) -
     assert result["messages"][-1].content == "done"
 
 
+def test_large_results_are_offloaded_on_a_read_only_root(sandbox: Sandbox) -> None:
+    # The README's pattern: deepagents writes a large result under /large_tool_results and
+    # hands the model a pointer; a local sandbox's root is read-only, so the backend keeps it
+    # in a writable place and the model reads it back at the path it was given.
+    backend = TetherSandbox(sandbox)
+    script: list[AIMessage] = [
+        call("execute", {"command": "seq 1 200000"}, 1),
+        call("read_file", {"file_path": "/large_tool_results/call-1", "offset": 99999}, 2),
+        call("grep", {"pattern": "199999", "path": "/large_tool_results"}, 3),
+        AIMessage(content="done"),
+    ]
+    agent = create_deep_agent(model=ScriptedModel(messages=iter(script)), backend=backend)
+    result = agent.invoke({"messages": [{"role": "user", "content": "count"}]})
+    tools = {
+        m.tool_call_id: str(m.content) for m in result["messages"] if isinstance(m, ToolMessage)
+    }
+    assert len(tools["call-1"]) < 100_000, f"{len(tools['call-1'])} characters in the context"
+    assert "/large_tool_results/call-1" in tools["call-1"]
+    assert "100000" in tools["call-2"] and "200000" not in tools["call-2"].split("\n")[0]
+    assert "/large_tool_results/call-1" in tools["call-3"], tools["call-3"]
+    kept = sandbox.files.read("/tmp/deepagents/large_tool_results/call-1")
+    assert kept.split(b"\n")[:2] == [b"1", b"2"] and b"200000" in kept
+
+
+def test_history_offload_paths_are_writable(sandbox: Sandbox) -> None:
+    b = TetherSandbox(sandbox)
+    assert b.write("/conversation_history/s-1.md", "## turn 1\n").error is None
+    assert b.edit("/conversation_history/s-1.md", "turn 1", "turn one").occurrences == 1
+    page = b.read("/conversation_history/s-1.md").file_data
+    assert page is not None and page["content"] == "## turn one"
+    assert [e["path"] for e in b.ls("/conversation_history").entries or []] == [
+        "/conversation_history/s-1.md"
+    ]
+    assert [m["path"] for m in b.glob("*.md", "/conversation_history").matches or []] == [
+        "/conversation_history/s-1.md"
+    ]
+    up = b.upload_files([("/blobs/abc", b"\x89PNG")])
+    assert (up[0].path, up[0].error) == ("/blobs/abc", None)
+    down = b.download_files(["/blobs/abc"])
+    assert (down[0].path, down[0].content) == ("/blobs/abc", b"\x89PNG")
+    assert sandbox.files.exists("/tmp/deepagents/conversation_history/s-1.md")
+    # Turned off, the paths are the sandbox's own: its read-only root refuses the write.
+    plain = TetherSandbox(sandbox, artifacts_dir=None)
+    assert plain.write("/conversation_history/s-2.md", "x").error is not None
+
+
 def test_backend_contract(busybox_sandbox: Sandbox) -> None:
     b = TetherSandbox(busybox_sandbox)
     assert b.id == busybox_sandbox.id
@@ -179,3 +225,27 @@ def test_provider_through_its_entry_point(provider: TetherProvider) -> None:
         await provider.adelete(sandbox_id=sb.id)
 
     asyncio.run(main())
+
+
+def test_provider_lists_sandboxes(provider: TetherProvider) -> None:
+    first = provider.get_or_create(thread_id="list-1")
+    second = provider.get_or_create(thread_id="list-2")
+    try:
+        listed = provider.list()
+        assert listed["cursor"] is None
+        by_id = {item["sandbox_id"]: item for item in listed["items"]}
+        assert {first.id, second.id} <= set(by_id)
+        meta = by_id[first.id]["metadata"]
+        assert meta["state"] == "running" and meta["labels"]["thread_id"] == "list-1"
+        only = provider.list(thread_id="list-2")
+        assert [i["sandbox_id"] for i in only["items"]] == [second.id]
+
+        async def main() -> None:
+            again = await provider.alist(labels={"thread_id": "list-1"}, cursor=None)
+            assert [i["sandbox_id"] for i in again["items"]] == [first.id]
+
+        asyncio.run(main())
+    finally:
+        provider.delete(sandbox_id=first.id)
+        provider.delete(sandbox_id=second.id)
+    assert provider.list(thread_id="list-1")["items"] == []

@@ -104,6 +104,38 @@ def test_a_dynamiq_agent_uses_the_sandbox(backend: TetherSandbox) -> None:
     assert [f.name for f in files] == ["report.md"]
 
 
+def test_large_tool_outputs_are_stored_in_the_sandbox(backend: TetherSandbox) -> None:
+    # Dynamiq's agent stores a tool's large output under /home/user/.tools (its default) and
+    # shows the model a preview and the path; on a read-only root that store failed and the
+    # whole output went inline.
+    from dynamiq.sandboxes.tools.shell import SandboxShellTool
+
+    prompts: list[str] = []
+    script = [act("big-shell", {"command": "seq 1 20000"}), "Thought: done\nAnswer: counted"]
+    big = SandboxShellTool(
+        name="big-shell", sandbox=backend, is_output_persisted_in_sandbox_allowed=True
+    )
+    agent = Agent(
+        name="sandbox-agent",
+        llm=scripted_llm(script, prompts),
+        sandbox=SandboxConfig(enabled=True, backend=backend),
+        tools=[big],
+        role="test",
+        max_loops=4,
+    )
+    result = agent.run(input_data={"input": "count"})
+    assert result.status.value == "success", result.error
+    observation = prompts[1]
+    assert "Tool output saved to: /home/user/.tools/" in observation, observation[:300]
+    path = observation.split("Tool output saved to: ", 1)[1].split()[0]
+    stored = backend.retrieve(path).decode()
+    preview = observation.split("Tool output preview:", 1)[1]
+    assert stored.endswith("19999\n20000\n") and "\n20000" not in preview
+    real = "/workspace" + path.removeprefix("/home/user")
+    assert backend.run_command_shell(f"grep -x 19999 {real}").stdout == "19999\n"
+    assert any(p.startswith("/workspace/.tools/") for p in backend.list_files("/home/user/.tools"))
+
+
 def test_backend_contract(backend: TetherSandbox) -> None:
     r = backend.run_command_shell("echo out; echo err >&2; exit 4")
     assert (r.stdout, r.stderr, r.exit_code, r.is_success) == ("out\n", "err\n", 4, False)

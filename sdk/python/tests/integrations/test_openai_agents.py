@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -126,6 +127,57 @@ async def test_resume_from_serialized_state(relay: object) -> None:
     await client.delete(resumed)
     with pytest.raises(errors.SandboxNotFound):
         Sandbox.connect(str(payload["sandbox_id"]))
+
+
+async def test_the_documented_cleanup_after_the_session_closes(relay: object) -> None:
+    # The Agents SDK's documented pattern, and what its runtime does for a session it owns:
+    # the session shuts down (here deleting its sandbox), then client.delete(session).
+    client = TetherSandboxClient()
+    session = await client.create(options=TetherSandboxClientOptions(ttl=600))
+    async with session:
+        assert (await session.exec("echo hi")).stdout == b"hi\n"
+    sandbox_id = session._inner.state.sandbox_id  # type: ignore[attr-defined]
+    await client.delete(session)
+    await client.delete(session)  # and again: deleting is idempotent
+    kept = await client.create(
+        options=TetherSandboxClientOptions(ttl=600, delete_on_shutdown=False)
+    )
+    async with kept:
+        await kept.exec("true")
+    kept_id = kept._inner.state.sandbox_id  # type: ignore[attr-defined]
+    with Sandbox.connect(kept_id) as probe:
+        assert probe.info.state == "running"
+    await client.delete(kept)
+    for gone in (sandbox_id, kept_id):
+        with pytest.raises(errors.SandboxNotFound):
+            Sandbox.connect(gone)
+
+
+async def test_a_run_that_owns_its_session_cleans_up(
+    relay: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a client and options instead of a session, the runtime creates the session,
+    # runs, then shuts it down and calls client.delete(session) itself; a failing cleanup
+    # is logged, not raised.
+    caplog.set_level(logging.WARNING)
+    model = ScriptedModel([("exec_command", {"cmd": "echo owned"})], final="done")
+    agent = SandboxAgent(name="coder", instructions="use the sandbox", model=model)
+    labels = {"test": "openai-agents-owned"}
+    result = await Runner.run(
+        agent,
+        "go",
+        run_config=RunConfig(
+            sandbox=SandboxRunConfig(
+                client=TetherSandboxClient(),
+                options=TetherSandboxClientOptions(ttl=600, labels=labels),
+            ),
+            tracing_disabled=True,
+        ),
+    )
+    assert result.final_output == "done" and "owned" in model.seen[0]
+    assert Sandbox.list(labels=labels) == []
+    failures = [r.getMessage() for r in caplog.records if "clean up" in r.getMessage()]
+    assert failures == []
 
 
 class ScriptedModel(Model):

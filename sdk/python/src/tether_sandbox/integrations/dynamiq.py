@@ -8,6 +8,15 @@ the run's uploaded files and ``{base_path}/output`` is what the agent hands back
 ``get_tools`` gives an agent the shell, file write/read, todo and sandbox-info tools. File
 operations are the agent's native ones, so they need nothing in the image but the agent.
 
+Dynamiq assumes E2B's home, ``/home/user``, in its defaults: an agent stores large tool outputs
+under ``/home/user/.tools`` and the page's examples read ``/home/user/input/...``. A sandbox's
+root is read-only (``/workspace`` and ``/tmp`` are writable), so the backend's file operations
+(``store``, ``upload_file``, ``retrieve``, ``exists``, ``list_files``, ``delete_file``) take
+paths under ``home_alias`` (``/home/user``) to the same place under ``base_path``: the agent's
+large outputs land in ``{base_path}/.tools`` and read back at the path the agent was told.
+Shell commands see them under ``base_path``. ``home_alias=None`` turns this off (an image with
+a writable ``/home/user``; a ``base_path`` at or under ``/home/user`` does too).
+
 Attach it with ``Agent(..., sandbox=SandboxConfig(enabled=True, backend=TetherSandbox()))``.
 Install with ``pip install 'tether-sandbox[dynamiq]'``.
 """
@@ -31,6 +40,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_ex
 from .. import errors
 from .._sync import Sandbox as TetherSdkSandbox
 
+E2B_HOME = "/home/user"  # the home Dynamiq's defaults assume (base_path, its .tools store)
 LIST_DEPTH = 8  # how deep list_files looks under a directory
 MAX_RETRIEVE_BYTES = 256 << 20  # 256 MiB: the largest file retrieve() reads into memory
 MAX_OUTPUT_BYTES = 10 << 20  # 10 MiB of output per shell command
@@ -74,6 +84,10 @@ class TetherSandbox(Sandbox):
     )
     memory_bytes: int | None = Field(default=None, description="Memory limit in bytes.")
     sandbox_id: str | None = Field(default=None, description="An existing sandbox to reconnect to.")
+    home_alias: str | None = Field(
+        default=E2B_HOME,
+        description="File paths under this directory are resolved under base_path instead.",
+    )
     creation_error_handling: SandboxCreationErrorHandling = Field(
         default_factory=SandboxCreationErrorHandling,
         description="Retry and backoff for creation and reconnection.",
@@ -84,6 +98,19 @@ class TetherSandbox(Sandbox):
     @property
     def to_dict_exclude_params(self) -> dict[str, bool]:
         return super().to_dict_exclude_params | {"envs": True}
+
+    def _resolve_path(self, file_path: str) -> str:
+        """``file_path`` in the sandbox: relative to ``base_path``, and under ``base_path``
+        when it is under ``home_alias`` (see the module's docstring)."""
+        path = super()._resolve_path(file_path)
+        home = (self.home_alias or "").rstrip("/")
+        base = self.base_path.rstrip("/")
+        if not home or base == home or base.startswith(home + "/"):
+            return path
+        norm = posixpath.normpath(path)
+        if norm == home or norm.startswith(home + "/"):
+            return base + norm[len(home) :]
+        return path
 
     @property
     def current_sandbox_id(self) -> str | None:
@@ -153,6 +180,7 @@ class TetherSandbox(Sandbox):
             connection=self.connection,
             sandbox_id=sandbox_id or self.ensure_started(),
             base_path=base_path,
+            home_alias=self.home_alias,
             timeout=self.timeout,
             creation_error_handling=self.creation_error_handling,
         )

@@ -449,14 +449,29 @@ class TetherSandboxClient(BaseSandboxClient[TetherSandboxClientOptions]):
         return self._wrap_session(inner, instrumentation=self._instrumentation)
 
     async def delete(self, session: SandboxSession) -> SandboxSession:
+        """Deletes the session's sandbox; a sandbox already gone is deleted.
+
+        The Agents SDK calls this after the session has shut down (its runtime: ``shutdown()``
+        then ``client.delete(session)``; its docs: ``client.delete(session)`` after ``async
+        with session``), when the session's own relay client may be closed (shutting down
+        with ``delete_on_shutdown`` deletes the sandbox and closes it). So the sandbox is
+        found again by id through this client's relay, never through the session's client.
+        """
         inner = session._inner
         if not isinstance(inner, TetherSandboxSession):
             raise TypeError("TetherSandboxClient.delete expects a TetherSandboxSession")
+        await run_async(self._delete_by_id(inner.state.sandbox_id))
+        return session
+
+    async def _delete_by_id(self, sandbox_id: str) -> None:
         try:
-            await run_async(inner.sandbox.async_sandbox.delete())
+            sandbox = await AsyncSandbox.connect(sandbox_id, **self._auth)
+        except (errors.SandboxNotFound, errors.SandboxGone):
+            return
+        try:
+            await sandbox.delete()
         except (errors.SandboxNotFound, errors.SandboxGone):
             pass
-        return session
 
     async def resume(self, state: SandboxSessionState) -> SandboxSession:
         if not isinstance(state, TetherSandboxSessionState):

@@ -35,16 +35,23 @@ class SandboxManager:
     ``default_timeout`` is a new sandbox's TTL in seconds; ``relay``/``token`` default to
     ``TETHER_RELAY``/``TETHER_TOKEN``; other keyword arguments (``image``, ``memory_bytes``,
     ``network``...) go to every :meth:`Sandbox.create`.
+
+    ``api_key`` is accepted so that the E2B toolkit's ``SandboxManager(api_key=None,
+    default_timeout=360)`` runs unchanged, and ignored: an E2B key means nothing to a Tether
+    relay, and sending it as the relay's token would only replace a working token (from
+    ``token=``, ``TETHER_TOKEN`` or the local relay's admin token file) with a wrong one.
     """
 
     def __init__(
         self,
+        api_key: str | None = None,
+        default_timeout: int = DEFAULT_TTL_S,
         *,
         relay: str | None = None,
         token: str | None = None,
-        default_timeout: int = DEFAULT_TTL_S,
         **create_options: Any,
     ) -> None:
+        del api_key  # see the class's docstring: E2B's key, not Tether's token
         self._auth: dict[str, Any] = {"relay": relay, "token": token}
         self.default_timeout = default_timeout
         self._options = create_options

@@ -2,9 +2,12 @@
 toolkit over the sandboxes of a ``SandboxManager``: stateful ``run_python_code`` (a code
 session per sandbox: variables survive between calls), shell commands, background jobs with
 statuses ``pending``/``running``/``done``/``cancelled``/``error``, files, directory watches,
-``get_public_url``/``run_server`` (preview URLs through the relay), sandbox management, and
-``run_in_all_sandboxes``. Every tool returns a JSON string with a ``status`` of ``success`` or
-``error``; a failing tool reports its error instead of raising, as Agno's tools do.
+``get_public_url``/``run_server`` (preview URLs through the relay), sandbox management,
+``run_in_all_sandboxes`` and ``force_shutdown_all``; PNG figures and the chart data behind them
+(``download_png_result``, ``download_chart_data``). Every tool returns a JSON string with a
+``status`` of ``success`` or ``error``; a failing tool never raises, whatever fails (the relay,
+the sandbox, a model's malformed argument): it returns its error, as Agno's E2B tools do.
+``E2BToolkit`` is the same class under the name the E2B toolkit's page uses.
 
 Host paths (``upload_file``, ``download_file_from_sandbox``, ``download_png_result``) are
 confined to ``local_dir``: a model cannot make the toolkit read or write elsewhere on the host.
@@ -20,8 +23,9 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from agno.tools import Toolkit
 
@@ -35,6 +39,24 @@ MAX_OUTPUT_BYTES = 1 << 20  # 1 MiB of output per command or job kept for the mo
 SERVER_POLL_S = 0.1  # run_server's interval between looks at the listening ports
 MAX_WATCH_S = 60  # watch_directory's longest watch
 KILL_WAIT_S = 30  # how long kill_job waits for a killed job to end
+
+
+Tool = TypeVar("Tool", bound=Callable[..., str])
+
+
+def _never_raises(tool: Tool) -> Tool:
+    """A tool whose every failure is an ``error`` status: a model's tool call must get an
+    answer it can act on, never an exception in the agent's loop. ``wraps`` keeps the
+    signature and docstring Agno builds the tool's schema from."""
+
+    @wraps(tool)
+    def guarded(*args: Any, **kwargs: Any) -> str:
+        try:
+            return tool(*args, **kwargs)
+        except Exception as exc:  # the contract: report, never raise
+            return _err(f"{tool.__name__} failed: {type(exc).__name__}: {exc}")
+
+    return cast(Tool, guarded)
 
 
 def _ok(**fields: Any) -> str:
@@ -99,6 +121,7 @@ class TetherTools(Toolkit):
             self.upload_file,
             self.download_file_from_sandbox,
             self.download_png_result,
+            self.download_chart_data,
             self.list_files,
             self.read_file_content,
             self.write_file_content,
@@ -113,6 +136,7 @@ class TetherTools(Toolkit):
             self.shutdown_sandbox,
             self.shutdown_all_sandboxes,
             self.list_running_sandboxes,
+            self.force_shutdown_all,
         ]
         kwargs.setdefault("name", "tether_tools")
         super().__init__(tools=tools, **kwargs)
@@ -137,6 +161,7 @@ class TetherTools(Toolkit):
 
     # --- code -------------------------------------------------------------------------------
 
+    @_never_raises
     def run_python_code(self, code: str, sandbox_id: str | None = None, timeout: int = 60) -> str:
         """Runs Python code in the sandbox's persistent Python session: variables, imports and
         functions defined earlier are still there. Returns stdout, stderr, the last
@@ -167,6 +192,7 @@ class TetherTools(Toolkit):
         except (errors.TetherError, LookupError) as exc:
             return _err(f"Error executing code: {exc}")
 
+    @_never_raises
     def run_python_code_background(self, code: str, sandbox_id: str | None = None) -> str:
         """Starts Python code as a background job in a fresh interpreter; returns its job_id.
         Check it with get_job_status, stop it with kill_job.
@@ -177,6 +203,7 @@ class TetherTools(Toolkit):
         """
         return self._submit(["python3", "-c", code], sandbox_id, "python", code)
 
+    @_never_raises
     def run_in_all_sandboxes(self, code: str, timeout_each: int = 30) -> str:
         """Runs the same Python code in every managed sandbox concurrently.
 
@@ -197,6 +224,7 @@ class TetherTools(Toolkit):
 
     # --- commands and jobs ------------------------------------------------------------------
 
+    @_never_raises
     def run_command(
         self,
         command: str,
@@ -225,6 +253,7 @@ class TetherTools(Toolkit):
             output["timed_out"] = True
         return _ok(sandbox_id=slot.sandbox_id, output=output)
 
+    @_never_raises
     def run_command_background(self, command: str, sandbox_id: str | None = None) -> str:
         """Starts a shell command as a background job; returns its job_id.
 
@@ -269,6 +298,7 @@ class TetherTools(Toolkit):
             job.error = str(exc)
             job.status = "cancelled" if job.cancelled else "error"
 
+    @_never_raises
     def get_job_status(self, job_id: str) -> str:
         """A background job's status: pending, running, done (with its result), cancelled, or
         error (with the error).
@@ -282,6 +312,7 @@ class TetherTools(Toolkit):
             return _err(f"no job {job_id}; list_jobs shows the known ones")
         return json.dumps(_job_view(job))
 
+    @_never_raises
     def kill_job(self, job_id: str) -> str:
         """Cancels a background job (kills its process).
 
@@ -309,6 +340,7 @@ class TetherTools(Toolkit):
                 return _err(f"job {job_id} was killed but has not ended after {KILL_WAIT_S} s")
         return json.dumps(_job_view(job))
 
+    @_never_raises
     def list_jobs(self) -> str:
         """Every background job and its status."""
         with self._jobs_lock:
@@ -317,6 +349,7 @@ class TetherTools(Toolkit):
 
     # --- files ------------------------------------------------------------------------------
 
+    @_never_raises
     def upload_file(
         self, local_path: str, sandbox_id: str | None = None, sandbox_path: str | None = None
     ) -> str:
@@ -336,6 +369,7 @@ class TetherTools(Toolkit):
             return _err(f"Error uploading file: {exc}")
         return _ok(sandbox_path=dest, sandbox_id=slot.sandbox_id)
 
+    @_never_raises
     def download_file_from_sandbox(
         self, sandbox_path: str, sandbox_id: str | None = None, local_path: str | None = None
     ) -> str:
@@ -354,8 +388,13 @@ class TetherTools(Toolkit):
             return _err(f"Error downloading file: {exc}")
         return _ok(local_path=str(dest), bytes=size)
 
+    @_never_raises
     def download_png_result(
-        self, result_index: int = 0, sandbox_id: str | None = None, output_path: str | None = None
+        self,
+        result_index: int = 0,
+        sandbox_id: str | None = None,
+        output_path: str | None = None,
+        agent: Any = None,
     ) -> str:
         """Saves a PNG figure from the last run_python_code (e.g. matplotlib) on the host.
 
@@ -364,6 +403,8 @@ class TetherTools(Toolkit):
             sandbox_id: The sandbox; the default one when omitted.
             output_path: Where to save it, relative to the local directory.
         """
+        # ``agent`` (Agno passes the calling agent) is accepted for the E2B toolkit's call
+        # shape; the figure is a file in the local directory, not an agent artifact.
         try:
             slot = self.manager.get_slot(sandbox_id)
             images = slot.last_result.images if slot.last_result else []
@@ -376,6 +417,50 @@ class TetherTools(Toolkit):
             return _err(f"Error saving the figure: {exc}")
         return _ok(file_path=str(dest), bytes=len(images[result_index]))
 
+    @_never_raises
+    def download_chart_data(
+        self,
+        result_index: int = 0,
+        sandbox_id: str | None = None,
+        output_path: str | None = None,
+        add_as_artifact: bool = True,
+        agent: Any = None,
+    ) -> str:
+        """Saves the data behind a chart from the last run_python_code (a matplotlib figure's
+        type, title, axis labels and series) as JSON on the host, and its PNG beside it.
+
+        Args:
+            result_index: Which figure of the last run.
+            sandbox_id: The sandbox; the default one when omitted.
+            output_path: Where to save the JSON, relative to the local directory.
+            add_as_artifact: Save the chart's PNG too (same name, .png).
+        """
+        try:
+            slot = self.manager.get_slot(sandbox_id)
+            charts = slot.last_result.charts if slot.last_result else []
+            if not 0 <= result_index < len(charts):
+                return _err(f"the last run made {len(charts)} chart(s); no index {result_index}")
+            chart = charts[result_index]
+            dest = self._local(output_path, f"chart-data-{slot.sandbox_id}-{result_index}.json")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            write_host_file(dest, json.dumps(chart, indent=2, default=str).encode())
+            out: dict[str, Any] = {
+                "chart_path": str(dest),
+                "type": chart.get("type", "unknown"),
+                "title": chart.get("title"),
+                "x_label": chart.get("x_label"),
+                "y_label": chart.get("y_label"),
+            }
+            images = slot.last_result.images if slot.last_result else []
+            if add_as_artifact and result_index < len(images):
+                png = dest.with_suffix(".png")
+                write_host_file(png, images[result_index])
+                out["image_path"] = str(png)
+        except (OSError, LookupError) as exc:
+            return _err(f"Error saving the chart data: {exc}")
+        return _ok(**out)
+
+    @_never_raises
     def list_files(self, directory_path: str = ".", sandbox_id: str | None = None) -> str:
         """Lists a sandbox directory: names, kinds and sizes.
 
@@ -392,6 +477,7 @@ class TetherTools(Toolkit):
             entries=[{"name": e.path, "type": e.kind, "size": e.size} for e in entries],
         )
 
+    @_never_raises
     def read_file_content(
         self, file_path: str, sandbox_id: str | None = None, encoding: str = "utf-8"
     ) -> str:
@@ -413,6 +499,7 @@ class TetherTools(Toolkit):
                 f"{file_path} is binary ({len(data)} bytes); use download_file_from_sandbox"
             )
 
+    @_never_raises
     def write_file_content(
         self, file_path: str, content: str, sandbox_id: str | None = None
     ) -> str:
@@ -429,6 +516,7 @@ class TetherTools(Toolkit):
             return _err(f"Error writing file: {exc}")
         return _ok(path=file_path, bytes=n)
 
+    @_never_raises
     def watch_directory(
         self, directory_path: str, duration_seconds: int = 5, sandbox_id: str | None = None
     ) -> str:
@@ -457,6 +545,7 @@ class TetherTools(Toolkit):
 
     # --- ports ------------------------------------------------------------------------------
 
+    @_never_raises
     def get_public_url(self, port: int, sandbox_id: str | None = None) -> str:
         """A URL that reaches a service listening on a port of the sandbox.
 
@@ -470,6 +559,7 @@ class TetherTools(Toolkit):
             return _err(f"Error getting public URL: {exc}")
         return _ok(url=url, port=port)
 
+    @_never_raises
     def run_server(
         self, command: str, port: int, sandbox_id: str | None = None, wait_seconds: int = 10
     ) -> str:
@@ -506,6 +596,7 @@ class TetherTools(Toolkit):
 
     # --- sandboxes --------------------------------------------------------------------------
 
+    @_never_raises
     def create_sandbox(
         self,
         timeout: int | None = None,
@@ -527,6 +618,7 @@ class TetherTools(Toolkit):
             return _err(f"Error creating sandbox: {exc}")
         return _ok(sandbox_id=slot.sandbox_id, metadata=slot.metadata)
 
+    @_never_raises
     def connect_sandbox(self, sandbox_id: str) -> str:
         """Manages an existing sandbox by its id.
 
@@ -539,6 +631,7 @@ class TetherTools(Toolkit):
             return _err(f"Error connecting: {exc}")
         return _ok(sandbox_id=slot.sandbox_id, metadata=slot.metadata)
 
+    @_never_raises
     def list_managed_sandboxes(self) -> str:
         """The sandboxes this toolkit manages."""
         return _ok(
@@ -548,6 +641,7 @@ class TetherTools(Toolkit):
             ]
         )
 
+    @_never_raises
     def set_sandbox_timeout(self, timeout: int, sandbox_id: str | None = None) -> str:
         """Extends the sandbox's life to ``timeout`` seconds from now.
 
@@ -561,6 +655,7 @@ class TetherTools(Toolkit):
             return _err(f"Error updating sandbox timeout: {exc}")
         return _ok(sandbox_id=info.id, expires_at=(info.expires_ms or 0) / 1000)
 
+    @_never_raises
     def get_sandbox_status(self, sandbox_id: str | None = None) -> str:
         """The sandbox's id, state, labels and expiry.
 
@@ -578,6 +673,7 @@ class TetherTools(Toolkit):
             expires_at=(info.expires_ms or 0) / 1000 or None,
         )
 
+    @_never_raises
     def shutdown_sandbox(self, sandbox_id: str | None = None) -> str:
         """Deletes a sandbox.
 
@@ -589,16 +685,28 @@ class TetherTools(Toolkit):
         except (errors.TetherError, LookupError) as exc:
             return _err(f"Error shutting down sandbox: {exc}")
 
+    @_never_raises
     def shutdown_all_sandboxes(self) -> str:
         """Deletes every sandbox this toolkit manages."""
         return json.dumps(self.manager.shutdown_all())
 
+    @_never_raises
     def list_running_sandboxes(self) -> str:
         """Every sandbox on the relay this token can see."""
         try:
             return _ok(sandboxes=self.manager.list_account_sandboxes())
         except errors.TetherError as exc:
             return _err(f"Error listing sandboxes: {exc}")
+
+    @_never_raises
+    def force_shutdown_all(self) -> str:
+        """Deletes every sandbox this token can see on the relay, managed by this toolkit or
+        not. Use with caution."""
+        return json.dumps(self.manager.force_shutdown_all())
+
+
+E2BToolkit = TetherTools
+"""The E2B toolkit page's name for this class: ``E2BToolkit(manager, auto_create_default=False)``."""
 
 
 def _job_view(job: _Job) -> dict[str, Any]:
@@ -615,4 +723,4 @@ def _job_view(job: _Job) -> dict[str, Any]:
     return view
 
 
-__all__ = ["TetherTools"]
+__all__ = ["E2BToolkit", "TetherTools"]

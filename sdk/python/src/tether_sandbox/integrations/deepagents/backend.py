@@ -6,6 +6,17 @@ scripts over ``execute`` (``ls``, ``read``, ``write``, ``edit``, ``grep``, ``glo
 with one protocol request each, so it works on images without python3 and pays one round trip
 per call. Every method has its async twin, which awaits the SDK's own loop instead of parking a
 worker thread. Results follow deepagents' own (paging, error strings, glob rules).
+
+deepagents offloads large tool results and old conversation history into files under its
+artifacts root, ``/`` unless the backend is a ``CompositeBackend`` with another
+``artifacts_root``: ``/large_tool_results``, ``/conversation_history`` and ``/blobs``. A
+sandbox's root is read-only (``/workspace`` and ``/tmp`` are writable), so those writes would
+fail and the whole result would stay in the model's context. The backend therefore keeps those
+three directories under ``artifacts_dir`` (``/tmp/deepagents`` by default): every file tool
+sees them at the paths deepagents names (``read_file("/large_tool_results/call-1")`` works),
+while in ``execute`` they are under ``artifacts_dir`` (``cat
+/tmp/deepagents/large_tool_results/call-1``). ``artifacts_dir=None`` turns this off, for an
+image whose root is writable.
 """
 
 from __future__ import annotations
@@ -53,6 +64,10 @@ MAX_GREP_MATCHES = 10_000  # matches returned when deepagents asks for no cap
 MAX_GLOB_MATCHES = 10_000  # as deepagents' glob script
 MAX_BRACE_EXPANSIONS = 1_000  # as deepagents' glob script
 STAT_CONCURRENCY = 32  # glob's per-match stats in flight at once
+DEFAULT_ARTIFACTS_DIR = "/tmp/deepagents"  # where deepagents' offloaded files really live
+# deepagents' offload directories under its default artifacts root "/" (its middleware's
+# large_tool_results, conversation_history and blobs prefixes).
+ARTIFACT_DIRS = ("/large_tool_results", "/conversation_history", "/blobs")
 
 EMPTY_FILE_REMINDER = "System reminder: File exists but has empty contents"
 EMPTY_OLD_STRING_ERROR = "Error: old_string cannot be empty. Provide the exact text to replace."
@@ -93,7 +108,9 @@ class TetherSandbox(BaseSandbox):
     ``sandbox`` is a blocking :class:`~tether_sandbox.Sandbox` (``Sandbox.create(...)``,
     ``Sandbox.get_or_create(labels)``, ``Sandbox.connect(id)``); this backend does not delete
     it. ``timeout`` is the default command timeout in seconds, ``max_output_bytes`` the most
-    combined output a command returns before ``truncated`` is set.
+    combined output a command returns before ``truncated`` is set. ``artifacts_dir`` is the
+    writable directory that holds deepagents' offloaded results and history (see the module's
+    docstring); ``None`` leaves their paths as they are.
     """
 
     def __init__(
@@ -102,6 +119,7 @@ class TetherSandbox(BaseSandbox):
         *,
         timeout: int = DEFAULT_TIMEOUT_S,
         max_output_bytes: int = MAX_OUTPUT_BYTES,
+        artifacts_dir: str | None = DEFAULT_ARTIFACTS_DIR,
     ) -> None:
         if not isinstance(sandbox, Sandbox):
             raise TypeError(
@@ -112,10 +130,22 @@ class TetherSandbox(BaseSandbox):
         self._sb: AsyncSandbox = sandbox.async_sandbox
         self._timeout = timeout
         self._max_output = max_output_bytes
+        self._artifacts = None if artifacts_dir is None else artifacts_dir.rstrip("/")
 
     @property
     def id(self) -> str:
         return self.sandbox.id
+
+    def _real(self, path: str) -> str:
+        """Where ``path`` is in the sandbox: deepagents' offload directories are under
+        ``artifacts_dir``; every other path is itself. Results keep the caller's path."""
+        if self._artifacts is None or not path.startswith("/"):
+            return path
+        norm = posixpath.normpath(path)
+        for top in ARTIFACT_DIRS:
+            if norm == top or norm.startswith(top + "/"):
+                return self._artifacts + norm
+        return path
 
     # --- sync and async entry points over one async implementation ------------------------
 
@@ -217,7 +247,7 @@ class TetherSandbox(BaseSandbox):
 
     async def _ls(self, path: str) -> LsResult:
         try:
-            entries = await self._sb.files.list(path)
+            entries = await self._sb.files.list(self._real(path))
         except errors.NotFound:
             return LsResult(error=f"Path '{path}': path_not_found")
         except errors.NotADirectory:
@@ -239,7 +269,7 @@ class TetherSandbox(BaseSandbox):
     async def _read(self, file_path: str, offset: int, limit: int) -> ReadResult:
         offset, limit = max(int(offset), 0), max(int(limit), 0)
         try:
-            data = await self._sb.files.read(file_path, max_bytes=MAX_READ_BYTES)
+            data = await self._sb.files.read(self._real(file_path), max_bytes=MAX_READ_BYTES)
         except errors.IsADirectory:
             return ReadResult(error=f"File '{file_path}': not_a_file")
         except errors.TooLarge:
@@ -268,7 +298,7 @@ class TetherSandbox(BaseSandbox):
 
     async def _write(self, file_path: str, content: str) -> WriteResult:
         try:
-            await self._sb.files.write(file_path, content, create_parents=True)
+            await self._sb.files.write(self._real(file_path), content, create_parents=True)
         except errors.AgentError as exc:
             return WriteResult(error=f"Failed to write file '{file_path}': {_file_error(exc)}")
         return WriteResult(path=file_path)
@@ -288,10 +318,10 @@ class TetherSandbox(BaseSandbox):
 
     async def _edit_once(self, path: str, old: str, new: str, replace_all: bool) -> EditResult:
         try:
-            count = await self._sb.files.edit(path, old, new, replace_all=replace_all)
+            count = await self._sb.files.edit(self._real(path), old, new, replace_all=replace_all)
         except errors.NotFound:
             # The agent says not_found for a missing file and for missing text alike.
-            exists = await self._sb.files.exists(path)
+            exists = await self._sb.files.exists(self._real(path))
             return EditResult(error=_STRING_NOT_FOUND if exists else "file_not_found")
         except errors.InvalidArgument as exc:
             return EditResult(error="multiple_occurrences" if "occurs" in str(exc) else str(exc))
@@ -303,7 +333,7 @@ class TetherSandbox(BaseSandbox):
 
     async def _delete(self, file_path: str) -> DeleteResult:
         try:
-            await self._sb.files.remove(file_path, recursive=True)
+            await self._sb.files.remove(self._real(file_path), recursive=True)
         except errors.NotFound:
             return DeleteResult(error=f"Error: '{file_path}' not found")
         except errors.AgentError as exc:
@@ -318,8 +348,8 @@ class TetherSandbox(BaseSandbox):
         agent_glob = glob if glob is None or "/" in glob else f"**/{glob}"
         cap = MAX_GREP_MATCHES if max_count is None else max(int(max_count), 0) + 1
         try:
-            found = await self._sb.files.grep(pattern, root, glob=agent_glob, limit=cap)
-            info = await self._sb.files.stat(root)
+            found = await self._sb.files.grep(pattern, self._real(root), glob=agent_glob, limit=cap)
+            info = await self._sb.files.stat(self._real(root))
         except errors.AgentError as exc:
             return GrepResult(error=f"Path '{root}': {_file_error(exc)}")
         matches: list[GrepMatch] = []
@@ -352,7 +382,9 @@ class TetherSandbox(BaseSandbox):
             else:
                 agent_pattern = f"**/{p}"
             try:
-                res = await self._sb.files.glob(agent_pattern, root=root, limit=MAX_GLOB_MATCHES)
+                res = await self._sb.files.glob(
+                    agent_pattern, root=self._real(root), limit=MAX_GLOB_MATCHES
+                )
             except errors.AgentError as exc:
                 return GlobResult(error=f"Path '{root}': {_file_error(exc)}")
             truncated = truncated or res.truncated
@@ -362,7 +394,7 @@ class TetherSandbox(BaseSandbox):
                 if posixpath.basename(rel).startswith(".") and not last.startswith("."):
                     continue
                 found[rel] = None
-        infos = await self._stat_all(root, list(found)[:MAX_GLOB_MATCHES])
+        infos = await self._stat_all(self._real(root), list(found)[:MAX_GLOB_MATCHES])
         matches = [
             cast(FileInfo, {"path": posixpath.join(root, rel), "is_dir": False, "size": i.size})
             for rel, i in infos
@@ -391,19 +423,20 @@ class TetherSandbox(BaseSandbox):
     async def _upload(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         if not files:
             return []
-        results = await self._sb.files.write_batch(files)
+        results = await self._sb.files.write_batch([(self._real(p), data) for p, data in files])
+        # One result per file, in order: each answers for the path the caller gave.
         return [
-            FileUploadResponse(r.path, None if r.error is None else _file_error(r.error))
-            for r in results
+            FileUploadResponse(path, None if r.error is None else _file_error(r.error))
+            for (path, _), r in zip(files, results, strict=True)
         ]
 
     async def _download(self, paths: list[str]) -> list[FileDownloadResponse]:
         if not paths:
             return []
-        results = await self._sb.files.read_batch(paths)
+        results = await self._sb.files.read_batch([self._real(p) for p in paths])
         return [
-            FileDownloadResponse(r.path, r.data, None if r.error is None else _file_error(r.error))
-            for r in results
+            FileDownloadResponse(path, r.data, None if r.error is None else _file_error(r.error))
+            for path, r in zip(paths, results, strict=True)
         ]
 
 

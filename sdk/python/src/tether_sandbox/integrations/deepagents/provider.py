@@ -1,6 +1,11 @@
 """``TetherProvider``: Tether as a deepagents-code ``SandboxProvider``, registered under the
 ``deepagents_code.sandbox_providers`` entry point as ``tether``. It works without
-``deepagents-code`` installed too (a plain class with the same methods)."""
+``deepagents-code`` installed too (a plain class with the same methods).
+
+Its methods are the provider contract of deepagents' sandbox-providers page: ``list(*,
+cursor=None, **kwargs)`` → ``{"items": [{"sandbox_id", "metadata"}], "cursor"}``,
+``get_or_create``, ``delete``, and their async twins ``alist``, ``aget_or_create``,
+``adelete``."""
 
 from __future__ import annotations
 
@@ -62,6 +67,37 @@ class TetherProvider(_ProviderBase):
         if metadata is None:
             return None
         return metadata(name="tether", working_dir="/workspace", supports_sandbox_id=True)
+
+    def list(self, *, cursor: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        """The sandboxes this token can see, as deepagents' ``SandboxListResponse``:
+        ``{"items": [{"sandbox_id", "metadata": {"state", "labels", "created_at",
+        "expires_at", "provider", "image"}}], "cursor": None}``. ``labels=`` or
+        ``thread_id=`` keep only the sandboxes with those labels (as ``get_or_create`` sets
+        them). The relay answers with every sandbox at once, so there is never a next page:
+        a ``cursor`` is accepted and the returned one is always ``None``."""
+        labels = dict(kwargs.pop("labels", None) or {})
+        thread_id = kwargs.pop("thread_id", None)
+        if thread_id is not None:
+            labels["thread_id"] = str(thread_id)
+        infos = Sandbox.list(labels=labels or None, relay=self._relay, token=self._token)
+        items = [
+            {
+                "sandbox_id": info.id,
+                "metadata": {
+                    "state": info.state,
+                    "labels": dict(info.labels),
+                    "created_at": info.created_ms / 1000,
+                    "expires_at": None if info.expires_ms is None else info.expires_ms / 1000,
+                    "provider": info.provider,
+                    "image": info.image,
+                },
+            }
+            for info in infos
+        ]
+        return {"items": items, "cursor": None}
+
+    async def alist(self, *, cursor: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        return await asyncio.to_thread(lambda: self.list(cursor=cursor, **kwargs))
 
     def get_or_create(self, *, sandbox_id: str | None = None, **kwargs: Any) -> TetherSandbox:
         auth = {"relay": self._relay, "token": self._token}
