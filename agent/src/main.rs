@@ -24,6 +24,7 @@ mod exec;
 mod files;
 mod forward;
 mod info;
+mod mounts;
 mod ops;
 mod output;
 mod pid1;

@@ -59,8 +59,20 @@ impl OpError {
         }
     }
 
-    /// Maps an OS error on `what` (usually a path) to a wire error.
+    /// Maps an OS error on `what` (usually a path) to a wire error. A write refused by a
+    /// read-only file system says where the sandbox can write.
     pub(crate) fn io(what: &str, err: &std::io::Error) -> OpError {
+        if err.kind() == std::io::ErrorKind::ReadOnlyFilesystem {
+            let places = crate::mounts::writable_places();
+            let hint = match places.is_empty() {
+                true => String::new(),
+                false => format!("; writable here: {}", places.join(", ")),
+            };
+            return OpError::new(
+                ErrorCode::PermissionDenied,
+                format!("{what}: {err}: this path is on a read-only file system{hint}"),
+            );
+        }
         OpError::new(ErrorCode::from_io(err), format!("{what}: {err}"))
     }
 

@@ -59,7 +59,8 @@ impl ErrorCode {
         use std::io::ErrorKind as K;
         match err.kind() {
             K::NotFound => ErrorCode::NotFound,
-            K::PermissionDenied => ErrorCode::PermissionDenied,
+            // A read-only file system refuses a write as surely as a mode does.
+            K::PermissionDenied | K::ReadOnlyFilesystem => ErrorCode::PermissionDenied,
             K::AlreadyExists => ErrorCode::AlreadyExists,
             K::IsADirectory => ErrorCode::IsDirectory,
             K::NotADirectory => ErrorCode::NotADirectory,

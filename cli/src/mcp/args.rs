@@ -25,7 +25,9 @@ impl<P: JsonSchema> JsonSchema for Parameters<P> {
     }
 }
 
-impl<S, P: DeserializeOwned + JsonSchema> FromContextPart<ToolCallContext<'_, S>> for Parameters<P> {
+impl<S, P: DeserializeOwned + JsonSchema> FromContextPart<ToolCallContext<'_, S>>
+    for Parameters<P>
+{
     fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, ErrorData> {
         let mut arguments = context.arguments.take().unwrap_or_default();
         let parsed = numbers_from_strings::<P>(&mut arguments)
@@ -108,9 +110,14 @@ mod tests {
 
     #[test]
     fn numbers_sent_as_strings_are_numbers_and_other_strings_stay_strings() {
-        let args = parse(serde_json::json!({"count": " 30", "ratio": "0.5", "name": "42"})).unwrap();
-        assert_eq!((args.count, args.ratio, args.name.as_str()), (Some(30), 0.5, "42"));
-        let err = parse(serde_json::json!({"count": "thirty", "ratio": 1, "name": "x"})).unwrap_err();
+        let args =
+            parse(serde_json::json!({"count": " 30", "ratio": "0.5", "name": "42"})).unwrap();
+        assert_eq!(
+            (args.count, args.ratio, args.name.as_str()),
+            (Some(30), 0.5, "42")
+        );
+        let err =
+            parse(serde_json::json!({"count": "thirty", "ratio": 1, "name": "x"})).unwrap_err();
         assert_eq!(err, "count must be a whole number, not \"thirty\"");
         assert!(parse(serde_json::json!({"count": "-1", "ratio": 1, "name": "x"})).is_err());
         assert!(parse(serde_json::json!({"count": null, "ratio": "NaN", "name": "x"})).is_err());

@@ -486,3 +486,28 @@ fn a_deleted_sandboxs_disk_is_not_held_by_sandboxes_made_after_it() {
         "alive\n"
     );
 }
+
+/// A write the sandbox's read-only root refuses is `permission_denied` (not an internal
+/// error), naming the path and where the sandbox can write instead.
+#[tokio::test]
+async fn a_write_to_a_read_only_path_says_where_the_sandbox_can_write() {
+    let relay = Relay::start();
+    let client = relay.client();
+    let id = client.create(&Default::default()).await.unwrap().id;
+    let session = client.connect(&id).await.unwrap();
+    for path in ["/usr/tether-x", "/home/user/input/data.csv"] {
+        let err = session.write_file(path, b"x").await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            Some(tether_proto::ErrorCode::PermissionDenied),
+            "{path}: {err}"
+        );
+        let said = err.to_string();
+        assert!(said.contains("read-only file system"), "{said}");
+        assert!(
+            said.contains("/workspace") && said.contains("/tmp"),
+            "{said}"
+        );
+    }
+    session.write_file("/workspace/ok", b"x").await.unwrap();
+}
