@@ -17,47 +17,16 @@ const MAX_SHOWN: usize = 8;
 const SYSTEM: [&str; 3] = ["/proc", "/sys", "/dev"];
 
 fn writable_in(table: &str) -> Vec<String> {
-    let mut places: Vec<String> = table
-        .lines()
-        .filter_map(|line| {
-            // ID PARENT MAJ:MIN ROOT MOUNT-POINT MOUNT-OPTIONS ...
-            let mut fields = line.split(' ');
-            let point = unescape(fields.nth(4)?);
-            let options = fields.next()?;
-            let writable = options.split(',').any(|o| o == "rw");
-            let system = SYSTEM
-                .iter()
-                .any(|s| point == *s || point.starts_with(&format!("{s}/")));
-            (writable && !system).then_some(point)
-        })
+    let mut places: Vec<String> = tether_mountinfo::parse(table)
+        .into_iter()
+        .filter(|m| m.writable())
+        .filter(|m| !SYSTEM.iter().any(|s| m.mount_point.starts_with(s)))
+        .map(|m| m.mount_point.to_string_lossy().into_owned())
         .collect();
     places.sort();
     places.dedup();
     places.truncate(MAX_SHOWN);
     places
-}
-
-/// A mount point as mountinfo writes it: space, tab, newline and backslash as `\ooo`.
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
-        match (bytes[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

@@ -284,7 +284,7 @@ fn wait_for(done: impl Fn() -> bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mountinfo;
+    use tether_mountinfo as mountinfo;
 
     #[test]
     fn v1_lists_every_hierarchy_and_its_procs_file() {

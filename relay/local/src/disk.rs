@@ -718,7 +718,7 @@ mod tests {
 
         release(&layout).unwrap();
         assert!(loop_devices_backed_by(&layout.disk_image()).is_empty());
-        let mounted = super::super::mountinfo::current()
+        let mounted = tether_mountinfo::current()
             .into_iter()
             .any(|m| m.mount_point.starts_with(layout.dir()));
         assert!(!mounted, "a mount is left under {}", layout.dir().display());

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::cgroup::SandboxCgroup;
 use super::constants::CGROUP_PARENT;
 use super::error::LocalError;
-use super::mountinfo::{self, Mount};
+use tether_mountinfo::{self as mountinfo, Mount};
 
 /// The controllers every sandbox is limited by.
 const REQUIRED: [&str; 3] = ["memory", "cpu", "pids"];
@@ -113,7 +113,7 @@ impl Hierarchy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mountinfo::parse;
+    use tether_mountinfo::parse;
 
     /// This repository's CI machine: v1 per controller plus a controller-less v2 mount.
     const HYBRID: &str = "\

@@ -20,7 +20,8 @@
 //!   enters its root (`rootfs`, from `mounts`, `etc`, `devfs`, `procfs`), drops capabilities
 //!   (`caps`) and execs the agent with its listening socket as fd 3.
 //! - `sys` and `loopdev` (the loop-device ioctls) hold the only `unsafe` code, `constants`
-//!   every tunable, `error` the error types, `mountinfo` the parser of the host's mount table.
+//!   every tunable, `error` the error types; `tether-mountinfo` reads the host's mount
+//!   table.
 //!
 //! The relay's `main` must call [`run_if_sandbox_init`] before anything else.
 
@@ -40,7 +41,6 @@ mod init;
 mod layout;
 mod loopdev;
 mod meta;
-mod mountinfo;
 mod mounts;
 mod namespaces;
 mod net;

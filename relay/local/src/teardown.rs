@@ -17,8 +17,8 @@ use super::constants::{KILL_TIMEOUT, POLL_INTERVAL, RMDIR_TIMEOUT};
 use super::disk;
 use super::error::{IoContext, LocalError};
 use super::layout::Layout;
-use super::mountinfo;
 use super::process::ProcessIdentity;
+use tether_mountinfo as mountinfo;
 
 /// How long the rest of the sandbox gets to die with its PID 1 before it is killed one by one.
 const DRAIN_GRACE: Duration = Duration::from_millis(200);

@@ -1,13 +1,17 @@
-//! Reading `/proc/self/mountinfo`: the host's mounts, which tell where the cgroup hierarchies
-//! are and whether anything is still mounted under a sandbox's directory before we remove it.
+//! Reading `/proc/self/mountinfo` (proc(5)): the local runtime finds the cgroup hierarchies
+//! and what is still mounted under a sandbox's directory in it, and the agent finds where its
+//! sandbox can write.
+#![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
 
 /// One line of `/proc/<pid>/mountinfo` (see proc(5)), with the fields we use.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Mount {
+pub struct Mount {
     /// Where it is mounted, unescaped.
     pub mount_point: PathBuf,
+    /// The per-mount options, e.g. `ro,nosuid,relatime`.
+    pub mount_options: String,
     /// The file-system type, e.g. `cgroup2`.
     pub fs_type: String,
     /// The per-superblock options, e.g. `rw,memory` for a v1 memory hierarchy.
@@ -15,24 +19,26 @@ pub(super) struct Mount {
 }
 
 /// The current process's mounts; an unreadable table reads as empty.
-pub(super) fn current() -> Vec<Mount> {
+pub fn current() -> Vec<Mount> {
     std::fs::read_to_string("/proc/self/mountinfo")
         .map(|text| parse(&text))
         .unwrap_or_default()
 }
 
 /// Parses a mountinfo table, skipping malformed lines.
-pub(super) fn parse(text: &str) -> Vec<Mount> {
+pub fn parse(text: &str) -> Vec<Mount> {
     text.lines().filter_map(parse_line).collect()
 }
 
 fn parse_line(line: &str) -> Option<Mount> {
     let fields: Vec<&str> = line.split(' ').collect();
     let mount_point = *fields.get(4)?;
+    let mount_options = *fields.get(5)?;
     // Optional fields run from index 6 to a lone "-"; type, source and options follow it.
     let dash = fields.iter().skip(6).position(|f| *f == "-")? + 6;
     Some(Mount {
         mount_point: PathBuf::from(unescape(mount_point)),
+        mount_options: mount_options.to_string(),
         fs_type: fields.get(dash + 1)?.to_string(),
         super_options: fields.get(dash + 3)?.to_string(),
     })
@@ -61,8 +67,15 @@ fn unescape(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+impl Mount {
+    /// Whether files can be written through this mount (its per-mount options say `rw`).
+    pub fn writable(&self) -> bool {
+        self.mount_options.split(',').any(|o| o == "rw")
+    }
+}
+
 /// Mount points at or below `dir`, deepest first (the order to unmount them in).
-pub(super) fn under(mounts: &[Mount], dir: &Path) -> Vec<PathBuf> {
+pub fn under(mounts: &[Mount], dir: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = mounts
         .iter()
         .filter(|m| m.mount_point.starts_with(dir))
@@ -87,6 +100,8 @@ mod tests {
         assert_eq!(mounts.len(), 2);
         assert_eq!(mounts[0].mount_point, Path::new("/sys/fs/cgroup/memory"));
         assert_eq!(mounts[0].fs_type, "cgroup");
+        assert_eq!(mounts[0].mount_options, "rw,relatime");
+        assert!(mounts[0].writable());
         assert_eq!(mounts[0].super_options, "rw,memory");
         assert_eq!(mounts[1].fs_type, "cgroup2");
     }
