@@ -31,6 +31,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "tether-oci",
             "tether-proto",
             "tether-signals",
+            "tether-mountinfo",
         ],
     ),
     (
