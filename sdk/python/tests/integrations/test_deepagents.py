@@ -168,6 +168,16 @@ def test_backend_contract(busybox_sandbox: Sandbox) -> None:
     down = b.download_files(["/workspace/up/a.bin", "/workspace/missing", "/workspace/src"])
     assert down[0].content == b"\x00\xff"
     assert (down[1].error, down[2].error) == ("file_not_found", "is_directory")
+    # a relative path in a batch is refused in its place; the others still go through
+    up = b.upload_files([("rel.txt", b"r"), ("/workspace/up/b.txt", b"b"), ("./c", b"c")])
+    assert [r.error for r in up] == ["invalid_path", None, "invalid_path"]
+    assert not busybox_sandbox.files.exists("/workspace/rel.txt")
+    down = b.download_files(["up/b.txt", "/workspace/up/b.txt"])
+    assert [(r.path, r.content, r.error) for r in down] == [
+        ("up/b.txt", None, "invalid_path"),
+        ("/workspace/up/b.txt", b"b", None),
+    ]
+    assert b.upload_files([]) == [] and b.download_files([]) == []
     # delete
     assert b.delete("/workspace/src").error is None and not busybox_sandbox.files.exists(
         "/workspace/src"

@@ -421,23 +421,38 @@ class TetherSandbox(BaseSandbox):
         return [d for d in done if d is not None]
 
     async def _upload(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
-        if not files:
-            return []
-        results = await self._sb.files.write_batch([(self._real(p), data) for p, data in files])
+        # deepagents' paths are absolute; a relative one would land wherever the sandbox's
+        # working directory is, so it is refused as `invalid_path` (as deepagents' own
+        # backends do) and only the absolute ones travel, in one batch.
+        sent = [(p, data) for p, data in files if p.startswith("/")]
+        results = iter(
+            await self._sb.files.write_batch([(self._real(p), d) for p, d in sent]) if sent else []
+        )
         # One result per file, in order: each answers for the path the caller gave.
-        return [
-            FileUploadResponse(path, None if r.error is None else _file_error(r.error))
-            for (path, _), r in zip(files, results, strict=True)
-        ]
+        out: list[FileUploadResponse] = []
+        for path, _ in files:
+            if not path.startswith("/"):
+                out.append(FileUploadResponse(path, "invalid_path"))
+                continue
+            r = next(results)
+            out.append(FileUploadResponse(path, None if r.error is None else _file_error(r.error)))
+        return out
 
     async def _download(self, paths: list[str]) -> list[FileDownloadResponse]:
-        if not paths:
-            return []
-        results = await self._sb.files.read_batch([self._real(p) for p in paths])
-        return [
-            FileDownloadResponse(path, r.data, None if r.error is None else _file_error(r.error))
-            for path, r in zip(paths, results, strict=True)
-        ]
+        # Relative paths are refused as in _upload.
+        sent = [p for p in paths if p.startswith("/")]
+        results = iter(
+            await self._sb.files.read_batch([self._real(p) for p in sent]) if sent else []
+        )
+        out: list[FileDownloadResponse] = []
+        for path in paths:
+            if not path.startswith("/"):
+                out.append(FileDownloadResponse(path, None, "invalid_path"))
+                continue
+            r = next(results)
+            err = None if r.error is None else _file_error(r.error)
+            out.append(FileDownloadResponse(path, r.data, err))
+        return out
 
 
 _STRING_NOT_FOUND = "string_not_found"
