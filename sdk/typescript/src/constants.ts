@@ -44,3 +44,8 @@ export const DEFAULT_OUTPUT_LIMIT = 64 << 20;
 
 /** The client name sent in `hello`. */
 export const CLIENT_NAME = "tether-sandbox-ts/0.1.0";
+
+/** The query parameter the relay takes a preview token in. */
+export const PREVIEW_TOKEN_PARAM = "tether_preview_token";
+/** How long the resolver may take before a preview URL falls back to the path form, in ms. */
+export const PREVIEW_RESOLVE_TIMEOUT_MS = 2_000;

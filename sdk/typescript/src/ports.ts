@@ -1,9 +1,10 @@
-//! Ports inside a sandbox: which are listening, the preview URLs through which a browser
-//! reaches them on the relay, and local TCP ports carried to them (each local connection is a
+//! Ports inside a sandbox: which are listening, the preview URLs through which a browser or a
+//! program reaches them on the relay (which form to hand out: preview.ts), and local TCP ports carried to them (each local connection is a
 //! `connect` stream, flow-controlled end to end).
 
 import type { Server, Socket } from "node:net";
 import type { Stream } from "./protocol/connection.js";
+import { fetchable, withToken } from "./preview.js";
 import { expectReply, objects, str, streamError, uint } from "./protocol/fields.js";
 import type { Sandbox } from "./sandbox.js";
 import type { ListeningPort, PreviewInfo } from "./types.js";
@@ -97,11 +98,23 @@ export class Ports {
     return this.preview;
   }
 
-  /** The URL of `port` by host name, carrying the preview token, ready for a browser. */
+  /** A URL that reaches `port` inside the sandbox through the relay, carrying the sandbox's
+   * preview token: one that fetch, curl and Python's HTTP clients on this machine can fetch, and
+   * a browser can open. That is the host form (`http://PORT-ID.localhost:...`, its own origin)
+   * when this machine's resolver gives its name loopback addresses, the path form
+   * (`http://relay/preview/ID/PORT/`, the relay's origin) otherwise; `previewHostUrl` and
+   * `previewPathUrl` give each. The URL is a credential for the sandbox's previews: keep it out
+   * of logs. */
   async previewUrl(port: number): Promise<string> {
+    return fetchable(await this.previewHostUrl(port), await this.previewPathUrl(port));
+  }
+
+  /** The URL of `port` by host name, carrying the preview token: its own origin, for browsers
+   * and curl (which resolve `*.localhost` themselves) wherever the resolver does not. */
+  async previewHostUrl(port: number): Promise<string> {
     checkPort(port);
     const p = await this.previewInfo();
-    return `${p.hostUrl.replace("{port}", String(port))}?tether_preview_token=${encodeURIComponent(p.token)}`;
+    return withToken(p.hostUrl, port, p.token);
   }
 
   /** Listens on a local TCP port (`localPort`, 0 for any; on 127.0.0.1) and carries each
@@ -128,10 +141,12 @@ export class Ports {
     return new Forward(server, localPort, sockets);
   }
 
-  /** The same by path, for clients that cannot resolve `*.localhost`. */
+  /** The URL of `port` by path, carrying the preview token: every client that reaches the
+   * relay reaches it, but it shares the relay's origin with every other sandbox's previews, and
+   * an app's absolute links escape its prefix. */
   async previewPathUrl(port: number): Promise<string> {
     checkPort(port);
     const p = await this.previewInfo();
-    return `${p.pathUrl.replace("{port}", String(port))}?tether_preview_token=${encodeURIComponent(p.token)}`;
+    return withToken(p.pathUrl, port, p.token);
   }
 }

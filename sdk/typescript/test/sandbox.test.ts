@@ -377,7 +377,7 @@ describe("ports", () => {
     const server = await sandbox.commands.start(["python3", "-m", "http.server", "8123", "--bind", "127.0.0.1"], { background: true, cwd: "/workspace/site" });
     try {
       await until("the server listens", 20_000, async () => ((await sandbox.ports.list()).some((p) => p.port === 8123) ? true : undefined));
-      const url = await sandbox.ports.previewUrl(8123);
+      const url = await sandbox.ports.previewHostUrl(8123);
       assert.match(url, new RegExp(`8123-${sandbox.id}`));
       const info = await sandbox.ports.previewInfo();
       assert.ok(url.includes(`tether_preview_token=${encodeURIComponent(info.token)}`));

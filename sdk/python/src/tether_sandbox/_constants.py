@@ -22,6 +22,10 @@ CONNECT_TIMEOUT_S = 30.0  # seconds for a TCP connect plus the WebSocket upgrade
 HANDSHAKE_TIMEOUT_S = 30.0  # seconds to wait for `welcome`
 HTTP_TIMEOUT_S = 120.0  # seconds for one REST call (a create may pull an image)
 
+# --- preview URLs (_preview.py) --------------------------------------------------------------
+PREVIEW_TOKEN_PARAM = "tether_preview_token"  # the query parameter the relay takes the token in
+PREVIEW_RESOLVE_TIMEOUT_S = 2.0  # seconds to wait for the resolver before taking the path form
+
 # --- retries (REST 429/5xx and WebSocket 502/503) --------------------------------------------
 RETRY_ATTEMPTS = 6  # tries in all, the first included
 RETRY_BASE_S = 0.2  # seconds before the first retry; doubled each time

@@ -8,6 +8,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+from ._preview import fetchable, with_token
 from ._protocol import Data, expect_reply, raise_if_error
 from .errors import ProtocolError, TetherError
 from .types import ListeningPort
@@ -63,9 +64,14 @@ class AsyncPorts:
         return ports
 
     async def preview_url(self, port: int) -> str:
-        """A URL a browser can open to reach ``port`` inside the sandbox through the relay
-        (it carries the sandbox's preview token)."""
-        return (await self.preview_urls(port))[0]
+        """A URL that reaches ``port`` inside the sandbox through the relay, carrying the
+        sandbox's preview token: one that httpx, requests, urllib, fetch and curl on this
+        machine can fetch, and a browser can open. That is the host form
+        (``http://PORT-ID.localhost:...``, its own origin) when this machine's resolver
+        resolves its name to loopback, the path form (``http://relay/preview/ID/PORT/``, the
+        relay's origin) otherwise; :meth:`preview_urls` gives both. The URL is a credential for
+        the sandbox's previews: keep it out of logs."""
+        return await fetchable(*await self.preview_urls(port))
 
     async def preview_urls(self, port: int) -> tuple[str, str]:
         """The preview URL of ``port`` by host name (``http://PORT-ID.localhost:...``) and by
@@ -73,11 +79,9 @@ class AsyncPorts:
         if not 0 < port < 65536:
             raise ValueError(f"port {port} is not a TCP port")
         info = await self._sandbox._relay.preview(self._sandbox.id)
-        token = info["token"]
-        suffix = f"?tether_preview_token={token}"
         return (
-            info["host_url"].replace("{port}", str(port)) + suffix,
-            info["path_url"].replace("{port}", str(port)) + suffix,
+            with_token(info.host_url, port, info.token),
+            with_token(info.path_url, port, info.token),
         )
 
     async def forward(

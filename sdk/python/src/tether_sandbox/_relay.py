@@ -24,8 +24,9 @@ from ._constants import (
     RETRY_BASE_S,
     RETRY_MAX_S,
 )
+from ._preview import PreviewInfo
 from ._protocol import Connection
-from .errors import RelayError, RelayUnreachable, relay_error
+from .errors import ProtocolError, RelayError, RelayUnreachable, relay_error
 from .types import SandboxInfo
 
 
@@ -167,9 +168,13 @@ class AsyncRelayClient:
             )
         )
 
-    async def preview(self, sandbox_id: str) -> dict[str, str]:
+    async def preview(self, sandbox_id: str) -> PreviewInfo:
         body = await self._request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/preview")
-        return {k: str(v) for k, v in body.items()}
+        fields = ("token", "host_url", "path_url")
+        if not isinstance(body, dict) or not all(isinstance(body.get(f), str) for f in fields):
+            # Not the body itself in the message: it carries the token.
+            raise ProtocolError("the relay's preview answer is malformed")
+        return PreviewInfo(body["token"], body["host_url"], body["path_url"])
 
     async def connect(self, sandbox_id: str) -> Connection:
         """Opens the sandbox's WebSocket through the relay, retrying 502 and 503."""

@@ -16,8 +16,8 @@ import pytest
 from agno.agent import Agent
 from agno.models.base import Model
 from agno.models.response import ModelResponse
-from preview import fetch
 
+from preview_clients import fetch
 from tether_sandbox import Sandbox, errors
 from tether_sandbox.integrations.agno import E2BToolkit, SandboxManager, TetherTools
 
@@ -111,8 +111,8 @@ def test_an_agno_agent_uses_the_sandbox(tools: TetherTools) -> None:
     assert set_x["status"] == "success" and get_x["results"] == ["42"]
     assert boom["status"] == "error" and "ZeroDivisionError" in boom["message"]
     assert server_up["status"] == "success", server_up
-    assert fetch(server_up["url"]).text == "served-by-tether\n"
-    assert fetch(url["url"]).text == "served-by-tether\n"
+    assert fetch(server_up["url"]) == "served-by-tether\n"
+    assert fetch(url["url"]) == "served-by-tether\n"
     assert {"name": "notes.txt", "type": "file", "size": 5} in listing["entries"]
 
 

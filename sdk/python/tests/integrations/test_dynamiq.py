@@ -18,8 +18,8 @@ from dynamiq.nodes.llms import OpenAI
 from dynamiq.nodes.tools.code_interpreter import SandboxCreationErrorHandling
 from dynamiq.sandboxes import SandboxConfig
 from dynamiq.sandboxes.exceptions import SandboxConnectionError
-from preview import fetch
 
+from preview_clients import fetch
 from tether_sandbox import Sandbox, errors
 from tether_sandbox.integrations.dynamiq import TetherSandbox
 
@@ -98,7 +98,7 @@ def test_a_dynamiq_agent_uses_the_sandbox(backend: TetherSandbox) -> None:
     assert backend.retrieve("/workspace/output/report.md") == b"# Report\nall good\n", wrote
     assert "waited" in waited
     url = info[info.index("http") :].split()[0].strip("\"',")
-    assert fetch(url).text == "from-dynamiq\n", info
+    assert fetch(url) == "from-dynamiq\n", info
     assert backend.list_files("/workspace/output") == ["/workspace/output/report.md"]
     files = backend.collect_files("/workspace/output")
     assert [f.name for f in files] == ["report.md"]

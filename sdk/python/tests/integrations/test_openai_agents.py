@@ -24,8 +24,8 @@ from openai.types.responses import (
     ResponseOutputMessage,
     ResponseOutputText,
 )
-from preview import fetch
 
+from preview_clients import fetch
 from tether_sandbox import Sandbox, errors
 from tether_sandbox.integrations.openai_agents import (
     TetherSandboxClient,
@@ -108,7 +108,7 @@ async def test_pty_and_exposed_ports(relay: object) -> None:
             await asyncio.sleep(0.1)
         endpoint = await session.resolve_exposed_port(8000)
         url = f"{endpoint.url_for('http')}"
-        assert (await asyncio.to_thread(fetch, url)).text == "from-agents\n"
+        assert await asyncio.to_thread(fetch, url) == "from-agents\n"
 
 
 async def test_resume_from_serialized_state(relay: object) -> None:

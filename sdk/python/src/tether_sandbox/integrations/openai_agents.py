@@ -4,7 +4,8 @@
 agents; ``TetherSandboxSession`` runs their commands (``exec``), reads and writes files with
 the agent's native operations, persists the workspace as a tar archive and hydrates it back
 (checked for unsafe members first), runs PTY sessions, and resolves exposed ports to preview
-URLs through the relay. The session's state (``TetherSandboxSessionState``) serializes
+URLs through the relay (or, where the preview URL needs a path, which the SDK's endpoint type
+cannot carry, to a local forward on 127.0.0.1, as the SDK's own Docker sandboxes publish). The session's state (``TetherSandboxSessionState``) serializes
 without the token, so a run can be resumed in another process.
 
 Install with ``pip install 'tether-sandbox[openai-agents]'``.
@@ -50,6 +51,7 @@ from pydantic import Field
 
 from .. import errors
 from .._commands import AsyncCommandHandle
+from .._ports import AsyncForward
 from .._pty import AsyncPtyHandle
 from .._sandbox import AsyncSandbox
 from .._sync import Sandbox
@@ -114,6 +116,7 @@ class TetherSandboxSession(BaseSandboxSession):
         self._sandbox = sandbox
         self._pty: dict[int, _PtyEntry] = {}
         self._pty_ids: set[int] = set()
+        self._forwards: dict[int, AsyncForward] = {}
 
     @property
     def sandbox(self) -> Sandbox:
@@ -353,7 +356,15 @@ class TetherSandboxSession(BaseSandboxSession):
     async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
         try:
             url = await run_async(self._sb.ports.preview_url(port))
-        except (errors.TetherError, ValueError) as exc:
+            parts = urlsplit(url)
+            if parts.path not in ("", "/"):
+                # The path form (this machine cannot resolve the host form's *.localhost name):
+                # an endpoint is host, port and query, with no path, so carry the port by a
+                # forward on loopback instead, reused for the session's life.
+                if port not in self._forwards:
+                    self._forwards[port] = await run_async(self._sb.ports.forward(port))
+                return ExposedPortEndpoint(host="127.0.0.1", port=self._forwards[port].local_port)
+        except (errors.TetherError, ValueError, OSError) as exc:
             raise ExposedPortUnavailableError(
                 port=port,
                 exposed_ports=self.state.exposed_ports,
@@ -361,7 +372,6 @@ class TetherSandboxSession(BaseSandboxSession):
                 context={"backend": "tether"},
                 cause=exc,
             ) from exc
-        parts = urlsplit(url)
         tls = parts.scheme == "https"
         return ExposedPortEndpoint(
             host=parts.hostname or "",
@@ -372,6 +382,9 @@ class TetherSandboxSession(BaseSandboxSession):
 
     async def _shutdown_backend(self) -> None:
         await self.pty_terminate_all()
+        forwards, self._forwards = list(self._forwards.values()), {}
+        for forward in forwards:
+            await run_async(forward.close())
         if self.state.delete_on_shutdown:
             try:
                 await run_async(self._sb.delete())
