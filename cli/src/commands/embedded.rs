@@ -88,6 +88,7 @@ impl Embedded {
             connections: Default::default(),
             database: Default::default(),
             advertise: None,
+            preview_domain: None,
         };
         let relay = server::start(config)
             .await

@@ -104,6 +104,12 @@ pub(super) struct ServeArgs {
     /// [default: the address it listens on].
     #[arg(long, value_name = "URL")]
     advertise: Option<String>,
+    /// Serve previews by host name under this domain too, `{port}-{id}.DOMAIN`, for clients
+    /// on other machines (`*.localhost` resolves only on the relay's own): give it a wildcard
+    /// DNS record (`*.DOMAIN`) pointing at this relay and, with --tls-cert, a certificate
+    /// that names `*.DOMAIN` [default: *.localhost only].
+    #[arg(long, value_name = "DOMAIN")]
+    preview_domain: Option<tether_relay::PreviewDomain>,
 }
 
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -145,6 +151,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<()> {
             None => Database::Sqlite,
         },
         advertise: args.advertise,
+        preview_domain: args.preview_domain,
     };
     let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     rt.block_on(async {

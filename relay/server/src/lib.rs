@@ -80,6 +80,7 @@ pub use constants::{
 pub use error::ApiError;
 pub use http::ConnectionLimits;
 pub use policy::PolicyConfig;
+pub use preview::PreviewDomain;
 pub use tls::{TlsError, TlsFiles};
 
 use constants::{ADMIN_TOKEN_FILE, DB_FILE, LOCK_FILE, SHUTDOWN_GRACE};
@@ -120,6 +121,10 @@ pub struct RelayConfig {
     /// The URL other relays of the database reach this one at; `None`: the address it
     /// listens on (which must then not be a wildcard when the database is shared).
     pub advertise: Option<String>,
+    /// A domain whose wildcard DNS record points at this relay: previews are then also served
+    /// by host name under it (`{port}-{id}.DOMAIN`), and their URLs name it instead of
+    /// `localhost`. `None`: `*.localhost` only, which resolves on the relay's own machine.
+    pub preview_domain: Option<PreviewDomain>,
 }
 
 /// Where a relay keeps its store.
@@ -284,6 +289,7 @@ async fn start_serving(
         admin_token_file: admin_token_file.clone(),
         fds: fds.clone(),
         tls: tls.is_some(),
+        preview_domain: config.preview_domain.clone(),
         peer_timeout: limits.peer_timeout,
         egress,
         _dir_lock: dir_lock,

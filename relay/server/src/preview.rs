@@ -3,7 +3,11 @@
 //! would at the root), or by path, `http://{relay}/preview/{id}/{port}/...` (for clients
 //! that cannot resolve `*.localhost`; an app that writes absolute links escapes the prefix).
 //! Both are `https://` when the relay serves TLS (its certificate must then also name
-//! `*.localhost` for the host form).
+//! `*.localhost` for the host form). `*.localhost` names this machine only: a relay that
+//! clients reach over the network is given a preview domain (`tether serve --preview-domain
+//! preview.example.com`, with a wildcard DNS record for `*.preview.example.com` pointing at
+//! it), and its host form is then `{port}-{id}.preview.example.com`; `*.localhost` keeps
+//! working beside it.
 //!
 //! Requests carry the sandbox's preview token, not an API token: in the
 //! `X-Tether-Preview-Token` header, in the `tether_preview_token` query parameter, or in a
@@ -123,9 +127,13 @@ pub(super) async fn info(
     Ok(Json(PreviewInfo {
         token: token(&sandbox),
         host_url: format!(
-            "{scheme}://{{port}}-{}.localhost{port}/",
+            "{scheme}://{{port}}-{}.{domain}{port}/",
             sandbox.id,
-            scheme = relay.scheme()
+            scheme = relay.scheme(),
+            domain = relay
+                .preview_domain
+                .as_ref()
+                .map_or(LOCALHOST, PreviewDomain::as_str),
         ),
         path_url: format!(
             "{scheme}://{host}/preview/{}/{{port}}/",
@@ -142,7 +150,7 @@ pub(super) async fn by_host(State(relay): State<Arc<Relay>>, req: Request, next:
         .headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
-        .and_then(preview_host);
+        .and_then(|h| preview_host(h, relay.preview_domain.as_ref()));
     match target {
         Some((port, id)) => {
             proxy(
@@ -210,16 +218,88 @@ struct Target {
     prefix: Option<String>,
 }
 
-/// `3000-sb-1a2b.localhost:7420` → (3000, `sb-1a2b`).
-fn preview_host(host: &str) -> Option<(u16, String)> {
+/// `3000-sb-1a2b.localhost:7420` → (3000, `sb-1a2b`); likewise under the relay's preview
+/// domain, when it has one. Host names are case-insensitive, so the name is lowercased first.
+fn preview_host(host: &str, domain: Option<&PreviewDomain>) -> Option<(u16, String)> {
     let name = match host.rsplit_once(':') {
         Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
         _ => host,
     };
-    let label = name.strip_suffix(".localhost")?;
+    let name = name.to_ascii_lowercase();
+    let label = name
+        .strip_suffix(LOCALHOST)
+        .and_then(|rest| rest.strip_suffix('.'))
+        .or_else(|| {
+            name.strip_suffix(domain?.as_str())
+                .and_then(|rest| rest.strip_suffix('.'))
+        })?;
     let (port, id) = label.split_once('-')?;
     let port = port.parse().ok()?;
     (!id.is_empty() && !id.contains('.')).then(|| (port, id.to_string()))
+}
+
+/// The name every machine resolves to itself (RFC 6761): the host form's domain by default.
+const LOCALHOST: &str = "localhost";
+/// The longest preview domain: room is left for the `{port}-{id}.` label within DNS's 253.
+const PREVIEW_DOMAIN_MAX: usize = 180;
+
+/// A DNS domain under which the relay serves previews by host name besides `localhost`:
+/// `{port}-{id}.{domain}`. Lowercase, without a trailing dot; each label 1 to 63 letters,
+/// digits or inner hyphens; at least two labels (a wildcard record lives under a domain).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreviewDomain(String);
+
+impl PreviewDomain {
+    /// The domain, e.g. `preview.example.com`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for PreviewDomain {
+    type Err = String;
+
+    fn from_str(given: &str) -> Result<Self, String> {
+        let wanted = "give a DNS name such as preview.example.com, whose wildcard record \
+                      *.preview.example.com points at this relay";
+        let name = given
+            .strip_suffix('.')
+            .unwrap_or(given)
+            .to_ascii_lowercase();
+        let labels: Vec<&str> = name.split('.').collect();
+        let fault = if name.is_empty() {
+            Some("it is empty".to_string())
+        } else if name.len() > PREVIEW_DOMAIN_MAX {
+            Some(format!("it is longer than {PREVIEW_DOMAIN_MAX} characters"))
+        } else if labels.len() < 2 {
+            Some("it has one label; a wildcard DNS record needs a domain under it".to_string())
+        } else if let Some(bad) = labels.iter().find(|l| !valid_label(l)) {
+            Some(format!(
+                "{bad:?} is not a DNS label (1 to 63 letters, digits and inner hyphens)"
+            ))
+        } else if labels.last() == Some(&LOCALHOST) {
+            Some("previews are served under localhost already".to_string())
+        } else {
+            None
+        };
+        match fault {
+            Some(fault) => Err(format!(
+                "{given:?} cannot be a preview domain: {fault}; {wanted}"
+            )),
+            None => Ok(PreviewDomain(name)),
+        }
+    }
+}
+
+/// Whether `label` is one DNS label of a host name (RFC 1123: letters, digits and hyphens,
+/// neither first nor last a hyphen, at most 63).
+fn valid_label(label: &str) -> bool {
+    (1..=63).contains(&label.len())
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !label.starts_with('-')
+        && !label.ends_with('-')
 }
 
 async fn proxy(relay: &Arc<Relay>, target: Target, req: Request) -> Response {
@@ -579,15 +659,75 @@ mod tests {
 
     #[test]
     fn preview_hosts_name_a_port_and_a_sandbox() {
+        let host = |h| preview_host(h, None);
         assert_eq!(
-            preview_host("3000-sb-1a2b.localhost:7420"),
+            host("3000-sb-1a2b.localhost:7420"),
             Some((3000, "sb-1a2b".into()))
         );
-        assert_eq!(preview_host("80-sb-x.localhost"), Some((80, "sb-x".into())));
-        assert_eq!(preview_host("127.0.0.1:7420"), None);
-        assert_eq!(preview_host("localhost:7420"), None);
-        assert_eq!(preview_host("x-sb-1.localhost"), None);
-        assert_eq!(preview_host("3000-a.b.localhost"), None);
+        assert_eq!(host("80-sb-x.localhost"), Some((80, "sb-x".into())));
+        assert_eq!(host("80-SB-X.LocalHost"), Some((80, "sb-x".into())));
+        assert_eq!(host("127.0.0.1:7420"), None);
+        assert_eq!(host("localhost:7420"), None);
+        assert_eq!(host("x-sb-1.localhost"), None);
+        assert_eq!(host("3000-a.b.localhost"), None);
+        assert_eq!(host("3000-sb-1xlocalhost"), None);
+        // No domain configured: a look-alike of one is no preview.
+        assert_eq!(host("3000-sb-1.preview.example.com"), None);
+    }
+
+    #[test]
+    fn a_preview_domain_adds_its_names_and_only_those() {
+        let domain: PreviewDomain = "Preview.Example.com.".parse().unwrap();
+        assert_eq!(domain.as_str(), "preview.example.com");
+        let host = |h| preview_host(h, Some(&domain));
+        assert_eq!(
+            host("3000-sb-1a2b.preview.example.com"),
+            Some((3000, "sb-1a2b".into()))
+        );
+        assert_eq!(
+            host("3000-SB-1A2B.PREVIEW.example.com:443"),
+            Some((3000, "sb-1a2b".into()))
+        );
+        assert_eq!(
+            host("3000-sb-1.localhost:7420"),
+            Some((3000, "sb-1".into()))
+        );
+        // Suffixes that are not the domain, names below another label, the domain itself.
+        assert_eq!(host("3000-sb-1xpreview.example.com"), None);
+        assert_eq!(host("3000-sb-1.preview.example.com.evil.net"), None);
+        assert_eq!(host("3000-sb-1.evilpreview.example.com"), None);
+        assert_eq!(host("3000-a.sb-1.preview.example.com"), None);
+        assert_eq!(host("preview.example.com"), None);
+        assert_eq!(host("example.com"), None);
+    }
+
+    #[test]
+    fn preview_domains_that_cannot_work_are_refused_with_the_reason() {
+        for (given, reason) in [
+            ("", "empty"),
+            ("preview", "one label"),
+            ("*.preview.example.com", "not a DNS label"),
+            ("preview..example.com", "not a DNS label"),
+            ("-preview.example.com", "not a DNS label"),
+            ("preview-.example.com", "not a DNS label"),
+            ("préview.example.com", "not a DNS label"),
+            ("preview.example.com:8080", "not a DNS label"),
+            ("preview.example.com/x", "not a DNS label"),
+            ("preview_1.example.com", "not a DNS label"),
+            ("sandboxes.localhost", "localhost already"),
+        ] {
+            let err = given.parse::<PreviewDomain>().unwrap_err();
+            assert!(err.contains(reason), "{given:?}: {err}");
+            assert!(err.contains("wildcard record"), "{given:?}: {err}");
+        }
+        let long = format!("{}.example.com", "a.".repeat(100));
+        assert!(long
+            .parse::<PreviewDomain>()
+            .unwrap_err()
+            .contains("longer than"));
+        let label = format!("{}.example.com", "a".repeat(64));
+        assert!(label.parse::<PreviewDomain>().is_err());
+        assert!("sb.preview-1.example.com".parse::<PreviewDomain>().is_ok());
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub(super) struct Relay {
     pub peer_timeout: std::time::Duration,
     /// Whether the relay serves HTTPS: its own URLs (previews) say `https` then.
     pub tls: bool,
+    /// The domain its previews are also served under by host name (`{port}-{id}.DOMAIN`);
+    /// `None`: `*.localhost` only.
+    pub preview_domain: Option<super::preview::PreviewDomain>,
     /// The egress proxy of sandboxes with an allowlist.
     pub egress: Arc<tether_egress::Egress>,
     /// Held while anything of this relay runs, so no second relay opens the data directory.

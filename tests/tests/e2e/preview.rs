@@ -16,6 +16,12 @@ const PAGE: &str = "<!doctype html><title>preview</title><h1>hello from the sand
 
 /// The DOM headless Chromium ends up with at `url`.
 fn browser_dom(url: &str) -> String {
+    browser_dom_resolving(url, &[])
+}
+
+/// The same, with Chromium's resolver told `rules` (`MAP *.preview.test 127.0.0.1`): a
+/// wildcard DNS record, as an operator of a preview domain sets one up.
+fn browser_dom_resolving(url: &str, rules: &[&str]) -> String {
     let profile = tempfile::tempdir().unwrap();
     let out = tether_e2e::require::command("chromium")
         .args([
@@ -30,6 +36,7 @@ fn browser_dom(url: &str) -> String {
             "--virtual-time-budget=5000",
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args((!rules.is_empty()).then(|| format!("--host-resolver-rules={}", rules.join(", "))))
         .arg("--dump-dom")
         .arg(url)
         .output()
@@ -125,6 +132,100 @@ async fn a_browser_opens_the_preview_and_wrong_tokens_are_refused() {
     )
     .await;
     assert_eq!((page.status, page.body.as_str()), (200, PAGE));
+}
+
+/// A relay reached over the network serves previews under the domain it is given
+/// (`--preview-domain`), whose wildcard record points at it: the URL it hands out names that
+/// domain, a browser opens it, names that only look like it are the API's, and
+/// `*.localhost` keeps working beside it.
+#[tokio::test]
+async fn a_preview_domain_serves_previews_under_its_wildcard_names() {
+    let relay = Relay::start_with(&["--preview-domain", "Previews.Example.TEST."]);
+    let client = relay.client();
+    let id = client.create(&Default::default()).await.unwrap().id;
+    let s = client.connect(&id).await.unwrap();
+    servers::http_site(&s, 8000, PAGE).await;
+    let preview = client.preview(&id).await.unwrap();
+    let addr = relay.url.trim_start_matches("http://");
+    let port = addr.rsplit(':').next().unwrap();
+    assert_eq!(
+        preview.url(8000).split('?').next().unwrap(),
+        format!("http://8000-{id}.previews.example.test:{port}/"),
+    );
+
+    // Chromium, resolving the wildcard name to the relay as DNS would.
+    let dom = browser_dom_resolving(
+        &preview.url(8000),
+        &["MAP *.previews.example.test 127.0.0.1"],
+    );
+    assert!(
+        dom.contains("hello from the sandbox"),
+        "the page did not load under the preview domain: {dom}"
+    );
+
+    let token = [("X-Tether-Preview-Token", preview.token.as_str())];
+    for host in [
+        format!("8000-{id}.previews.example.test:{port}"),
+        format!("8000-{}.PREVIEWS.example.test", id.to_uppercase()),
+        format!("8000-{id}.localhost:{port}"),
+    ] {
+        let page = servers::get(addr, &host, "/", &token).await;
+        assert_eq!((page.status, page.body.as_str()), (200, PAGE), "{host}");
+    }
+    // Look-alikes are no preview: they reach the API, which has no such path, and the app
+    // never sees the request.
+    for host in [
+        format!("8000-{id}.previews.example.test.evil.net"),
+        format!("8000-{id}.xpreviews.example.test"),
+        format!("8000-{id}xpreviews.example.test"),
+        format!("8000-{id}.example.test"),
+        "previews.example.test".to_string(),
+    ] {
+        let answer = servers::get(addr, &host, "/", &token).await;
+        assert_ne!(answer.body, PAGE, "{host} reached the app");
+        assert_eq!(answer.status, 404, "{host}: {answer:?}");
+    }
+    // Without the token, the domain's names refuse as the localhost ones do.
+    let none = servers::get(addr, &format!("8000-{id}.previews.example.test"), "/", &[]).await;
+    assert_eq!(none.status, 401, "{none:?}");
+}
+
+#[tokio::test]
+async fn a_relay_refuses_a_preview_domain_that_cannot_work() {
+    for (domain, reason) in [
+        ("*.previews.example.test", "not a DNS label"),
+        ("previews", "one label"),
+        ("sandboxes.localhost", "localhost already"),
+    ] {
+        let data = tempfile::tempdir().unwrap();
+        let mut serve = std::process::Command::new(tether_e2e::bin("tether"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--preview-domain",
+                domain,
+            ])
+            .arg("--data-dir")
+            .arg(data.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A relay that took the domain would serve on: stopped after the limit, failing.
+        let status = tether_e2e::wait_within(
+            &mut serve,
+            std::time::Duration::from_secs(20),
+            &format!("tether serve --preview-domain {domain}"),
+        );
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut serve.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(!status.success(), "{domain} was accepted");
+        assert!(
+            stderr.contains(reason) && stderr.contains("wildcard record"),
+            "{domain}: {stderr}"
+        );
+    }
 }
 
 /// Whether a sandbox id exists must not show: an unknown id, a missing token and a wrong

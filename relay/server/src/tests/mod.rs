@@ -286,6 +286,7 @@ impl TestRelay {
             },
             database: Default::default(),
             advertise: None,
+            preview_domain: None,
         };
         let provider: Arc<dyn Provider> = self.provider.clone();
         start_with(config, [("fake", provider)].into_iter().collect()).await
