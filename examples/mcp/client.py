@@ -8,13 +8,14 @@ import os
 
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.types import TextContent
 
 server = StdioServerParameters(command="tether", args=["mcp", "--allow-dir", os.getcwd()], env=dict(os.environ))
 
 
 async def call(session: ClientSession, tool: str, **args: object) -> dict:
     result = await session.call_tool(tool, args)
-    data = json.loads(result.content[0].text)  # the tool's JSON answer
+    data = json.loads(next(c.text for c in result.content if isinstance(c, TextContent)))  # its JSON
     if result.isError:
         raise RuntimeError(f"{tool}: {data['error']['message']}")
     return data
