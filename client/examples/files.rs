@@ -20,21 +20,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 async fn demo(relay: &RelayClient, id: &str) -> Result<(), Box<dyn std::error::Error>> {
     let session = relay.connect(id).await?;
-    session.mkdir("/work/src").await?;
+    session.mkdir("/workspace/src").await?;
     session
-        .write_file("/work/src/main.py", b"print('hello')\nprint('world')\n")
+        .write_file(
+            "/workspace/src/main.py",
+            b"print('hello')\nprint('world')\n",
+        )
         .await?;
 
-    let text = session.read_file("/work/src/main.py").await?;
+    let text = session.read_file("/workspace/src/main.py").await?;
     print!("{}", String::from_utf8_lossy(&text));
 
-    for entry in session.list("/work", 2).await? {
+    for entry in session.list("/workspace", 2).await? {
         println!("{:>8}  {}", entry.size, entry.path);
     }
 
     let (matches, _truncated) = session
         .grep(GrepSpec {
-            path: "/work".into(),
+            path: "/workspace".into(),
             pattern: "world".into(),
             regex: false,
             ignore_case: false,
@@ -47,7 +50,7 @@ async fn demo(relay: &RelayClient, id: &str) -> Result<(), Box<dyn std::error::E
     }
 
     let replaced = session
-        .edit("/work/src/main.py", "world", "sandbox", false)
+        .edit("/workspace/src/main.py", "world", "sandbox", false)
         .await?;
     println!("{replaced} replacement(s)");
     Ok(())

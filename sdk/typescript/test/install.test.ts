@@ -52,8 +52,9 @@ async function project(name: string, packages: string[], linked: boolean): Promi
   const sdk = relative(dir, clone);
   await run(dir, "npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error", ...(linked ? [] : ["--install-links"]), ...packages, TYPESCRIPT, "@types/node@20", sdk]);
   writeFileSync(join(dir, "src", "example.ts"), readmeAiSdkExample());
-  // What the example leaves to the reader: a model and a token.
-  writeFileSync(join(dir, "src", "globals.d.ts"), 'declare const model: import("ai").LanguageModel;\ndeclare const token: string;\n');
+  // The example is examples/typescript/toolkit_primes.ts, whose model comes from the examples'
+  // helper (a real model or the AI SDK's mock): declared here as the helper exports it.
+  writeFileSync(join(dir, "src", "_scripted.ts"), 'export declare function model(script: Array<[string, Record<string, unknown>]>): Promise<import("ai").LanguageModel>;\n');
   writeFileSync(
     join(dir, "tsconfig.json"),
     JSON.stringify({ compilerOptions: { target: "ES2022", module: "NodeNext", moduleResolution: "NodeNext", strict: true, noEmit: true, skipLibCheck: true, types: ["node"] }, include: ["src"] }),
