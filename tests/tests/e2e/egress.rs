@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use tether_e2e::Relay;
 
+mod registries;
+
 /// The upstream's servers (see the script's docstring).
 const UPSTREAM_PY: &str = include_str!("support/upstream.py");
 /// Names the upstream answers for, in the relay's hosts file.
