@@ -55,8 +55,9 @@ pub(super) struct CreateArgs {
     /// the relay's egress proxy; implied by those flags).
     #[arg(long, value_enum, value_name = "MODE")]
     network: Option<Network>,
-    /// A host the sandbox may reach by name: exact (`api.openai.com`) or every name below a
-    /// domain (`*.pypi.org`); repeatable. Implies --network allowlist.
+    /// A host the sandbox may reach by name: exact (`api.openai.com`), every name below a
+    /// domain (`*.pypi.org`), or a preset of hosts (`@package-registries`: PyPI, npm, Debian
+    /// and crates.io; `tether info` shows its hosts); repeatable. Implies --network allowlist.
     #[arg(long = "allow-host", value_name = "PATTERN")]
     allow_hosts: Vec<String>,
     /// A network the sandbox may reach by address (TCP), e.g. 10.1.0.0/16 or 192.0.2.7;
@@ -602,6 +603,16 @@ fn network_rows(n: &NetworkInfo) -> Vec<(&'static str, String)> {
     if !allowed.is_empty() {
         rows.push(("allowed", allowed.join(", ")));
     }
+    if n.mode == NetworkPolicy::None {
+        // What a program inside sees is a failed lookup or an unreachable network, which
+        // names nothing: this row is where the reason is written down.
+        rows.push((
+            "to reach hosts",
+            "create the sandbox with --allow-host HOST (or --allow-host @package-registries \
+             for PyPI, npm, Debian and crates.io)"
+                .into(),
+        ));
+    }
     for s in &n.secrets {
         rows.push((
             "secret",
@@ -639,6 +650,20 @@ mod tests {
         assert!(rows.contains(&("guaranteed", "one".into())));
         assert!(rows.contains(&("", "two".into())));
         assert!(rows.contains(&("not guaranteed", "three".into())));
+    }
+
+    #[test]
+    fn a_sandbox_without_network_says_how_to_get_some() {
+        let n: NetworkInfo = serde_json::from_value(serde_json::json!({
+            "mode": "none", "enforced_by": "relay", "guarantees": ["loopback only"],
+        }))
+        .unwrap();
+        let rows = network_rows(&n);
+        let hint = rows.iter().find(|(k, _)| *k == "to reach hosts").unwrap();
+        assert!(
+            hint.1.contains("--allow-host @package-registries"),
+            "{hint:?}"
+        );
     }
 
     #[derive(clap::Parser)]

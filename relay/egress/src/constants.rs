@@ -57,8 +57,9 @@ pub(super) const MAX_DATAGRAM_BYTES: usize = 64 * 1024;
 /// Largest DNS message read over UDP: 4 KiB (EDNS sizes are rarely above).
 pub(super) const MAX_DNS_UDP_BYTES: usize = 4096;
 
-/// The explicit proxy's port on 127.0.0.1 inside the sandbox (CONNECT and absolute-form HTTP).
-pub(super) const EXPLICIT_PROXY_PORT: u16 = 3128;
+/// The explicit proxy's port on 127.0.0.1 inside the sandbox (CONNECT and absolute-form HTTP):
+/// the core's, since the local provider points the sandbox's environment at it.
+pub(super) use tether_relay_core::egress::explicit_proxy::EXPLICIT_PROXY_PORT;
 
 /// Largest hosts(5) file `tether serve --egress-hosts` reads: 1 MiB.
 pub(super) const MAX_HOSTS_FILE_BYTES: u64 = 1 << 20;

@@ -40,4 +40,4 @@ mod udp;
 pub use service::{Egress, EgressConfig, EgressError};
 
 // The shared egress types, by the short names the modules here use.
-use tether_relay_core::egress::{ca, policy, route};
+use tether_relay_core::egress::{ca, policy, preset, route};

@@ -24,6 +24,7 @@ use super::constants::{
 use super::inject::Injector;
 use super::policy::Allowlist;
 use super::pool::{FakePool, FAKE_NETWORK};
+use super::preset;
 use super::reach::{self, Reach, Refused};
 use super::resolve::Resolver;
 use super::sniff::{self, Head, Opening};
@@ -174,8 +175,8 @@ impl Proxy {
         };
         let dest = match self.dest_of_authority(&host, port) {
             Ok(dest) => dest,
-            Err(body) => {
-                let _ = respond(&mut conn, 403, &[], &body).await;
+            Err(denial) => {
+                let _ = denial.send(&mut conn).await;
                 return;
             }
         };
@@ -204,50 +205,76 @@ impl Proxy {
         }
     }
 
-    /// Where `host:port` of a CONNECT or an absolute URL leads, or the 403 body saying why not.
-    fn dest_of_authority(&self, host: &str, port: u16) -> Result<Dest, String> {
+    /// Where `host:port` of a CONNECT or an absolute URL leads, or the refusal saying why not.
+    fn dest_of_authority(&self, host: &str, port: u16) -> Result<Dest, Denial> {
         if let Ok(ip) = host.parse::<IpAddr>() {
             if !self.networks_here {
                 self.refuse(
                     host,
                     "an address, through the relay, for a sandbox elsewhere",
                 );
-                return Err(format!(
-                    "tether egress: {host} is an address, and the relay's proxy takes only host                      names from sandbox {}: its allowed networks are reached directly from                      where it runs (NO_PROXY lists them), never from the relay's network.\n",
-                    self.id
+                return Err(Denial::new(
+                    format!("{host} is an address, which goes direct, not through the relay"),
+                    format!(
+                        "tether egress: {host} is an address, and the relay's proxy takes only \
+                         host names from sandbox {}: its allowed networks are reached directly \
+                         from where it runs (NO_PROXY lists them), never from the relay's \
+                         network.\n",
+                        self.id
+                    ),
                 ));
             }
             let ip = reach::canonical(ip);
             if self.allowlist.allows_addr(ip) {
                 if let Err(why) = self.reachable(ip, false) {
                     self.refuse(host, &why.to_string());
-                    return Err(format!(
-                        "tether egress: sandbox {} may not reach {host}: {why}.\n",
-                        self.id
+                    return Err(Denial::new(
+                        format!("{host} may not be reached: {why}"),
+                        format!(
+                            "tether egress: sandbox {}'s egress policy refused this request: \
+                             {host} may not be reached: {why}.\n",
+                            self.id
+                        ),
                     ));
                 }
                 return Ok(Dest::Addr(SocketAddr::new(ip, port)));
             }
             self.refuse(host, "the address is in no allowed network");
-            return Err(format!(
-                "tether egress: {host} is in no network on the allowlist of sandbox {}. To reach \
-                 it, create the sandbox with --allow-cidr {host}/32 (or a network containing it).\n",
-                self.id
+            return Err(Denial::new(
+                format!(
+                    "{host} is in no network on its allowlist (allow it with --allow-cidr \
+                     {host}/32)"
+                ),
+                format!(
+                    "tether egress: sandbox {}'s egress policy refused this request: {host} is \
+                     in no network on its allowlist. To reach it, create the sandbox with \
+                     --allow-cidr {host}/32 (or a network containing it).\n",
+                    self.id
+                ),
             ));
         }
         if self.allowlist.allows_host(host) {
             return Ok(Dest::Name(host.to_string(), port));
         }
         self.refuse(host, "the name is not on the allowlist");
-        Err(self.denied_body(host))
+        Err(self.denied_host(host))
     }
 
-    fn denied_body(&self, host: &str) -> String {
-        format!(
-            "tether egress: {host} is not on the allowlist of sandbox {}, so the proxy refused \
-             this request. To reach it, create the sandbox with --allow-host {host} (or a \
-             wildcard such as *.example.com above it).\n",
-            self.id
+    /// The refusal of a name off the allowlist, naming the flag (and the preset, if one holds
+    /// the name) that would allow it.
+    fn denied_host(&self, host: &str) -> Denial {
+        let how = match preset::holding(host).next() {
+            Some(p) => format!("--allow-host {host} or the preset {}", p.reference()),
+            None => format!("--allow-host {host}"),
+        };
+        Denial::new(
+            format!("{host} is not on its allowlist (allow it with {how})"),
+            format!(
+                "tether egress: sandbox {id}'s egress policy refused this request: {host} is not \
+                 on its allowlist. To reach it, create the sandbox with {how} (or a wildcard \
+                 such as *.example.com above it); `tether info {id}` shows what it may reach.\n",
+                id = self.id
+            ),
         )
     }
 
@@ -282,7 +309,7 @@ impl Proxy {
                     let host = head.host.as_deref().and_then(sniff::split_authority);
                     if let Some((host, _)) = host.filter(|(h, _)| !self.allowlist.allows_host(h)) {
                         self.refuse(&host, "HTTP Host not on the allowlist");
-                        let _ = respond(&mut conn, 403, &[], &self.denied_body(&host)).await;
+                        let _ = self.denied_host(&host).send(&mut conn).await;
                         return;
                     }
                 }
@@ -467,6 +494,45 @@ fn origin_form(head: &Head, host: &str, port: u16) -> Vec<u8> {
     out
 }
 
+/// What starts the reason phrase of every refusal by a sandbox's allowlist.
+const DENIED_PHRASE: &str = "Forbidden by the sandbox's egress policy";
+
+/// A refusal by the sandbox's allowlist: a 403 whose reason phrase says so and why, because a
+/// client that fails on a proxy's answer prints its status line (pip: `Tunnel connection
+/// failed: 403 Forbidden by the sandbox's egress policy: ...`; curl: `CONNECT tunnel failed,
+/// response 403`), and whose body says it again with what to do, for those that show a body.
+struct Denial {
+    /// After [`DENIED_PHRASE`] and `: `; one line of printable ASCII.
+    why: String,
+    /// The body, ending in a newline.
+    body: String,
+}
+
+impl Denial {
+    fn new(why: String, body: String) -> Self {
+        // A reason phrase is one line of text (RFC 9112); the host in it came from the client.
+        let why = why
+            .chars()
+            .map(|c| {
+                if c == ' ' || c.is_ascii_graphic() {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect();
+        Self { why, body }
+    }
+
+    fn phrase(&self) -> String {
+        format!("{DENIED_PHRASE}: {}", self.why)
+    }
+
+    async fn send<S: AsyncWrite + Unpin>(&self, conn: &mut S) -> std::io::Result<()> {
+        respond_as(conn, 403, &self.phrase(), &[], &self.body).await
+    }
+}
+
 /// Answers a short plain-text response with `headers` (name, value) besides the framing, and
 /// closes.
 pub(super) async fn respond<S: AsyncWrite + Unpin>(
@@ -483,6 +549,17 @@ pub(super) async fn respond<S: AsyncWrite + Unpin>(
         503 => "Service Unavailable",
         _ => "Bad Gateway",
     };
+    respond_as(conn, status, reason, headers, body).await
+}
+
+/// [`respond`] with the reason phrase `reason`.
+async fn respond_as<S: AsyncWrite + Unpin>(
+    conn: &mut S,
+    status: u16,
+    reason: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<()> {
     let mut text = format!("HTTP/1.1 {status} {reason}\r\n");
     for (name, value) in headers {
         text.push_str(&format!("{name}: {value}\r\n"));
@@ -516,5 +593,20 @@ mod tests {
         assert!(String::from_utf8(origin_form(&head, "a.test", 80))
             .unwrap()
             .starts_with("GET / HTTP/1.1\r\nHost: a.test\r\n"));
+    }
+
+    #[tokio::test]
+    async fn a_refusal_says_it_is_the_policy_in_its_status_line_on_one_line() {
+        let denial = Denial::new("evil\r\nX-Injected: 1 \u{e9}".into(), "body\n".into());
+        let mut out = Vec::new();
+        denial.send(&mut out).await.unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let (status, rest) = out.split_once("\r\n").unwrap();
+        assert_eq!(
+            status,
+            "HTTP/1.1 403 Forbidden by the sandbox's egress policy: evil??X-Injected: 1 ?"
+        );
+        assert!(rest.starts_with("Content-Type: text/plain"), "{rest}");
+        assert!(out.ends_with("\r\n\r\nbody\n"), "{out}");
     }
 }

@@ -78,6 +78,7 @@ use self::plan::Rootfs;
 use self::process::Liveness;
 use self::teardown::{CreateGuard, Teardown};
 use tether_oci::{self as image, PreparedImage};
+use tether_relay_core::egress::explicit_proxy;
 use tether_relay_core::provider::{
     AgentSocket, Created, Labelled, NetworkPolicy, Provider, ProviderContext, ProviderError,
     SandboxHandle, SandboxSpec, SandboxState, Unaccounted, Unfinished,
@@ -181,6 +182,16 @@ impl LocalProvider {
             for (key, value) in trust::environment() {
                 env.retain(|e| !e.starts_with(&format!("{key}=")));
                 env.push(format!("{key}={value}"));
+            }
+        }
+        // An allowlisted sandbox's HTTP clients ask its explicit proxy, whose refusals say
+        // why; variables the spec sets itself are kept.
+        if spec.network == NetworkPolicy::Allowlist {
+            for (key, value) in explicit_proxy::environment() {
+                if !spec.env.contains_key(key) {
+                    env.retain(|e| !e.starts_with(&format!("{key}=")));
+                    env.push(format!("{key}={value}"));
+                }
             }
         }
         // An image built by `tether image build` carries its own static agent.

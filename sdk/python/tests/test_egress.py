@@ -98,6 +98,14 @@ def test_create_sends_the_allowlist_and_secrets(recorder: _Recorder) -> None:
     sb.close()
 
 
+def test_a_preset_is_sent_as_written_for_the_relay_to_expand(recorder: _Recorder) -> None:
+    sb = Sandbox.create(allow_hosts=["@package-registries"], relay=recorder.url, token="t")
+    assert recorder.bodies == [
+        {"network": "allowlist", "egress": {"allow_hosts": ["@package-registries"]}}
+    ]
+    sb.close()
+
+
 async def test_async_create_sends_the_mode_alone(recorder: _Recorder) -> None:
     sb = await AsyncSandbox.create(network="allowlist", relay=recorder.url, token="t")
     assert recorder.bodies == [{"network": "allowlist"}]

@@ -32,7 +32,9 @@ export interface CreateOptions extends RelayOptions {
   /** `allowlist` (implied by `allowHosts`, `allowCidrs` and `secrets`): the sandbox reaches
    * only those; `info.network` says what enforces it on its provider. */
   network?: NetworkMode;
-  /** Host names it may reach: `api.openai.com`, or `*.pypi.org` for the names below it. */
+  /** Host names it may reach: `api.openai.com`, `*.pypi.org` for the names below it, or a
+   * preset such as `@package-registries` (PyPI, npm, Debian and crates.io), which the relay
+   * expands: `info.network.allowHosts` lists its hosts. */
   allowHosts?: string[];
   /** Networks it may reach, as CIDRs (`10.1.0.0/16`). */
   allowCidrs?: string[];

@@ -85,3 +85,9 @@ test("the mode alone, and an allowlist under another mode is refused before send
   await assert.rejects(Sandbox.create({ relay: url, token: "t", network: "host", allowHosts: ["a.test"] }), /allowlist/);
   assert.equal(bodies.length, 1);
 });
+
+test("a preset is sent as written, for the relay to expand", async () => {
+  bodies.length = 0;
+  await (await Sandbox.create({ relay: url, token: "t", allowHosts: ["@package-registries"] })).close();
+  assert.deepEqual(bodies, [{ network: "allowlist", egress: { allow_hosts: ["@package-registries"] } }]);
+});

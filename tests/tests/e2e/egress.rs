@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use tether_e2e::Relay;
 
+mod registries;
+
 /// The upstream's servers (see the script's docstring).
 const UPSTREAM_PY: &str = include_str!("support/upstream.py");
 /// Names the upstream answers for, in the relay's hosts file.
@@ -348,9 +350,38 @@ fn allowed_names_work_and_everything_else_is_refused() {
     let fake = fake.trim().to_string();
     assert!(fake.starts_with("198.1"), "not a fake address: {fake}");
 
-    // Denied by name: the lookup fails, and the proxies answer 403 with the reason.
+    // HTTP clients are pointed at the explicit proxy; what they ask it is checked as below.
+    let proxy = ok(&relay, &id, "echo \"$https_proxy $HTTP_PROXY $no_proxy\"");
+    assert_eq!(
+        proxy.trim(),
+        "http://127.0.0.1:3128 http://127.0.0.1:3128 localhost,127.0.0.1,::1"
+    );
+
+    // Denied by name: the lookup fails, and the proxies answer 403 with the reason, in the
+    // status line too (what a client that fails on a CONNECT prints).
     fails(&relay, &id, "getent hosts denied.test");
-    fails(&relay, &id, "curl -sS https://denied.test/");
+    fails(&relay, &id, "curl -sS --noproxy '*' https://denied.test/");
+    let status = ok(
+        &relay,
+        &id,
+        "curl -sS -o /dev/null -D - -x http://127.0.0.1:3128 http://denied.test/ | head -1",
+    );
+    assert!(
+        status.starts_with(
+            "HTTP/1.1 403 Forbidden by the sandbox's egress policy: denied.test is not on its \
+             allowlist (allow it with --allow-host denied.test)"
+        ),
+        "{status}"
+    );
+    let python = fails(
+        &relay,
+        &id,
+        "python3 -c \"import urllib.request; urllib.request.urlopen('https://denied.test/')\"",
+    );
+    assert!(
+        python.contains("Forbidden by the sandbox's egress policy"),
+        "{python}"
+    );
     let explicit = ok(
         &relay,
         &id,
@@ -358,7 +389,8 @@ fn allowed_names_work_and_everything_else_is_refused() {
     );
     assert!(explicit.ends_with("\n403"), "{explicit}");
     assert!(
-        explicit.contains("denied.test is not on the allowlist"),
+        explicit
+            .contains("egress policy refused this request: denied.test is not on its allowlist"),
         "{explicit}"
     );
     assert!(explicit.contains("--allow-host denied.test"), "{explicit}");
@@ -371,7 +403,8 @@ fn allowed_names_work_and_everything_else_is_refused() {
     let host_header = ok(
         &relay,
         &id,
-        "curl -sS -w '\\n%{http_code}' -H 'Host: denied.test' http://api.allowed.test/",
+        "curl -sS --noproxy '*' -w '\\n%{http_code}' -H 'Host: denied.test' \
+         http://api.allowed.test/",
     );
     assert!(host_header.ends_with("\n403"), "{host_header}");
     // A TLS server name that is not allowed, on a connection to an allowed name's address.
@@ -379,8 +412,8 @@ fn allowed_names_work_and_everything_else_is_refused() {
         &relay,
         &id,
         &format!(
-            "curl -sS --cacert /tmp/upstream-ca.pem --resolve denied.test:443:{fake} \
-             https://denied.test/"
+            "curl -sS --noproxy '*' --cacert /tmp/upstream-ca.pem \
+             --resolve denied.test:443:{fake} https://denied.test/"
         ),
     );
 
@@ -389,7 +422,7 @@ fn allowed_names_work_and_everything_else_is_refused() {
     fails(
         &relay,
         &id,
-        &format!("curl -sS --max-time 20 http://{addr}/"),
+        &format!("curl -sS --noproxy '*' --max-time 20 http://{addr}/"),
     );
     fails(
         &relay,
@@ -435,7 +468,10 @@ fn allowed_names_work_and_everything_else_is_refused() {
     ok(
         &relay,
         &id,
-        &format!("curl -sSf --resolve api.allowed.test:80:{fake} http://api.allowed.test/"),
+        &format!(
+            "curl -sSf --noproxy '*' --resolve api.allowed.test:80:{fake} \
+             http://api.allowed.test/"
+        ),
     );
     fails(&relay, &id, "getent hosts denied.test");
 }
@@ -462,7 +498,7 @@ fn a_cidr_allowance_reaches_its_network_and_only_that() {
     fails(
         &relay,
         &id,
-        &format!("curl -sS --max-time 20 http://{other}/"),
+        &format!("curl -sS --noproxy '*' --max-time 20 http://{other}/"),
     );
 }
 
@@ -548,7 +584,8 @@ fn a_secret_reaches_its_host_only_and_is_nowhere_inside() {
     let echoed = ok(
         &relay,
         &id,
-        "curl -sSf -H \"Authorization: Bearer $TEST_API_KEY\" https://api.allowed.test/echo",
+        "curl -sSf --noproxy '*' -H \"Authorization: Bearer $TEST_API_KEY\" \
+         https://api.allowed.test/echo",
     );
     assert!(echoed.contains(&format!("Bearer {VALUE}")), "{echoed}");
     assert!(!echoed.contains(&placeholder), "{echoed}");
@@ -635,7 +672,7 @@ fn a_sandbox_of_an_oci_image_trusts_its_ca_through_the_images_own_bundle() {
     assert_eq!(bundle.matches("BEGIN CERTIFICATE").count(), image_certs + 1);
     // ...so a client that knows nothing of the variables trusts the interception, both
     // through the transparent route and through the explicit proxy.
-    for proxy in ["", "-x http://127.0.0.1:3128"] {
+    for proxy in ["--noproxy '*'", "-x http://127.0.0.1:3128"] {
         let echoed = ok(
             &relay,
             &id,

@@ -6,6 +6,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use tether_client::api::{NetworkPolicy, SandboxSpec, SecretValue};
 
+use super::preset::PRESET_SIGIL;
+
 /// What every secret's placeholder starts with, so it is recognizable in a request or a log.
 pub const PLACEHOLDER_PREFIX: &str = "tether-secret-";
 
@@ -25,6 +27,14 @@ pub enum HostPattern {
 impl HostPattern {
     /// Parses a pattern, refusing what is not a DNS name (or a `*.` wildcard over one).
     pub fn parse(pattern: &str) -> Result<Self, String> {
+        if pattern.starts_with(PRESET_SIGIL) {
+            // Presets are expanded when a sandbox is created (`super::preset`); one that gets
+            // here is where no preset belongs (a secret's hosts, a policy file).
+            return Err(format!(
+                "`{pattern}` is a preset, which only a sandbox's allowed hosts may name; name \
+                 the hosts themselves here"
+            ));
+        }
         let lower = pattern.trim_end_matches('.').to_ascii_lowercase();
         let (below, name) = match lower.strip_prefix("*.") {
             Some(rest) => (true, rest.to_string()),
@@ -60,6 +70,17 @@ impl HostPattern {
                     && host[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
                     && host.as_bytes()[host.len() - suffix.len() - 1] == b'.'
             }
+        }
+    }
+
+    /// Whether every name `other` matches, this matches too: `*.example.com` covers
+    /// `api.example.com` and `*.eu.example.com`, not `example.com`.
+    pub fn covers(&self, other: &HostPattern) -> bool {
+        match (self, other) {
+            (Self::Exact(mine), Self::Exact(theirs)) => mine == theirs,
+            (Self::Exact(_), Self::Below(_)) => false,
+            (Self::Below(mine), Self::Below(theirs)) => mine == theirs || self.matches(theirs),
+            (Self::Below(_), Self::Exact(name)) => self.matches(name),
         }
     }
 }
@@ -228,6 +249,26 @@ mod tests {
         }
         let long = format!("{}.test", "a".repeat(64));
         assert!(HostPattern::parse(&long).is_err());
+    }
+
+    #[test]
+    fn a_wildcard_covers_what_lies_below_it_only() {
+        let p = |s: &str| HostPattern::parse(s).unwrap();
+        assert!(p("*.example.com").covers(&p("api.example.com")));
+        assert!(p("*.example.com").covers(&p("*.eu.example.com")));
+        assert!(p("*.example.com").covers(&p("*.example.com")));
+        assert!(!p("*.example.com").covers(&p("example.com")));
+        assert!(!p("*.example.com").covers(&p("*.com.evil.test")));
+        assert!(!p("*.example.com").covers(&p("evilexample.com")));
+        assert!(p("pypi.org").covers(&p("PyPI.org")));
+        assert!(!p("pypi.org").covers(&p("*.pypi.org")));
+        assert!(!p("pypi.org").covers(&p("files.pypi.org")));
+    }
+
+    #[test]
+    fn a_preset_is_not_a_pattern() {
+        let why = HostPattern::parse("@package-registries").unwrap_err();
+        assert!(why.contains("preset"), "{why}");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! network_host = false        # members may ask for --network host (admins always may)
 //! egress_networks = []        # besides public addresses, networks members may allow with
 //!                             # --allow-cidr (see below)
+//! # egress_hosts = ["@package-registries", "*.example.com"]  # absent: any host (see below)
 //! max_sandboxes = 32
 //! memory = "1G"               # what a request that names none gets
 //! max_memory = "16G"
@@ -32,6 +33,11 @@
 //! them. Nobody may allow what lies inside unspecified, loopback, multicast or reserved
 //! space (`0.0.0.0/32`, `127.0.0.0/8`...), and a host's own address is reached only by a
 //! sandbox whose allowlist names that address itself (see `egress::reach`).
+//!
+//! `egress_hosts`, when present, bounds the hosts a member token may put on an allowlist
+//! (`--allow-host`, a preset's hosts, a secret's hosts): each must fall within one of its
+//! patterns (`pypi.org`, `*.example.com`) or presets' hosts. Absent, members may allow any
+//! host name.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -40,6 +46,8 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
+use tether_relay_core::egress::policy::HostPattern;
+use tether_relay_core::egress::preset;
 use tether_store::Tenant;
 
 /// Built-in defaults: what a tenant gets when neither the file's `[defaults]` nor its own
@@ -111,6 +119,7 @@ struct TenantTable {
     providers: Option<Vec<String>>,
     network_host: Option<bool>,
     egress_networks: Option<Networks>,
+    egress_hosts: Option<HostPatterns>,
     max_sandboxes: Option<u64>,
     memory: Option<ByteSize>,
     max_memory: Option<ByteSize>,
@@ -133,6 +142,8 @@ pub(crate) struct Limits {
     pub network_host: bool,
     /// Networks beyond public address space its member tokens may allow (`--allow-cidr`).
     pub egress_networks: Vec<IpNet>,
+    /// Host patterns its member tokens' allowlists must fall within; `None` is any host.
+    pub egress_hosts: Option<Vec<HostPattern>>,
     /// Sandboxes it may have at once.
     pub max_sandboxes: u64,
     /// Memory in bytes when a request names none, and the most it may ask for.
@@ -223,6 +234,10 @@ impl PolicyFile {
                 .map(|p| p.into_iter().collect()),
             network_host: pick!(network_host, builtin::NETWORK_HOST),
             egress_networks: pick!(egress_networks, builtin::EGRESS_NETWORKS),
+            egress_hosts: own
+                .and_then(|t| t.egress_hosts.clone())
+                .or_else(|| d.egress_hosts.clone())
+                .map(Into::into),
             max_sandboxes: pick!(max_sandboxes, builtin::MAX_SANDBOXES),
             memory: pick!(memory, builtin::MEMORY),
             max_memory: pick!(max_memory, builtin::MAX_MEMORY),
@@ -350,6 +365,29 @@ impl<'de> Deserialize<'de> for Networks {
     }
 }
 
+/// Host name patterns (`"pypi.org"`, `"*.example.com"`) and presets
+/// (`"@package-registries"`, expanded here), as an allowlist writes them.
+#[derive(Clone, Debug, PartialEq)]
+struct HostPatterns(Vec<HostPattern>);
+
+impl From<HostPatterns> for Vec<HostPattern> {
+    fn from(h: HostPatterns) -> Vec<HostPattern> {
+        h.0
+    }
+}
+
+impl<'de> Deserialize<'de> for HostPatterns {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<HostPatterns, D::Error> {
+        let texts = Vec::<String>::deserialize(d)?;
+        preset::expand(&texts)
+            .map_err(serde::de::Error::custom)?
+            .iter()
+            .map(|text| HostPattern::parse(text).map_err(serde::de::Error::custom))
+            .collect::<Result<_, _>>()
+            .map(HostPatterns)
+    }
+}
+
 /// CPU cores: an integer or a float.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Cores(f64);
@@ -426,6 +464,7 @@ mod tests {
             cpus = 0.5
             network_host = true
             egress_networks = ["10.20.0.0/16"]
+            egress_hosts = ["*.Example.com.", "@package-registries", "pypi.org"]
             max_ttl = "30d"
         "#;
         let file = PolicyFile::parse(text, "p.toml").unwrap();
@@ -436,6 +475,17 @@ mod tests {
             a.egress_networks,
             ["10.20.0.0/16".parse::<IpNet>().unwrap()]
         );
+        let hosts: Vec<String> = a
+            .egress_hosts
+            .unwrap()
+            .iter()
+            .map(|h| h.to_string())
+            .collect();
+        assert_eq!(
+            hosts[..3],
+            ["*.example.com", "pypi.org", "files.pythonhosted.org"]
+        );
+        assert_eq!(hosts.len(), 1 + preset::PRESETS[0].hosts.len());
         assert_eq!(a.ttl, Duration::from_secs(3600));
         assert_eq!(a.max_ttl, Duration::from_secs(30 * 86400));
         assert_eq!(a.providers, Some(BTreeSet::from(["local".to_string()])));
@@ -443,6 +493,7 @@ mod tests {
         assert_eq!((b.memory, b.max_memory), (512 << 20, 4 << 30));
         assert!(!b.network_host);
         assert!(b.egress_networks.is_empty());
+        assert_eq!(b.egress_hosts, None, "absent is any host");
         assert_eq!(file.provider_names().collect::<Vec<_>>(), ["local"]);
     }
 
@@ -469,6 +520,11 @@ mod tests {
                 &["egress_networks", "10.1.0.0/16"][..],
             ),
             ("[defaults]\negress_networks = [\"ten\"]", &["`ten`"][..]),
+            ("[defaults]\negress_hosts = [\"*.com\"]", &["`*.com`"][..]),
+            (
+                "[defaults]\negress_hosts = [\"@registries\"]",
+                &["egress_hosts", "@package-registries"][..],
+            ),
         ] {
             let err = PolicyFile::parse(text, "p.toml").unwrap_err().to_string();
             for word in words {

@@ -3,9 +3,12 @@
 //! disk, lifetime and sandboxes. A create request is checked here, in this order, before any
 //! provider sees it:
 //!
-//! 1. every number in its valid range (`ranges`, 400 naming the range);
+//! 1. every number in its valid range (`ranges`, 400 naming the range), and an allowlist's
+//!    presets expanded into their hosts (400 for an unknown one), so what follows checks
+//!    host names only;
 //! 2. what is for admins only, and the tenant's providers (403 naming what to do), with the
-//!    networks of an allowlist within what the tenant may allow (`egress_networks`);
+//!    networks and hosts of an allowlist within what the tenant may allow (`egress_networks`,
+//!    `egress_hosts`);
 //! 3. a host directory image resolved and checked against the image roots, an `oci:` one
 //!    kept out of the data directory (`images`);
 //! 4. default sizes filled in where the request names none (`config`; the default TTL is
@@ -33,6 +36,7 @@ use ipnet::IpNet;
 use tether_egress::reach;
 use tether_oci::unpack::is_oci_ref;
 use tether_relay_core::egress::policy::Allowlist;
+use tether_relay_core::egress::preset;
 use tether_relay_core::provider::{NetworkPolicy, Provider, SandboxSpec};
 use tether_store::{Store, Tenant};
 
@@ -128,6 +132,9 @@ impl Policy {
         spec: &mut SandboxSpec,
     ) -> Result<(), ApiError> {
         ranges::check_spec(spec).map_err(ApiError::Invalid)?;
+        // Before any check of the allowlist: a preset is its hosts, bounded like any other.
+        spec.egress.allow_hosts =
+            preset::expand(&spec.egress.allow_hosts).map_err(ApiError::Invalid)?;
         let tenant = &caller.tenant;
         let limits = self.limits(tenant);
         let admin = caller.role.is_admin();
@@ -151,6 +158,7 @@ impl Policy {
         }
         if let Some(allowlist) = Allowlist::from_spec(spec).map_err(ApiError::Invalid)? {
             check_networks(tenant, admin, &limits, &allowlist)?;
+            check_hosts(tenant, admin, &limits, &allowlist)?;
         }
         if spec.seccomp_unconfined && !admin {
             return Err(ApiError::Forbidden(
@@ -281,6 +289,40 @@ fn check_networks(
         )));
     }
     Ok(())
+}
+
+/// Every host of `allowlist` (its own, its presets' and its secrets') within the tenant's
+/// `egress_hosts`, for a member; an admin may allow any host.
+fn check_hosts(
+    tenant: &Tenant,
+    admin: bool,
+    limits: &Limits,
+    allowlist: &Allowlist,
+) -> Result<(), ApiError> {
+    let Some(bounds) = limits.egress_hosts.as_ref().filter(|_| !admin) else {
+        return Ok(());
+    };
+    let Some(host) = allowlist
+        .hosts
+        .iter()
+        .find(|h| !bounds.iter().any(|b| b.covers(h)))
+    else {
+        return Ok(());
+    };
+    let from: Vec<String> = preset::holding(&host.to_string())
+        .map(|p| format!(" (a host of {})", p.reference()))
+        .collect();
+    let may: Vec<String> = bounds.iter().map(|b| b.to_string()).collect();
+    Err(ApiError::Forbidden(format!(
+        "--allow-host {host}{} is refused: tenant {tenant}'s member tokens may allow only {}; \
+         the relay's operator can permit more (`egress_hosts` in the policy file)",
+        from.concat(),
+        if may.is_empty() {
+            "no host".to_string()
+        } else {
+            format!("hosts within {}", may.join(", "))
+        }
+    )))
 }
 
 fn refusal(r: Refusal) -> ApiError {

@@ -516,3 +516,93 @@ async fn members_allow_only_public_networks_and_those_their_policy_names() {
     t.create(&member, allowing("198.51.100.0/24")).await;
     t.create(&admin, allowing("10.0.0.0/8")).await;
 }
+
+#[tokio::test]
+async fn a_preset_is_its_hosts_before_the_policy_looks_and_after() {
+    let toml = r#"
+        [tenants.docs-only]
+        egress_hosts = ["*.example.com"]
+        [tenants.registries]
+        egress_hosts = ["@package-registries"]
+    "#;
+    let t = TestRelay::start_with_policy(policy(toml, vec![]), false).await;
+    let member = t.token_for("team-a").await;
+    let docs_only = t.token_for("docs-only").await;
+    let registries = t.token_for("registries").await;
+    let admin = t.admin();
+    let allowing = |hosts: &[&str]| json!({"provider": "fake", "network": "allowlist", "egress": {"allow_hosts": hosts}});
+
+    // The provider and `tether info` see the preset's hosts, never the preset.
+    let made = t
+        .create(
+            &member,
+            allowing(&["@package-registries", "api.example.com"]),
+        )
+        .await;
+    let spec = t.provider.last_spec.lock().unwrap().clone().unwrap();
+    let hosts = &spec.egress.allow_hosts;
+    assert!(hosts.iter().all(|h| !h.contains('@')), "{hosts:?}");
+    for name in ["pypi.org", "files.pythonhosted.org", "registry.npmjs.org"] {
+        assert!(hosts.iter().any(|h| h == name), "{name}: {hosts:?}");
+    }
+    let (_, info) = t
+        .call("GET", &format!("/v1/sandboxes/{}", made.id), &member, None)
+        .await;
+    let shown = info["network"]["egress"]["allow_hosts"].to_string();
+    assert!(
+        shown.contains("deb.debian.org") && !shown.contains('@'),
+        "{shown}"
+    );
+
+    // Nothing rides along with a preset's name, and no near miss is guessed at.
+    for smuggled in [
+        "@package-registries,evil.com",
+        "@../x",
+        "@Package-Registries",
+        "@registries",
+    ] {
+        let got = post(&t, "/v1/sandboxes", &member, allowing(&[smuggled])).await;
+        assert_error(
+            &got,
+            StatusCode::BAD_REQUEST,
+            "invalid_argument",
+            &[smuggled, "@package-registries (PyPI, npm"],
+        );
+    }
+    // Presets are for allowed hosts, not a secret's.
+    let secret = json!({"provider": "fake", "network": "allowlist",
+        "secrets": [{"name": "K", "hosts": ["@package-registries"], "value": "v"}]});
+    let got = post(&t, "/v1/sandboxes", &member, secret).await;
+    assert_error(
+        &got,
+        StatusCode::BAD_REQUEST,
+        "invalid_argument",
+        &["preset"],
+    );
+
+    // A tenant bounded away from the registries gets them neither by name nor by preset.
+    for hosts in [&["@package-registries"][..], &["pypi.org"][..]] {
+        let got = post(&t, "/v1/sandboxes", &docs_only, allowing(hosts)).await;
+        assert_error(
+            &got,
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            &["pypi.org", "*.example.com", "egress_hosts"],
+        );
+    }
+    t.create(
+        &docs_only,
+        allowing(&["api.example.com", "*.eu.example.com"]),
+    )
+    .await;
+    let got = post(&t, "/v1/sandboxes", &docs_only, allowing(&["example.com"])).await;
+    assert_error(&got, StatusCode::FORBIDDEN, "forbidden", &["example.com"]);
+    // One bounded to the preset gets it, and nothing beside it; admins are not bounded.
+    t.create(&registries, allowing(&["@package-registries"]))
+        .await;
+    t.create(&registries, allowing(&["pypi.org"])).await;
+    let got = post(&t, "/v1/sandboxes", &registries, allowing(&["*.pypi.org"])).await;
+    assert_error(&got, StatusCode::FORBIDDEN, "forbidden", &["*.pypi.org"]);
+    t.create(&admin, allowing(&["@package-registries", "evil.test"]))
+        .await;
+}

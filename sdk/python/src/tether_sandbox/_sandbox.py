@@ -114,9 +114,11 @@ class AsyncSandbox:
         fills in limits left out. With ``get_or_create``, returns the tenant's sandbox with
         exactly these ``labels`` if there is one (``info.created`` says which).
 
-        ``allow_hosts`` (``api.openai.com``, ``*.pypi.org``), ``allow_cidrs``
+        ``allow_hosts`` (``api.openai.com``, ``*.pypi.org``, or a preset such as
+        ``@package-registries``: PyPI, npm, Debian and crates.io), ``allow_cidrs``
         (``10.1.0.0/16``) and ``secrets`` (:class:`Secret`) make ``network`` ``"allowlist"``:
-        the sandbox reaches only those; ``info.network`` says what enforces it."""
+        the sandbox reaches only those; ``info.network`` says what enforces it, and lists a
+        preset's hosts."""
         body: dict[str, Any] = egress_fields(network, allow_hosts, allow_cidrs, secrets)
         for name, value in (
             ("image", image),
