@@ -55,8 +55,9 @@ use super::constants::API_TOKEN_PREFIX;
 use super::error::ApiError;
 use super::state::{find, Relay};
 use crate::caller::Caller;
-use tether_client::api::PreviewInfo;
+use tether_client::api::{NetworkPolicy, PreviewInfo};
 use tether_client::{files, Session};
+use tether_relay_core::egress::explicit_proxy::EXPLICIT_PROXY_PORT;
 use tether_store::{SandboxId, SandboxRecord};
 
 /// The header that may carry the preview token.
@@ -330,6 +331,16 @@ async fn authorize_and_forward(
         (Some(sandbox), Some(t)) if valid(&sandbox, &t) => sandbox,
         _ => return Err(refuse(StatusCode::UNAUTHORIZED, DENIED.into())),
     };
+    if relays_own_port(relay, &sandbox, target.port) {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            format!(
+                "port {} of sandbox {} is its egress proxy, which is the relay's, not an app's: \
+                 a preview never reaches it",
+                target.port, sandbox.id
+            ),
+        ));
+    }
     // `/preview/{id}/{port}` matches that path and everything below it, nothing beside it.
     let cookie_path = target.prefix.as_deref().unwrap_or("/");
     if from_query.is_some() && is_navigation(&req) {
@@ -359,6 +370,19 @@ async fn authorize_and_forward(
     scrub(&mut req, target);
     strip_relay_authorization(relay, &sandbox, req.headers_mut()).await;
     forward(relay, &sandbox, target, req).await
+}
+
+/// Whether `port` on the sandbox's loopback is the relay's own listener: the explicit egress
+/// proxy the relay serves inside an allowlisted sandbox on its host. Through it a preview's
+/// visitor would use the sandbox's allowlist and its secrets, which the preview token (handed
+/// out to show an app) must never grant.
+fn relays_own_port(relay: &Relay, sandbox: &SandboxRecord, port: u16) -> bool {
+    port == EXPLICIT_PROXY_PORT
+        && sandbox.spec.network == NetworkPolicy::Allowlist
+        && relay
+            .providers
+            .get(sandbox.provider.as_str())
+            .is_none_or(|p| p.host_bound())
 }
 
 /// Removes what belongs to the relay, not the app: the token header and cookie.

@@ -491,3 +491,53 @@ fn base64(text: &str) -> String {
     let out = child.wait_with_output().unwrap();
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// An allowlisted sandbox has the relay's explicit egress proxy on its loopback port 3128.
+/// Through a preview, whoever holds the preview token (handed out to show an app) would use
+/// the sandbox's allowlist and its secrets: the relay refuses that port, by host name and by
+/// path, whatever the request, while the sandbox's own apps stay reachable.
+#[tokio::test]
+async fn a_preview_never_reaches_the_sandboxs_egress_proxy() {
+    let relay = Relay::start();
+    let id = relay.create(&["--allow-host", "example.com"]);
+    let client = relay.client();
+    let s = client.connect(&id).await.unwrap();
+    servers::http_site(&s, 8000, PAGE).await;
+    let preview = client.preview(&id).await.unwrap();
+    let addr = relay.url.trim_start_matches("http://");
+    let port = addr.rsplit(':').next().unwrap();
+    let token = [("X-Tether-Preview-Token", preview.token.as_str())];
+
+    // The proxy is there: the sandbox's own programs use it.
+    let inside = relay.sh(
+        &id,
+        "python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', 3128)); \
+         s.sendall(b'CONNECT x.invalid:443 HTTP/1.1\\r\\n\\r\\n'); print(s.recv(12).decode())\"",
+    );
+    assert!(
+        String::from_utf8_lossy(&inside.stdout).starts_with("HTTP/1.1 403"),
+        "no egress proxy on 3128 inside: {inside:?}"
+    );
+
+    let by_host = format!("3128-{id}.localhost:{port}");
+    let by_path = format!("/preview/{id}/3128/");
+    // The path form with the Host of an allowlisted site is what the proxy would have sent on
+    // to that site, secrets injected.
+    for (host, path) in [
+        (by_host.as_str(), "/"),
+        (addr, by_path.as_str()),
+        ("example.com", by_path.as_str()),
+    ] {
+        for target in [path.to_string(), format!("{path}http://example.com/")] {
+            let answer = servers::get(addr, host, &target, &token).await;
+            assert_eq!(answer.status, 403, "{host}{target}: {answer:?}");
+            assert!(answer.body.contains("egress proxy"), "{answer:?}");
+        }
+    }
+    // A wrong token learns nothing new: the same 401 as anywhere else.
+    let wrong = servers::get(addr, &by_host, "/", &[("X-Tether-Preview-Token", "00")]).await;
+    assert_eq!(wrong.status, 401, "{wrong:?}");
+    // The app beside it is served.
+    let page = servers::get(addr, &format!("8000-{id}.localhost:{port}"), "/", &token).await;
+    assert_eq!((page.status, page.body.as_str()), (200, PAGE));
+}
