@@ -41,6 +41,7 @@ mod providers_runloop;
 mod replicas;
 mod secrets;
 mod splice;
+mod templates;
 mod sync;
 mod tls;
 
