@@ -19,7 +19,7 @@ use super::spec::Spec;
 
 /// The version of the recipe below: part of every spec's digest, so a change to how templates
 /// are built invalidates caches keyed by it.
-pub(crate) const RECIPE_VERSION: u32 = 1;
+pub(crate) const RECIPE_VERSION: u32 = 2;
 /// Where an image built from a template records its name, spec digest, and every Debian
 /// package and Python distribution in it with its version.
 pub(crate) const RECORD: &str = "/etc/tether-template";
@@ -206,7 +206,13 @@ fn mmdebstrap_args(
         name = spec.name,
         digest = spec.digest(),
     ));
-    hook("rm -rf \"$1\"/root/.cache \"$1\"/tmp/* \"$1\"/var/tmp/*".into());
+    // mmdebstrap leaves the host's resolv.conf and hostname in the root: they are this
+    // machine's, not the image's (a sandbox's runtime provides its own).
+    hook(
+        "rm -rf \"$1\"/root/.cache \"$1\"/tmp/* \"$1\"/var/tmp/* \"$1\"/etc/resolv.conf \
+         \"$1\"/etc/hostname"
+            .into(),
+    );
     args.push(suite.into());
     args.push(dir.display().to_string());
     args.push(format!("deb {mirror}/debian {suite} main"));
