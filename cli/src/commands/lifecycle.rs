@@ -137,10 +137,9 @@ impl CreateArgs {
             .collect();
         let spec = SandboxSpec {
             image: match (&self.template, &self.image) {
-                (Some(name), _) => Some(crate::templates::image_for(
-                    name,
-                    self.provider.as_deref(),
-                )?),
+                (Some(name), _) => {
+                    Some(crate::templates::image_for(name, self.provider.as_deref())?)
+                }
                 (None, image_name) => image_name.as_deref().map(image).transpose()?,
             },
             labels: self.labels.iter().cloned().collect(),

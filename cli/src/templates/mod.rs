@@ -76,7 +76,10 @@ pub(crate) fn image_path(name: &str) -> PathBuf {
 pub(crate) fn built(name: &str) -> Option<Record> {
     let text = fs::read(folder(name).join(RECORD_FILE)).ok()?;
     let record: Record = serde_json::from_slice(&text).ok()?;
-    image_path(name).join("index.json").is_file().then_some(record)
+    image_path(name)
+        .join("index.json")
+        .is_file()
+        .then_some(record)
 }
 
 /// The name a template is built under on a cloud provider: `tether-NAME` (not `NAME`, which
@@ -127,9 +130,14 @@ impl Staging {
         let dir = tempfile::Builder::new()
             .prefix(&format!(".build-{name}-"))
             .tempdir_in(&parent)
-            .map_err(|e| anyhow::anyhow!("cannot create a build folder in {}: {e}", parent.display()))?;
+            .map_err(|e| {
+                anyhow::anyhow!("cannot create a build folder in {}: {e}", parent.display())
+            })?;
         // mkdtemp's 0700 would keep an unprivileged relay and its sandboxes out of the image.
-        fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )?;
         Ok(Staging {
             dir,
             name: name.to_string(),
@@ -170,8 +178,9 @@ impl Staging {
                 .map_err(|e| anyhow::anyhow!("cannot move {} aside: {e}", target.display()))?;
         }
         let staged = self.dir.keep();
-        fs::rename(&staged, &target)
-            .map_err(|e| anyhow::anyhow!("cannot move the template to {}: {e}", target.display()))?;
+        fs::rename(&staged, &target).map_err(|e| {
+            anyhow::anyhow!("cannot move the template to {}: {e}", target.display())
+        })?;
         if had_old {
             let _ = fs::remove_dir_all(&old);
         }
@@ -186,7 +195,10 @@ mod tests {
     #[test]
     fn unknown_names_list_the_known_ones() {
         let err = lookup("bse").unwrap_err();
-        assert!(err.contains("\"bse\"") && err.contains("base, data-science"), "{err}");
+        assert!(
+            err.contains("\"bse\"") && err.contains("base, data-science"),
+            "{err}"
+        );
         assert_eq!(lookup("base").unwrap().name, "base");
     }
 

@@ -117,9 +117,19 @@ pub(crate) fn build(
     let ca = host_ca_bundle();
     let mut cmd = Command::new("unshare");
     cmd.args(["--mount", "--propagation", "private", "--", MMDEBSTRAP])
-        .args(mmdebstrap_args(spec, mirror, &requirements, ca.as_deref(), dir))
+        .args(mmdebstrap_args(
+            spec,
+            mirror,
+            &requirements,
+            ca.as_deref(),
+            dir,
+        ))
         .env_clear()
-        .envs(PASSED_VARS.iter().filter_map(|v| Some((v, std::env::var_os(v)?))))
+        .envs(
+            PASSED_VARS
+                .iter()
+                .filter_map(|v| Some((v, std::env::var_os(v)?))),
+        )
         .env("PATH", BUILD_PATH)
         .env(tether_oci::constants::SOURCE_DATE_EPOCH, epoch.to_string())
         .env("DEBIAN_FRONTEND", "noninteractive")
@@ -217,7 +227,9 @@ fn mmdebstrap_args(
     args.push(dir.display().to_string());
     args.push(format!("deb {mirror}/debian {suite} main"));
     args.push(format!("deb {mirror}/debian {suite}-updates main"));
-    args.push(format!("deb {mirror}/debian-security {suite}-security main"));
+    args.push(format!(
+        "deb {mirror}/debian-security {suite}-security main"
+    ));
     args
 }
 
@@ -236,8 +248,8 @@ fn ensure_mmdebstrap(progress: &dyn Fn(&str)) -> Result<(), RootfsError> {
     let mut cmd = Command::new("apt-get");
     cmd.args(["install", "-y", "-q", "--no-install-recommends", MMDEBSTRAP])
         .env("DEBIAN_FRONTEND", "noninteractive");
-    let (status, tail) = run_logged(cmd, progress)
-        .map_err(|e| RootfsError::NoBootstrapper(e.to_string()))?;
+    let (status, tail) =
+        run_logged(cmd, progress).map_err(|e| RootfsError::NoBootstrapper(e.to_string()))?;
     if !status.success() {
         return Err(RootfsError::NoBootstrapper(format!(
             "apt-get exited with {status}: {}",
@@ -289,20 +301,35 @@ mod tests {
             Path::new("/s/root"),
         );
         let inc = args.iter().find(|a| a.starts_with("--include=")).unwrap();
-        assert!(inc.contains("python-is-python3") && inc.contains(",npm"), "{inc}");
-        let hooks: Vec<_> = args.iter().filter(|a| a.starts_with("--customize-hook=")).collect();
+        assert!(
+            inc.contains("python-is-python3") && inc.contains(",npm"),
+            "{inc}"
+        );
+        let hooks: Vec<_> = args
+            .iter()
+            .filter(|a| a.starts_with("--customize-hook="))
+            .collect();
         assert!(hooks[0].contains("useradd") && hooks[0].contains("--uid 1000"));
-        assert!(hooks.iter().any(|h| h.contains("upload /s/req.txt /tmp/tether-requirements.txt")));
-        assert!(hooks.iter().any(|h| h.contains("upload /etc/ca.pem /tmp/tether-host-ca.pem")));
         assert!(hooks
             .iter()
-            .any(|h| h.contains("--require-hashes") && h.contains("--cert /tmp/tether-host-ca.pem")));
-        assert!(hooks.iter().any(|h| h.contains("> \"$1\"/etc/tether-template")));
+            .any(|h| h.contains("upload /s/req.txt /tmp/tether-requirements.txt")));
+        assert!(hooks
+            .iter()
+            .any(|h| h.contains("upload /etc/ca.pem /tmp/tether-host-ca.pem")));
+        assert!(hooks.iter().any(
+            |h| h.contains("--require-hashes") && h.contains("--cert /tmp/tether-host-ca.pem")
+        ));
+        assert!(hooks
+            .iter()
+            .any(|h| h.contains("> \"$1\"/etc/tether-template")));
         let tail = &args[args.len() - 5..];
         assert_eq!(tail[0], "bookworm");
         assert_eq!(tail[1], "/s/root");
         assert_eq!(tail[2], "deb http://mirror.example/debian bookworm main");
-        assert_eq!(tail[4], "deb http://mirror.example/debian-security bookworm-security main");
+        assert_eq!(
+            tail[4],
+            "deb http://mirror.example/debian-security bookworm-security main"
+        );
         let base = super::super::spec::find("base").unwrap();
         let args = mmdebstrap_args(&base, "http://m", Path::new("/r"), None, Path::new("/d"));
         assert!(!args.iter().any(|a| a.contains("pip install")));

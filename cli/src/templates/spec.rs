@@ -76,6 +76,7 @@ const fn wheel(name: &'static str, version: &'static str, sha256: &'static str) 
 
 /// What `data-science` adds: numpy, pandas, matplotlib, scipy and scikit-learn, and the whole
 /// closure of their dependencies (installed with `--no-deps`, so nothing unpinned slips in).
+#[rustfmt::skip]
 const DATA_SCIENCE_WHEELS: &[Wheel] = &[
     wheel("cloudpickle", "3.1.3", "1654f4f18e416447210a63c5c25a135d65a292156aa5fa519dfa4baf7726dddb"),
     wheel("contourpy", "1.3.3", "51e79c1f7470158e838808d4a996fa9bac72c498e93d8ebe5119bc1e6becb0db"),
@@ -213,11 +214,18 @@ mod tests {
         for spec in all() {
             for w in &spec.wheels {
                 assert_eq!(w.sha256.len(), 64, "{}", w.name);
-                assert!(w.sha256.bytes().all(|b| b.is_ascii_hexdigit()), "{}", w.name);
+                assert!(
+                    w.sha256.bytes().all(|b| b.is_ascii_hexdigit()),
+                    "{}",
+                    w.name
+                );
                 assert!(!w.version.is_empty(), "{}", w.name);
             }
         }
         let req = find("data-science").unwrap().requirements();
-        assert!(req.contains("pandas==3.1.1 --hash=sha256:4f1602f6"), "{req}");
+        assert!(
+            req.contains("pandas==3.1.1 --hash=sha256:4f1602f6"),
+            "{req}"
+        );
     }
 }

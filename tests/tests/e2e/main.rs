@@ -41,8 +41,8 @@ mod providers_runloop;
 mod replicas;
 mod secrets;
 mod splice;
-mod templates;
 mod sync;
+mod templates;
 mod tls;
 
 /// Servers the forward and preview tests run inside sandboxes.

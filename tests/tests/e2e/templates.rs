@@ -67,7 +67,10 @@ fn template(name: &str) -> Built {
     let exe = std::env::current_exe().unwrap();
     let target = exe.ancestors().nth(3).expect("the target directory");
     let probe = tempfile::tempdir().unwrap();
-    let spec = listed(probe.path(), name)["spec"].as_str().unwrap().to_string();
+    let spec = listed(probe.path(), name)["spec"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let agent = sha256_hex(&std::fs::read(static_agent()).unwrap());
     let key = sha256_hex(format!("{spec} {agent}").as_bytes());
     let home = target
@@ -84,9 +87,17 @@ fn template(name: &str) -> Built {
         eprintln!(
             "template {name}: built in {:.0}s\n{}",
             started.elapsed().as_secs_f64(),
-            text(&out.stderr).lines().filter(|l| l.starts_with("built ")).collect::<Vec<_>>().join("\n")
+            text(&out.stderr)
+                .lines()
+                .filter(|l| l.starts_with("built "))
+                .collect::<Vec<_>>()
+                .join("\n")
         );
-        assert!(out.status.success(), "building {name}: {}", text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "building {name}: {}",
+            text(&out.stderr)
+        );
         let digest = text(&out.stdout).trim().to_string();
         assert_eq!(digest, record_digest(&home, name));
         digest
@@ -142,7 +153,10 @@ fn base_has_what_e2b_code_expects() {
     );
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].starts_with("Python 3.11."), "{out}");
-    assert!(lines[1].starts_with("pip ") && lines[1].contains("python 3.11"), "{out}");
+    assert!(
+        lines[1].starts_with("pip ") && lines[1].contains("python 3.11"),
+        "{out}"
+    );
     assert!(lines[2].starts_with('v'), "{out}");
     assert!(lines[4].starts_with("git version 2."), "{out}");
     assert!(lines[5].starts_with("curl "), "{out}");
@@ -150,7 +164,11 @@ fn base_has_what_e2b_code_expects() {
 
     // The home is the user's: a file written there stays, and pip installs for the user
     // (Debian's "externally managed" refusal is gone; ~/.local/bin is on PATH).
-    sh_ok(&relay, &id, "echo kept > /home/user/note.txt && mkdir -p hello/hello");
+    sh_ok(
+        &relay,
+        &id,
+        "echo kept > /home/user/note.txt && mkdir -p hello/hello",
+    );
     assert_eq!(sh_ok(&relay, &id, "cat note.txt"), "kept\n");
     sh_ok(
         &relay,
@@ -169,8 +187,14 @@ fn base_has_what_e2b_code_expects() {
     // What the image was built from is recorded in it.
     let record = sh_ok(&relay, &id, "cat /etc/tether-template");
     assert!(record.contains("template base"), "{record}");
-    assert!(record.lines().any(|l| l.starts_with("deb python3 3.11")), "{record}");
-    assert!(record.lines().any(|l| l.starts_with("deb nodejs ")), "{record}");
+    assert!(
+        record.lines().any(|l| l.starts_with("deb python3 3.11")),
+        "{record}"
+    );
+    assert!(
+        record.lines().any(|l| l.starts_with("deb nodejs ")),
+        "{record}"
+    );
     assert!(record.contains(listed(&base.home, "base")["spec"].as_str().unwrap()));
     assert!(base.digest.starts_with("sha256:"));
 }
@@ -209,7 +233,16 @@ fn a_template_is_built_on_e2b_from_a_registry() {
     let push = format!("{}/templates/base:v1", registry.addr);
     let started = Instant::now();
     let out = Command::new(bin("tether"))
-        .args(["image", "build", "--target", "e2b", "--template", "base", "--push", &push])
+        .args([
+            "image",
+            "build",
+            "--target",
+            "e2b",
+            "--template",
+            "base",
+            "--push",
+            &push,
+        ])
         .env("TETHER_HOME", &base.home)
         .env("TETHER_AGENT_BIN", static_agent())
         .env("E2B_API_KEY", KEY)
@@ -222,9 +255,18 @@ fn a_template_is_built_on_e2b_from_a_registry() {
     assert!(out.status.success(), "{stderr}");
     assert_eq!(text(&out.stdout).trim(), "tether-base");
     // The one built here was reused, pushed by digest, and E2B's steps applied on it.
-    assert!(stderr.contains("using the base template built here"), "{stderr}");
-    assert!(stderr.contains(&format!("FROM {}/templates/base@sha256:", registry.addr)), "{stderr}");
-    assert!(stderr.contains("WORKDIR /home/user") && stderr.contains("USER user"), "{stderr}");
+    assert!(
+        stderr.contains("using the base template built here"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("FROM {}/templates/base@sha256:", registry.addr)),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("WORKDIR /home/user") && stderr.contains("USER user"),
+        "{stderr}"
+    );
 
     // A sandbox made from it on (fake) E2B runs as the template's user.
     let relay = Relay::start_with_env(&[
@@ -232,10 +274,16 @@ fn a_template_is_built_on_e2b_from_a_registry() {
         ("E2B_API_URL", &fake.url),
         ("E2B_SANDBOX_URL", &fake.url),
     ]);
-    let id = tether(&relay, &["create", "--provider", "e2b", "--template", "base"])
-        .trim()
-        .to_string();
-    let out = tether(&relay, &["exec", &id, "--", "sh", "-c", "whoami; python --version"]);
+    let id = tether(
+        &relay,
+        &["create", "--provider", "e2b", "--template", "base"],
+    )
+    .trim()
+    .to_string();
+    let out = tether(
+        &relay,
+        &["exec", &id, "--", "sh", "-c", "whoami; python --version"],
+    );
     assert_eq!(out.lines().next(), Some("user"), "{out}");
     assert!(out.contains("Python 3.11."), "{out}");
 }
@@ -250,12 +298,25 @@ fn unknown_and_conflicting_template_arguments_are_refused() {
         let out = tether_in(home.path(), args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);
-        assert!(err.contains("\"nope\"") && err.contains("base, data-science"), "{err}");
+        assert!(
+            err.contains("\"nope\"") && err.contains("base, data-science"),
+            "{err}"
+        );
     }
-    let out = tether_in(home.path(), &["create", "--template", "base", "--image", "oci:/x"]);
+    let out = tether_in(
+        home.path(),
+        &["create", "--template", "base", "--image", "oci:/x"],
+    );
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("cannot be used with"), "{}", text(&out.stderr));
-    let out = tether_in(home.path(), &["image", "build", "--template", "base", "--base", "/x"]);
+    assert!(
+        text(&out.stderr).contains("cannot be used with"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = tether_in(
+        home.path(),
+        &["image", "build", "--template", "base", "--base", "/x"],
+    );
     assert_eq!(out.status.code(), Some(2));
 
     // Not built: the error says the exact command that builds it.
@@ -274,9 +335,16 @@ fn unknown_and_conflicting_template_arguments_are_refused() {
     );
 
     // A provider that needs a registry says so before anything is built.
-    let out = tether_in(home.path(), &["image", "build", "--target", "e2b", "--template", "base"]);
+    let out = tether_in(
+        home.path(),
+        &["image", "build", "--target", "e2b", "--template", "base"],
+    );
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("needs --push REGISTRY/NAME:TAG"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("needs --push REGISTRY/NAME:TAG"),
+        "{}",
+        text(&out.stderr)
+    );
     assert!(!home.path().join("templates").exists());
 }
 
@@ -292,7 +360,14 @@ fn a_failed_build_leaves_the_previous_template_alone() {
     let started = Instant::now();
     let out = tether_in(
         home.path(),
-        &["image", "build", "--template", "base", "--mirror", "http://127.0.0.1:9"],
+        &[
+            "image",
+            "build",
+            "--template",
+            "base",
+            "--mirror",
+            "http://127.0.0.1:9",
+        ],
     );
     eprintln!("failing build: {:.1}s", started.elapsed().as_secs_f64());
     assert!(!out.status.success());
