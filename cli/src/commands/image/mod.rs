@@ -27,7 +27,7 @@ const SPINNER_TICK: std::time::Duration = std::time::Duration::from_millis(120);
 #[derive(Debug, Subcommand)]
 pub(super) enum ImageCommand {
     /// Build a sandbox image: a base plus the static tether-agent as its entrypoint.
-    Build(BuildArgs),
+    Build(Box<BuildArgs>),
     /// Push an image (an OCI layout directory or tarball) to a registry.
     Push(PushArgs),
     /// Pull an image (its linux/amd64 variant) from a registry into an OCI layout directory.
@@ -184,7 +184,7 @@ pub(super) async fn run(cmd: ImageCommand) -> anyhow::Result<()> {
     // providers' image builds; nothing else.
     super::init_tracing(Some("tether_oci=warn,tether_providers=warn"));
     match cmd {
-        ImageCommand::Build(args) => build_image(args).await,
+        ImageCommand::Build(args) => build_image(*args).await,
         ImageCommand::Push(args) => push_image(args).await,
         ImageCommand::Pull(args) => pull_image(args).await,
         ImageCommand::Templates(args) => template::list(args),

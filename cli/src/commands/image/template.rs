@@ -18,7 +18,10 @@ use tether_providers::image::{Builder, RemoteBuild};
 /// loaded into Docker, or pushed to `--push` for the others to build from. Every argument is
 /// checked before the minutes of building start.
 pub(super) async fn build(args: BuildArgs) -> anyhow::Result<()> {
-    let name = args.template.as_deref().expect("build_image checked --template");
+    let name = args
+        .template
+        .as_deref()
+        .expect("build_image checked --template");
     let spec = templates::lookup(name).map_err(anyhow::Error::msg)?;
     let builder = builder_of(args.target);
     let push = args.push.as_deref().map(Reference::parse).transpose()?;
