@@ -19,7 +19,7 @@ use super::spec::Spec;
 
 /// The version of the recipe below: part of every spec's digest, so a change to how templates
 /// are built invalidates caches keyed by it.
-pub(crate) const RECIPE_VERSION: u32 = 2;
+pub(crate) const RECIPE_VERSION: u32 = 3;
 /// Where an image built from a template records its name, spec digest, and every Debian
 /// package and Python distribution in it with its version.
 pub(crate) const RECORD: &str = "/etc/tether-template";
@@ -217,10 +217,12 @@ fn mmdebstrap_args(
         digest = spec.digest(),
     ));
     // mmdebstrap leaves the host's resolv.conf and hostname in the root: they are this
-    // machine's, not the image's (a sandbox's runtime provides its own).
+    // machine's, not the image's (a sandbox's runtime provides its own). apt's binary caches
+    // are rebuilt on demand and differ from build to build (two builds of base an hour apart
+    // differed in these two files only).
     hook(
         "rm -rf \"$1\"/root/.cache \"$1\"/tmp/* \"$1\"/var/tmp/* \"$1\"/etc/resolv.conf \
-         \"$1\"/etc/hostname"
+         \"$1\"/etc/hostname \"$1\"/var/cache/apt/pkgcache.bin \"$1\"/var/cache/apt/srcpkgcache.bin"
             .into(),
     );
     args.push(suite.into());

@@ -386,3 +386,36 @@ fn a_failed_build_leaves_the_previous_template_alone() {
         "{\"previous\": true}"
     );
 }
+
+/// A second build of `base` (to a layout of its own) gives the digest of the first, as long
+/// as the Debian archive serves the same versions in between (a point release or security
+/// update in between shows in the images' /etc/tether-template records). Ignored by default:
+/// it is a second full build, 10 minutes and more.
+#[test]
+#[ignore = "a second full build of base (10+ minutes): run with --ignored"]
+fn building_base_again_gives_the_same_digest() {
+    let base = template("base");
+    let dir = tempfile::tempdir().unwrap();
+    let again = dir.path().join("again");
+    let out = tether_in(
+        dir.path(),
+        &[
+            "image",
+            "build",
+            "--template",
+            "base",
+            "--output",
+            again.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let digest = text(&out.stdout).trim().to_string();
+    assert_eq!(
+        digest,
+        base.digest,
+        "the second build of base ({}) differs from the first ({}): if the Debian package \
+         versions in their /etc/tether-template records differ, the archive changed in between",
+        again.display(),
+        base.home.join("templates/base/image").display()
+    );
+}
