@@ -24,7 +24,7 @@ pub(crate) const ARCHITECTURE: &str = "amd64";
 /// The tag written in a layout's index when none is given (what `oci:DIR` tools look up).
 pub const DEFAULT_TAG: &str = "latest";
 /// The variable that fixes every timestamp in a build (<https://reproducible-builds.org>).
-pub(crate) const SOURCE_DATE_EPOCH: &str = "SOURCE_DATE_EPOCH";
+pub const SOURCE_DATE_EPOCH: &str = "SOURCE_DATE_EPOCH";
 /// gzip level for layers: the default trade of size against time. Changing it changes digests.
 pub const GZIP_LEVEL: u32 = 6;
 

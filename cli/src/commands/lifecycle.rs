@@ -37,6 +37,12 @@ pub(super) struct CreateArgs {
     /// the host's own filesystem, read-only, when absent.
     #[arg(long, value_name = "IMAGE")]
     image: Option<String>,
+    /// A template instead of --image (`tether image templates` lists them): for the local
+    /// provider the one `tether image build --template NAME` built on this machine, on a
+    /// cloud provider the image built under tether-NAME.
+    #[arg(long, value_name = "NAME", conflicts_with = "image",
+          value_parser = |name: &str| crate::templates::lookup(name).map(|_| name.to_string()))]
+    template: Option<String>,
     /// Memory limit, e.g. 512M or 2G (binary units).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     memory: Option<u64>,
@@ -131,7 +137,12 @@ impl CreateArgs {
             })
             .collect();
         let spec = SandboxSpec {
-            image: self.image.as_deref().map(image).transpose()?,
+            image: match (&self.template, &self.image) {
+                (Some(name), _) => {
+                    Some(crate::templates::image_for(name, self.provider.as_deref())?)
+                }
+                (None, image_name) => image_name.as_deref().map(image).transpose()?,
+            },
             labels: self.labels.iter().cloned().collect(),
             env: self.env.iter().cloned().collect(),
             ttl: self.ttl,

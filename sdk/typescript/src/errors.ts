@@ -26,7 +26,8 @@ export type ErrorCode =
   // the SDK's own
   | "connection_lost"
   | "protocol_error"
-  | "configuration";
+  | "configuration"
+  | "template_not_built";
 
 /** The base of every error this SDK throws. `code` says what went wrong, for programs. */
 export class TetherError extends Error {
@@ -68,6 +69,21 @@ export class UnavailableError extends TetherError {}
 export class SandboxGoneError extends TetherError {
   constructor(message: string) {
     super("gone", message);
+  }
+}
+/** A sandbox was asked of a template (`base`, `data-science`) not built on this machine; the
+ * message names the command that builds it (`command`). */
+export class TemplateNotBuiltError extends TetherError {
+  readonly template: string;
+  readonly command: string;
+  constructor(template: string, layout: string) {
+    const command = `tether image build --template ${template}`;
+    super(
+      "template_not_built",
+      `the template ${template} is not built on this machine (no ${layout}): build it with \`${command}\` (as root; a few minutes, from the Debian archive and PyPI)`,
+    );
+    this.template = template;
+    this.command = command;
   }
 }
 /** The WebSocket to the sandbox closed while an operation was in flight. */

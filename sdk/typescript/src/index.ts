@@ -19,6 +19,7 @@ export { CommandHandle, shellExitCode, type DroppedRange } from "./process.js";
 export { Pty, PtyHandle, type PtyOptions } from "./pty.js";
 export { Files, Watch } from "./files.js";
 export { Ports, Forward } from "./ports.js";
+export { TEMPLATES, isTemplateBuilt, templateLayout } from "./templates.js";
 export { Connection, Stream, type StreamItem, type ConnectOptions } from "./protocol/connection.js";
 export * from "./errors.js";
 export type * from "./types.js";

@@ -9,6 +9,7 @@ import { Pty } from "./pty.js";
 import { Connection } from "./protocol/connection.js";
 import { expectReply, str, uint } from "./protocol/fields.js";
 import { type CreateBody, RelayClient, RelayConfig, type RelayOptions } from "./relay.js";
+import { templateImage } from "./templates.js";
 import type { AgentInfo, NetworkMode, SandboxInfo, Secret } from "./types.js";
 
 /** What a new sandbox looks like. Durations are seconds, sizes bytes; the relay's policy
@@ -18,6 +19,12 @@ export interface CreateOptions extends RelayOptions {
   provider?: string;
   /** The provider's image name (local: `oci:PATH`, or a directory for admin tokens). */
   image?: string;
+  /** A template instead of `image` (`base`, `data-science`): on the local provider the one
+   * `tether image build --template NAME` built on this machine (`TemplateNotBuiltError` says
+   * how to build it when it is not), on a cloud provider the image built as `tether-NAME`.
+   * Not the default: a template's user (`user`) cannot write `/workspace`, where the
+   * framework adapters work. */
+  template?: string;
   labels?: Record<string, string>;
   /** Environment of every process in the sandbox. */
   env?: Record<string, string>;
@@ -47,7 +54,11 @@ export interface CreateOptions extends RelayOptions {
 function createBody(options: CreateOptions, getOrCreate: boolean): CreateBody {
   const body: CreateBody = {};
   if (options.provider !== undefined) body.provider = options.provider;
-  if (options.image !== undefined) body.image = options.image;
+  if (options.template !== undefined && options.image !== undefined) {
+    throw new TypeError("give image or template, not both");
+  }
+  const image = options.template !== undefined ? templateImage(options.template, options.provider) : options.image;
+  if (image !== undefined) body.image = image;
   if (options.labels !== undefined) body.labels = options.labels;
   if (options.env !== undefined) body.env = options.env;
   if (options.ttl !== undefined) body.ttl = options.ttl;

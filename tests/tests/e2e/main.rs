@@ -42,6 +42,7 @@ mod replicas;
 mod secrets;
 mod splice;
 mod sync;
+mod templates;
 mod tls;
 
 /// Servers the forward and preview tests run inside sandboxes.

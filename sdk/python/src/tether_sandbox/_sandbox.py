@@ -17,6 +17,7 @@ from ._ports import AsyncPorts
 from ._protocol import Connection, Message, Stream, expect_reply
 from ._pty import AsyncPty
 from ._relay import AsyncRelayClient, RelayConfig
+from ._templates import template_image
 from .errors import ProtocolError
 from .types import AgentInfo, CommandResult, NetworkMode, SandboxInfo, Secret
 
@@ -92,6 +93,7 @@ class AsyncSandbox:
         cls,
         *,
         image: str | None = None,
+        template: str | None = None,
         provider: str | None = None,
         labels: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
@@ -118,7 +120,17 @@ class AsyncSandbox:
         ``@package-registries``: PyPI, npm, Debian and crates.io), ``allow_cidrs``
         (``10.1.0.0/16``) and ``secrets`` (:class:`Secret`) make ``network`` ``"allowlist"``:
         the sandbox reaches only those; ``info.network`` says what enforces it, and lists a
-        preset's hosts."""
+        preset's hosts.
+
+        ``template`` (``"base"``, ``"data-science"``) creates from a template instead of
+        ``image``: on the local provider the one ``tether image build --template NAME`` built
+        on this machine (:class:`TemplateNotBuilt` says how to build it when it is not), on a
+        cloud provider the image built as ``tether-NAME``. Not the default: a template's user
+        (``user``) cannot write ``/workspace``, where the framework adapters work."""
+        if template is not None and image is not None:
+            raise ValueError("give image or template, not both")
+        if template is not None:
+            image = template_image(template, provider)
         body: dict[str, Any] = egress_fields(network, allow_hosts, allow_cidrs, secrets)
         for name, value in (
             ("image", image),

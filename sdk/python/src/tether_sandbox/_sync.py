@@ -371,6 +371,7 @@ class Sandbox:
         cls,
         *,
         image: str | None = None,
+        template: str | None = None,
         provider: str | None = None,
         labels: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
@@ -393,6 +394,7 @@ class Sandbox:
             _call(
                 AsyncSandbox.create(
                     image=image,
+                    template=template,
                     provider=provider,
                     labels=labels,
                     env=env,

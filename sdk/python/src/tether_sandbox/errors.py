@@ -208,6 +208,20 @@ class CommandTimeout(TetherError):
     """A code-session execution did not finish within its timeout and was interrupted."""
 
 
+class TemplateNotBuilt(TetherError):
+    """A sandbox was asked of a template (``base``, ``data-science``) that is not built on this
+    machine; the message names the command that builds it."""
+
+    def __init__(self, name: str, layout: str) -> None:
+        super().__init__(
+            f"the template {name} is not built on this machine (no {layout}): build it with "
+            f"`tether image build --template {name}` (as root; a few minutes, from the Debian "
+            "archive and PyPI)"
+        )
+        self.name = name
+        self.command = f"tether image build --template {name}"
+
+
 class CodeSessionError(TetherError):
     """The stateful code session's driver process died or answered nonsense."""
 

@@ -1,6 +1,8 @@
-//! `tether image build` and `tether image push`: sandbox images with the static agent baked
-//! in, built without Docker (see [`tether_oci`]). Progress goes to stderr when it is a
-//! terminal; results go to stdout, as text or `--json`.
+//! `tether image build`, `push`, `pull` and `templates`: sandbox images with the static agent
+//! baked in, built without Docker (see [`tether_oci`]); `build --template` is in [`template`].
+//! Progress goes to stderr when it is a terminal; results go to stdout, as text or `--json`.
+
+mod template;
 
 use std::path::PathBuf;
 
@@ -16,6 +18,8 @@ use tether_oci::reference::Reference;
 use tether_oci::{self as image, agent, build, BuildOptions, PushOptions};
 use tether_providers::image::{Builder, Event, RemoteBuild};
 
+use crate::templates::{self, spec};
+
 /// The spinner's redraw interval while a build runs.
 const SPINNER_TICK: std::time::Duration = std::time::Duration::from_millis(120);
 
@@ -23,11 +27,13 @@ const SPINNER_TICK: std::time::Duration = std::time::Duration::from_millis(120);
 #[derive(Debug, Subcommand)]
 pub(super) enum ImageCommand {
     /// Build a sandbox image: a base plus the static tether-agent as its entrypoint.
-    Build(BuildArgs),
+    Build(Box<BuildArgs>),
     /// Push an image (an OCI layout directory or tarball) to a registry.
     Push(PushArgs),
     /// Pull an image (its linux/amd64 variant) from a registry into an OCI layout directory.
     Pull(PullArgs),
+    /// List the templates `build --template` makes, and whether each is built here.
+    Templates(TemplatesArgs),
 }
 
 /// Where a build goes.
@@ -67,6 +73,19 @@ pub(super) struct BuildArgs {
     /// filesystem directory; the agent alone when absent.
     #[arg(long, value_name = "PATH")]
     base: Option<PathBuf>,
+    /// Build a template instead of --base or --from: `base` (Python, Node, git, the user
+    /// `user` in /home/user) or `data-science` (base with numpy, pandas, matplotlib, scipy,
+    /// scikit-learn), from the Debian archive and PyPI; needs root. --target oci keeps it for
+    /// `tether create --template NAME` (unless --output says where); a provider builds it
+    /// under --name [default: tether-NAME] from the one built here (built first when missing
+    /// or from an older spec).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["base", "from"],
+          value_parser = |name: &str| templates::lookup(name).map(|_| name.to_string()))]
+    template: Option<String>,
+    /// The Debian archive a template is built from: the URL below which `debian` and
+    /// `debian-security` are.
+    #[arg(long, value_name = "URL", default_value = spec::DEFAULT_MIRROR, requires = "template")]
+    mirror: String,
     /// Where to write the image: a layout directory, or a tarball when it ends in .tar.
     #[arg(long, short, value_name = "PATH")]
     output: Option<PathBuf>,
@@ -103,7 +122,8 @@ pub(super) struct BuildArgs {
     #[arg(long, value_name = "REFERENCE")]
     from: Option<String>,
     /// Build the image here (from --base or --from, plus the agent), push it to
-    /// REGISTRY/NAME:TAG, and have the provider pull it from there; `--target daytona` only.
+    /// REGISTRY/NAME:TAG, and have the provider pull it from there; `--target daytona`, and
+    /// with --template also e2b, modal and runloop.
     #[arg(long, value_name = "REFERENCE")]
     push: Option<String>,
     /// Speak plain HTTP to the --push registry (always so for localhost and 127.0.0.1).
@@ -134,6 +154,14 @@ pub(super) struct PushArgs {
     json: bool,
 }
 
+/// `tether image templates`.
+#[derive(Debug, Args)]
+pub(super) struct TemplatesArgs {
+    /// Print the templates as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 /// `tether image pull`.
 #[derive(Debug, Args)]
 pub(super) struct PullArgs {
@@ -156,22 +184,30 @@ pub(super) async fn run(cmd: ImageCommand) -> anyhow::Result<()> {
     // providers' image builds; nothing else.
     super::init_tracing(Some("tether_oci=warn,tether_providers=warn"));
     match cmd {
-        ImageCommand::Build(args) => build_image(args).await,
+        ImageCommand::Build(args) => build_image(*args).await,
         ImageCommand::Push(args) => push_image(args).await,
         ImageCommand::Pull(args) => pull_image(args).await,
+        ImageCommand::Templates(args) => template::list(args),
     }
 }
 
-async fn build_image(args: BuildArgs) -> anyhow::Result<()> {
-    let builder = match args.target {
+/// The provider a target builds on; none for `oci`.
+fn builder_of(target: Target) -> Option<Builder> {
+    match target {
         Target::Oci => None,
         Target::E2b => Some(Builder::E2b),
         Target::Daytona => Some(Builder::Daytona),
         Target::Modal => Some(Builder::Modal),
         Target::Docker => Some(Builder::Docker),
         Target::Runloop => Some(Builder::Runloop),
-    };
-    if let Some(builder) = builder {
+    }
+}
+
+async fn build_image(args: BuildArgs) -> anyhow::Result<()> {
+    if args.template.is_some() {
+        return template::build(args).await;
+    }
+    if let Some(builder) = builder_of(args.target) {
         return build_remote(builder, args).await;
     }
     for (flag, given) in [
@@ -257,19 +293,28 @@ async fn build_remote(builder: Builder, args: BuildArgs) -> anyhow::Result<()> {
         overrides: overrides(&args),
         epoch: build::source_date_epoch()?,
     };
-    let spinner = spinner(args.json);
+    run_remote(builder, &req, args.json, spinner(args.json)).await
+}
+
+/// Runs `req` on `builder` with its log above `spinner`, and prints what was built.
+async fn run_remote(
+    builder: Builder,
+    req: &RemoteBuild,
+    quiet: bool,
+    spinner: ProgressBar,
+) -> anyhow::Result<()> {
+    let provider = builder.name();
     let bar = spinner.clone();
-    let quiet = args.json;
     let events = move |event: Event| match event {
         Event::Step(step) => bar.set_message(step),
         // The provider's log goes above the spinner (to stderr), never into --json output.
         Event::Log(line) if !quiet => bar.suspend(|| eprintln!("{line}")),
         Event::Log(_) => {}
     };
-    let built = tether_providers::build_image(builder, &req, &events).await;
+    let built = tether_providers::build_image(builder, req, &events).await;
     spinner.finish_and_clear();
     let built = built?;
-    if args.json {
+    if quiet {
         return output::json(&built);
     }
     println!("{}", built.name);
