@@ -5,7 +5,8 @@
 //! through the fake's template API from a real registry. Bad input fails clearly, and a build
 //! that fails leaves nothing behind.
 //!
-//! Building is minutes, so each built template is kept under the target directory in a folder
+//! Building is minutes, so the tests that build are ignored by a plain `cargo test` and run by
+//! `./test` in a phase of their own with its own time limit (`./test templates`). Each built template is kept under the target directory in a folder
 //! keyed by the template's spec digest and the static agent's hash
 //! (`target/tether-test-templates/NAME-KEY`, a `TETHER_HOME` of its own): a change to either
 //! builds again. Needs root (the build installs packages into a new root), the Debian archive
@@ -141,6 +142,7 @@ fn sh_ok(relay: &Relay, id: &str, script: &str) -> String {
 }
 
 #[test]
+#[ignore = "builds a template from the Debian archive (minutes): ./test runs it in a phase of its own, `./test templates`"]
 fn base_has_what_e2b_code_expects() {
     let base = template("base");
     let relay = Relay::start();
@@ -200,6 +202,7 @@ fn base_has_what_e2b_code_expects() {
 }
 
 #[test]
+#[ignore = "builds a template from the Debian archive (minutes): ./test runs it in a phase of its own, `./test templates`"]
 fn data_science_imports_and_plots() {
     let ds = template("data-science");
     let relay = Relay::start();
@@ -225,6 +228,7 @@ fn data_science_imports_and_plots() {
 }
 
 #[test]
+#[ignore = "builds a template from the Debian archive (minutes): ./test runs it in a phase of its own, `./test templates`"]
 fn a_template_is_built_on_e2b_from_a_registry() {
     const KEY: &str = "e2b_fake_key";
     let base = template("base");
