@@ -43,6 +43,7 @@ mod http;
 mod orphans;
 mod policy;
 mod preview;
+mod preview_domain;
 mod providers;
 mod reaper;
 mod recovery;
@@ -80,7 +81,7 @@ pub use constants::{
 pub use error::ApiError;
 pub use http::ConnectionLimits;
 pub use policy::PolicyConfig;
-pub use preview::PreviewDomain;
+pub use preview_domain::PreviewDomain;
 pub use tls::{TlsError, TlsFiles};
 
 use constants::{ADMIN_TOKEN_FILE, DB_FILE, LOCK_FILE, SHUTDOWN_GRACE};

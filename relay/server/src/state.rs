@@ -50,7 +50,7 @@ pub(super) struct Relay {
     pub tls: bool,
     /// The domain its previews are also served under by host name (`{port}-{id}.DOMAIN`);
     /// `None`: `*.localhost` only.
-    pub preview_domain: Option<super::preview::PreviewDomain>,
+    pub preview_domain: Option<super::preview_domain::PreviewDomain>,
     /// The egress proxy of sandboxes with an allowlist.
     pub egress: Arc<tether_egress::Egress>,
     /// Held while anything of this relay runs, so no second relay opens the data directory.
