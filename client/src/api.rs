@@ -91,7 +91,8 @@ pub struct SandboxInfo {
     pub provider: String,
     /// The provider's own id.
     pub provider_ref: String,
-    /// `running`, `stopped`, `dead` (its agent exited; `rm` removes it), `gone` or `unknown`.
+    /// `running`, `paused` (`resume` continues it), `stopped`, `dead` (its agent exited; `rm`
+    /// removes it), `gone` or `unknown`.
     pub state: String,
     /// Labels.
     pub labels: BTreeMap<String, String>,
@@ -115,6 +116,63 @@ pub struct SandboxInfo {
     /// relays older than this field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkInfo>,
+    /// What its provider can do with it beyond create, connect and delete (absent from relays
+    /// older than this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Capabilities>,
+    /// Whether traffic (a session, a preview) resumes it when it is paused.
+    #[serde(default = "yes")]
+    pub auto_resume: bool,
+    /// What its idle timeout does: `delete` or `pause`.
+    #[serde(default)]
+    pub on_idle: IdleAction,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What a sandbox's provider can do with it beyond create, connect and delete.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Pause (processes frozen, memory kept) and resume.
+    #[serde(default)]
+    pub pause: bool,
+}
+
+/// What a sandbox's idle timeout does when it runs out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdleAction {
+    /// Delete it, with everything in it.
+    #[default]
+    Delete,
+    /// Pause it: its processes and memory are kept, and the next session resumes it.
+    Pause,
+}
+
+impl IdleAction {
+    /// The action's name, as on the wire and in `--on-idle`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdleAction::Delete => "delete",
+            IdleAction::Pause => "pause",
+        }
+    }
+}
+
+impl std::str::FromStr for IdleAction {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "delete" => Ok(IdleAction::Delete),
+            "pause" => Ok(IdleAction::Pause),
+            _ => Err(format!(
+                "unknown idle action {s:?}: use `delete` or `pause`"
+            )),
+        }
+    }
 }
 
 /// A sandbox's network access as created, and the guarantees its provider gives for it.
@@ -393,9 +451,17 @@ pub struct SandboxSpec {
     /// Delete the sandbox this long after creation (renewable).
     #[serde(default, with = "opt_secs")]
     pub ttl: Option<Duration>,
-    /// Delete the sandbox after this long without client activity.
+    /// Delete (or, with `on_idle`, pause) the sandbox after this long without client activity.
     #[serde(default, with = "opt_secs")]
     pub idle_timeout: Option<Duration>,
+    /// What the idle timeout does; `delete` when absent.
+    #[serde(default)]
+    pub on_idle: IdleAction,
+    /// Whether traffic to the sandbox while it is paused (a new session, a preview request)
+    /// resumes it; absent means yes. With `false`, such traffic is refused (409) until an
+    /// explicit resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_resume: Option<bool>,
     /// CPU limit in cores (may be fractional).
     #[serde(default)]
     pub cpus: Option<f64>,

@@ -16,7 +16,7 @@ use super::remote::Remote;
 use tether_client::api::{
     CreateRequest, EgressSpec, NetworkInfo, PreviewInfo, SandboxInfo, SecretSpec, SecretValue,
 };
-use tether_client::api::{NetworkPolicy, SandboxSpec};
+use tether_client::api::{IdleAction, NetworkPolicy, SandboxSpec};
 use tether_client::escape::escape_str;
 use tether_client::size::parse_size;
 use tether_client::ClientError;
@@ -30,9 +30,18 @@ pub(super) struct CreateArgs {
     /// Delete the sandbox this long after creation, e.g. 30m or 2h.
     #[arg(long, value_name = "DURATION", value_parser = super::duration)]
     ttl: Option<Duration>,
-    /// Delete the sandbox after this long without a client, e.g. 10m.
+    /// Delete the sandbox (or pause it: --on-idle pause) after this long without a client,
+    /// e.g. 10m.
     #[arg(long, value_name = "DURATION", value_parser = super::duration)]
     idle_timeout: Option<Duration>,
+    /// What --idle-timeout does: `delete` (the default) or `pause` (processes and memory
+    /// kept; the next session resumes it).
+    #[arg(long, value_name = "ACTION", requires = "idle_timeout")]
+    on_idle: Option<IdleAction>,
+    /// Refuse sessions and previews while the sandbox is paused, instead of resuming it;
+    /// `tether resume ID` then resumes it.
+    #[arg(long)]
+    no_auto_resume: bool,
     /// The image: for the local provider a root filesystem directory (or `oci:PATH`);
     /// the host's own filesystem, read-only, when absent.
     #[arg(long, value_name = "IMAGE")]
@@ -147,6 +156,8 @@ impl CreateArgs {
             env: self.env.iter().cloned().collect(),
             ttl: self.ttl,
             idle_timeout: self.idle_timeout,
+            on_idle: self.on_idle.unwrap_or_default(),
+            auto_resume: self.no_auto_resume.then_some(false),
             cpus: self.cpus,
             memory_bytes: self.memory,
             pids: self.pids,

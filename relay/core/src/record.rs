@@ -266,6 +266,7 @@ pub fn millis(d: Duration) -> i64 {
 pub fn state_name(state: SandboxState) -> &'static str {
     match state {
         SandboxState::Running => "running",
+        SandboxState::Paused => "paused",
         SandboxState::Stopped => "stopped",
         SandboxState::Gone => "gone",
         SandboxState::Dead => "dead",
@@ -277,6 +278,7 @@ pub fn state_name(state: SandboxState) -> &'static str {
 pub fn parse_state(name: &str) -> Option<SandboxState> {
     match name {
         "running" => Some(SandboxState::Running),
+        "paused" => Some(SandboxState::Paused),
         "stopped" => Some(SandboxState::Stopped),
         "gone" => Some(SandboxState::Gone),
         "dead" => Some(SandboxState::Dead),

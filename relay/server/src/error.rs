@@ -53,6 +53,12 @@ pub enum ApiError {
     /// The HTTP method does not apply to the path.
     #[error("{0}")]
     MethodNotAllowed(String),
+    /// The sandbox is in a state the request cannot start from (pausing a paused one).
+    #[error("{0}")]
+    Conflict(String),
+    /// The sandbox's provider has no such feature.
+    #[error("{0}")]
+    Unsupported(String),
     /// The provider failed or refused.
     #[error("{0}")]
     Provider(String),
@@ -109,6 +115,8 @@ impl ApiError {
                 id.map_or("?", |id| id.as_str())
             )),
             ProviderError::Auth(msg) => ApiError::Provider(msg),
+            ProviderError::Unsupported(msg) => ApiError::Unsupported(msg),
+            ProviderError::Conflict(msg) => ApiError::Conflict(msg),
             ProviderError::Other(e) => ApiError::Provider(match id {
                 Some(id) => format!("provider `{provider}` failed on sandbox {id}: {e:#}"),
                 None => format!("provider `{provider}` failed: {e:#}"),
@@ -129,6 +137,8 @@ impl ApiError {
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "invalid_argument"),
             ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "invalid_argument"),
             ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "invalid_argument"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::Unsupported(_) => (StatusCode::NOT_IMPLEMENTED, "unsupported"),
             ApiError::Provider(_) => (StatusCode::BAD_GATEWAY, "provider_error"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

@@ -668,6 +668,12 @@ pub(super) fn info(relay: &Relay, sandbox: &SandboxRecord, created: bool) -> San
             .providers
             .get(sandbox.provider.as_str())
             .map(|p| p.network_info(&sandbox.spec)),
+        capabilities: relay
+            .providers
+            .get(sandbox.provider.as_str())
+            .map(|p| p.capabilities()),
+        auto_resume: sandbox.spec.auto_resume.unwrap_or(true),
+        on_idle: sandbox.spec.on_idle,
     }
 }
 

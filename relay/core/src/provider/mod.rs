@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-pub use tether_client::api::{NetworkInfo, NetworkPolicy, SandboxSpec};
+pub use tether_client::api::{Capabilities, NetworkInfo, NetworkPolicy, SandboxSpec};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// A byte stream to a sandbox's agent, before the WebSocket handshake.
@@ -47,6 +47,11 @@ pub struct SandboxHandle {
 pub enum SandboxState {
     /// Running; its agent should answer.
     Running,
+    /// Paused: its processes are frozen with their memory kept, and `resume` continues them
+    /// where they were. Its agent may still answer (local sandboxes keep it running, so
+    /// attached sessions stay open); traffic resumes it unless it was created without
+    /// auto-resume.
+    Paused,
     /// Paused or stopped by the provider; connect may resume it.
     Stopped,
     /// Gone, on positive evidence only: the provider said it has no such sandbox or that it
@@ -88,6 +93,14 @@ pub enum ProviderError {
     /// Credentials are missing or refused; the message names the variable to set.
     #[error("{0}")]
     Auth(String),
+    /// The provider has no such feature (pausing, for one); the message names the provider
+    /// and what it lacks.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The sandbox is in a state the call cannot start from (pausing a paused sandbox); the
+    /// message says what to do instead.
+    #[error("{0}")]
+    Conflict(String),
     /// Anything else, with context.
     #[error(transparent)]
     Other(#[from] anyhow::Error),
@@ -162,6 +175,29 @@ pub trait Provider: Send + Sync + 'static {
         _accounted: &std::collections::HashSet<String>,
     ) -> Result<Vec<Unaccounted>, ProviderError> {
         Ok(Vec::new())
+    }
+    /// What this provider's sandboxes can do beyond create, connect and delete (`tether
+    /// info`); by default nothing.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+    /// Freezes every process of the sandbox, keeping its memory, until [`Provider::resume`].
+    /// A paused sandbox is a [`ProviderError::Conflict`]. By default the provider cannot.
+    async fn pause(&self, _sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        Err(self.lacks("pause and resume"))
+    }
+    /// Continues a paused sandbox's processes where they were. A sandbox that is not paused
+    /// is a [`ProviderError::Conflict`].
+    async fn resume(&self, _sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        Err(self.lacks("pause and resume"))
+    }
+    /// The error for a feature this provider lacks.
+    fn lacks(&self, feature: &str) -> ProviderError {
+        ProviderError::Unsupported(format!(
+            "provider `{}` cannot {feature} sandboxes; `tether info ID` lists what a sandbox \
+             can do",
+            self.name()
+        ))
     }
     /// Extends the provider-side lifetime, where the provider has one.
     async fn renew(&self, sandbox: &SandboxHandle, ttl: Duration) -> Result<(), ProviderError>;
