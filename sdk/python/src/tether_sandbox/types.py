@@ -128,11 +128,6 @@ class SandboxInfo:
     on_idle: IdleAction = "delete"
     """What its idle timeout does: ``delete`` or ``pause``."""
 
-    @property
-    def paused(self) -> bool:
-        """Whether it was paused when this was read."""
-        return self.state == "paused"
-
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> SandboxInfo:
         network = obj.get("network")
