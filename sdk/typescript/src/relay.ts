@@ -1,10 +1,10 @@
 //! The relay's REST API (client/src/api.rs): create (and get-or-create by labels), get, list,
-//! delete, renew, preview and tokens, with retries on 429, 5xx and network errors. Nothing
+//! delete, renew, pause, resume, preview and tokens, with retries on 429, 5xx and network errors. Nothing
 //! here touches the WebSocket protocol.
 
 import { HTTP_ATTEMPTS, HTTP_BACKOFF_MAX_MS, HTTP_BACKOFF_MS, HTTP_TIMEOUT_MS } from "./constants.js";
 import { ConfigurationError, errorFromCode, NotFoundError, PermissionDeniedError, SandboxGoneError, TetherError, UnavailableError } from "./errors.js";
-import type { NetworkInfo, NetworkMode, PreviewInfo, SandboxInfo, Secret } from "./types.js";
+import type { IdleAction, NetworkInfo, NetworkMode, PreviewInfo, SandboxInfo, Secret } from "./types.js";
 
 /** Where the relay is and how to authenticate. */
 export interface RelayOptions {
@@ -86,11 +86,14 @@ export interface CreateBody {
   egress?: { allow_hosts?: string[]; allow_cidrs?: string[] };
   secrets?: Secret[];
   seccomp_unconfined?: boolean;
+  on_idle?: IdleAction;
+  auto_resume?: boolean;
   get_or_create?: boolean;
 }
 
 function retryable(status: number): boolean {
-  return status === 429 || status >= 500;
+  // 501 is a missing feature (a provider without pause): retrying cannot help.
+  return status === 429 || (status >= 500 && status !== 501);
 }
 
 function delay(attempt: number, retryAfter: string | null): number {
@@ -207,6 +210,17 @@ export class RelayClient {
     return parseSandboxInfo(await this.request("POST", `/v1/sandboxes/${encodeURIComponent(id)}/renew`, { ttl_secs: ttlSeconds }));
   }
 
+  /** Pauses a sandbox. Not retried after the relay may have acted: the retry would find it
+   * paused. */
+  async pause(id: string): Promise<SandboxInfo> {
+    return parseSandboxInfo(await this.request("POST", `/v1/sandboxes/${encodeURIComponent(id)}/pause`, undefined, false));
+  }
+
+  /** Resumes a paused sandbox (not retried after the relay may have acted, as `pause`). */
+  async resume(id: string): Promise<SandboxInfo> {
+    return parseSandboxInfo(await this.request("POST", `/v1/sandboxes/${encodeURIComponent(id)}/resume`, undefined, false));
+  }
+
   /** How a browser reaches ports inside the sandbox. */
   async preview(id: string): Promise<PreviewInfo> {
     const v = (await this.request("GET", `/v1/sandboxes/${encodeURIComponent(id)}/preview`)) as Record<string, unknown>;
@@ -247,6 +261,9 @@ function parseSandboxInfo(value: unknown): SandboxInfo {
     idleTimeoutSecs: num(v["idle_timeout_secs"]),
     created: v["created"] === true,
     network: parseNetworkInfo(v["network"]),
+    capabilities: { pause: typeof v["capabilities"] === "object" && v["capabilities"] !== null && (v["capabilities"] as Record<string, unknown>)["pause"] === true },
+    autoResume: v["auto_resume"] !== false,
+    onIdle: v["on_idle"] === "pause" ? "pause" : "delete",
   };
 }
 
