@@ -116,6 +116,37 @@ async def test_a_paused_sandbox_freezes_and_an_attached_stream_loses_nothing(
         await handle.kill()
 
 
+async def test_a_stopped_sandbox_keeps_its_files_and_the_next_call_starts_it(
+    asandbox: AsyncSandbox,
+) -> None:
+    sb = asandbox
+    assert sb.info.capabilities.stop
+    await sb.files.write("/workspace/kept", "kept")
+    await sb.commands.run("sleep 1000 >/dev/null 2>&1 & echo $! > /workspace/pid")
+    info = await sb.stop()
+    assert info.state == "stopped"
+    assert (await sb.refresh()).state == "stopped"
+    with pytest.raises(Conflict):
+        await sb.stop()
+    # The next call boots it again: its files are there, its processes are not.
+    result = await sb.commands.run(
+        "cat /workspace/kept; kill -0 $(cat /workspace/pid) || echo ended"
+    )
+    assert result.stdout == "keptended\n"
+    assert (await sb.refresh()).state == "running"
+    with pytest.raises(Conflict):
+        await sb.start()
+    await sb.stop()
+    assert (await sb.start()).state == "running"
+
+
+def test_sync_stop_and_start(sandbox: Sandbox) -> None:
+    sandbox.files.write("/workspace/kept", "kept")
+    assert sandbox.stop().state == "stopped"
+    assert sandbox.start().state == "running"
+    assert sandbox.commands.run("cat /workspace/kept").stdout == "kept"
+
+
 async def test_a_call_after_pause_resumes_the_sandbox(asandbox: AsyncSandbox) -> None:
     sb = asandbox
     await sb.files.write("/workspace/kept", "kept")

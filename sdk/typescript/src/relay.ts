@@ -4,7 +4,7 @@
 
 import { HTTP_ATTEMPTS, HTTP_BACKOFF_MAX_MS, HTTP_BACKOFF_MS, HTTP_TIMEOUT_MS } from "./constants.js";
 import { ConfigurationError, errorFromCode, NotFoundError, PermissionDeniedError, SandboxGoneError, TetherError, UnavailableError } from "./errors.js";
-import type { IdleAction, NetworkInfo, NetworkMode, PreviewInfo, SandboxInfo, Secret } from "./types.js";
+import type { IdleAction, NetworkInfo, NetworkMode, PreviewInfo, SandboxCapabilities, SandboxInfo, Secret } from "./types.js";
 
 /** Where the relay is and how to authenticate. */
 export interface RelayOptions {
@@ -221,6 +221,16 @@ export class RelayClient {
     return parseSandboxInfo(await this.request("POST", `/v1/sandboxes/${encodeURIComponent(id)}/resume`, undefined, false));
   }
 
+  /** Stops a sandbox: its processes end, its files are kept (not retried, as `pause`). */
+  async stop(id: string): Promise<SandboxInfo> {
+    return parseSandboxInfo(await this.request("POST", `/v1/sandboxes/${encodeURIComponent(id)}/stop`, undefined, false));
+  }
+
+  /** Starts a stopped sandbox again (not retried, as `pause`). */
+  async start(id: string): Promise<SandboxInfo> {
+    return parseSandboxInfo(await this.request("POST", `/v1/sandboxes/${encodeURIComponent(id)}/start`, undefined, false));
+  }
+
   /** How a browser reaches ports inside the sandbox. */
   async preview(id: string): Promise<PreviewInfo> {
     const v = (await this.request("GET", `/v1/sandboxes/${encodeURIComponent(id)}/preview`)) as Record<string, unknown>;
@@ -261,9 +271,9 @@ function parseSandboxInfo(value: unknown): SandboxInfo {
     idleTimeoutSecs: num(v["idle_timeout_secs"]),
     created: v["created"] === true,
     network: parseNetworkInfo(v["network"]),
-    capabilities: { pause: typeof v["capabilities"] === "object" && v["capabilities"] !== null && (v["capabilities"] as Record<string, unknown>)["pause"] === true },
+    capabilities: capabilities(v["capabilities"]),
     autoResume: v["auto_resume"] !== false,
-    onIdle: v["on_idle"] === "pause" ? "pause" : "delete",
+    onIdle: v["on_idle"] === "pause" || v["on_idle"] === "stop" ? v["on_idle"] : "delete",
   };
 }
 
@@ -284,4 +294,10 @@ function parseNetworkInfo(value: unknown): NetworkInfo | undefined {
     guarantees: strings(v["guarantees"]),
     notGuaranteed: strings(v["not_guaranteed"]),
   };
+}
+
+/** What a relay says a sandbox's provider can do; nothing, from a relay that does not say. */
+function capabilities(v: unknown): SandboxCapabilities {
+  const c = typeof v === "object" && v !== null ? (v as Record<string, unknown>) : {};
+  return { pause: c["pause"] === true, stop: c["stop"] === true };
 }

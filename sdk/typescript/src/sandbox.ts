@@ -37,15 +37,15 @@ export interface CreateOptions extends RelayOptions {
   env?: Record<string, string>;
   /** Delete the sandbox this many seconds after creation (renewable). */
   ttl?: number;
-  /** Delete it (or, with `onIdle: "pause"`, pause it) after this many seconds without client
+  /** Delete it (or, with `onIdle`, pause or stop it) after this many seconds without client
    * activity. */
   idleTimeout?: number;
-  /** What `idleTimeout` does: `delete` (the default) or `pause` (a provider that cannot pause
-   * refuses it with `UnsupportedError`). */
+  /** What `idleTimeout` does: `delete` (the default), `pause` or `stop` (a provider that
+   * cannot refuses it with `UnsupportedError`). */
   onIdle?: IdleAction;
-  /** Whether reaching the sandbox while it is paused (a new session, a preview request)
-   * resumes it; default true. With false it stays paused until `resume()`, and reaching it
-   * throws `SandboxPausedError`. */
+  /** Whether reaching the sandbox while it is paused or stopped (a new session, a preview
+   * request) wakes it; default true. With false it stays so until `resume()` or `start()`,
+   * and reaching it throws `SandboxPausedError`. */
   autoResume?: boolean;
   cpus?: number;
   memoryBytes?: number;
@@ -243,6 +243,25 @@ export class Sandbox {
       throw e;
     }
     this.knownPaused = false;
+    return this.info;
+  }
+
+  /** Stops the sandbox: every process in it ends (its agent too, so this object's connection
+   * closes), its files are kept. The next call that reaches it starts it again, unless it was
+   * created with `autoResume: false`: then such calls throw `SandboxPausedError` until
+   * `start()`. Throws `ConflictError` if it is stopped already, `UnsupportedError` if its
+   * provider cannot stop. */
+  async stop(): Promise<SandboxInfo> {
+    await this.close();
+    this.info = await this.relay.stop(this.id);
+    this.knownPaused = false;
+    return this.info;
+  }
+
+  /** Starts a stopped sandbox again, its files as they were and no process from before.
+   * Throws `ConflictError` if it is not stopped. */
+  async start(): Promise<SandboxInfo> {
+    this.info = await this.relay.start(this.id);
     return this.info;
   }
 

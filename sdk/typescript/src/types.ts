@@ -28,7 +28,7 @@ export interface SandboxInfo {
   /** Whether a new session (or a preview request) resumes it while it is paused; when false,
    * only `resume()` does, and reaching it paused throws `SandboxPausedError`. */
   autoResume: boolean;
-  /** What its idle timeout does: `delete` or `pause`. */
+  /** What its idle timeout does: `delete`, `pause` or `stop`. */
   onIdle: IdleAction;
 }
 
@@ -36,10 +36,12 @@ export interface SandboxInfo {
 export interface SandboxCapabilities {
   /** Pause (processes frozen, memory kept) and resume. */
   pause: boolean;
+  /** Stop (processes ended, files kept) and start. */
+  stop: boolean;
 }
 
-/** What a sandbox's idle timeout does: delete it (the default), or pause it. */
-export type IdleAction = "delete" | "pause";
+/** What a sandbox's idle timeout does: delete it (the default), pause it, or stop it. */
+export type IdleAction = "delete" | "pause" | "stop";
 
 /** A sandbox's network mode: its own loopback only, the host's network, or an allowlist. */
 export type NetworkMode = "none" | "host" | "allowlist";

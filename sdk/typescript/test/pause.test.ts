@@ -139,6 +139,26 @@ describe("pause and resume", () => {
     }
   });
 
+  test("a stopped sandbox keeps its files, and the next call starts it without its old processes", async () => {
+    const sb = await fresh();
+    try {
+      assert.equal(sb.info.capabilities.stop, true);
+      await sb.files.write("/workspace/kept", "kept");
+      await sb.commands.run("sleep 1000 >/dev/null 2>&1 & echo $! > /workspace/pid");
+      assert.equal((await sb.stop()).state, "stopped");
+      assert.equal((await sb.refresh()).state, "stopped");
+      await assert.rejects(sb.stop(), (e: unknown) => e instanceof ConflictError);
+      const out = await sb.commands.run("cat /workspace/kept; kill -0 $(cat /workspace/pid) || echo ended");
+      assert.equal(out.stdoutText, "keptended\n");
+      assert.equal((await sb.refresh()).state, "running");
+      await assert.rejects(sb.start(), (e: unknown) => e instanceof ConflictError);
+      await sb.stop();
+      assert.equal((await sb.start()).state, "running");
+    } finally {
+      await sb.delete();
+    }
+  });
+
   test("pausing twice is SandboxPausedError; resuming what runs is ConflictError", async () => {
     const sb = await fresh();
     try {

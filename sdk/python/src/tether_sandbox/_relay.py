@@ -185,6 +185,16 @@ class AsyncRelayClient:
             )
         )
 
+    async def stop(self, sandbox_id: str) -> SandboxInfo:
+        return SandboxInfo.from_json(
+            await self._request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/stop", idempotent=False)
+        )
+
+    async def start(self, sandbox_id: str) -> SandboxInfo:
+        return SandboxInfo.from_json(
+            await self._request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/start", idempotent=False)
+        )
+
     async def preview(self, sandbox_id: str) -> PreviewInfo:
         body = await self._request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/preview")
         fields = ("token", "host_url", "path_url")

@@ -140,11 +140,11 @@ class AsyncSandbox:
         cloud provider the image built as ``tether-NAME``. Not the default: a template's user
         (``user``) cannot write ``/workspace``, where the framework adapters work.
 
-        ``on_idle="pause"`` makes ``idle_timeout`` pause the sandbox instead of deleting it (a
-        provider that cannot pause refuses it with :class:`ProviderUnsupported`).
-        ``auto_resume=False`` keeps a paused sandbox paused until :meth:`resume`: reaching it
-        raises :class:`SandboxPaused` instead of waking it (by default, a new session or a
-        preview request resumes it)."""
+        ``on_idle="pause"`` (or ``"stop"``) makes ``idle_timeout`` pause (or stop) the
+        sandbox instead of deleting it (a provider that cannot refuses it with
+        :class:`ProviderUnsupported`). ``auto_resume=False`` keeps a paused or stopped sandbox
+        so until :meth:`resume` or :meth:`start`: reaching it raises :class:`SandboxPaused`
+        instead of waking it (by default, a new session or a preview request wakes it)."""
         if template is not None and image is not None:
             raise ValueError("give image or template, not both")
         if template is not None:
@@ -257,6 +257,23 @@ class AsyncSandbox:
             self._known_paused = False  # it runs already: nothing for the next call to wake
             raise
         self._known_paused = False
+        return self.info
+
+    async def stop(self) -> SandboxInfo:
+        """Stops the sandbox: every process in it ends (its agent too, so this object's
+        connection closes), its files are kept. The next call that reaches it starts it again
+        with its files as they were, unless it was created with ``auto_resume=False``: then
+        such calls raise :class:`SandboxPaused` until :meth:`start`. Raises :class:`Conflict`
+        if it is stopped already, :class:`ProviderUnsupported` if its provider cannot stop."""
+        await self.close()
+        self.info = await self._relay.stop(self.id)
+        self._known_paused = False
+        return self.info
+
+    async def start(self) -> SandboxInfo:
+        """Starts a stopped sandbox again, its files as they were and no process from
+        before. Raises :class:`Conflict` if it is not stopped."""
+        self.info = await self._relay.start(self.id)
         return self.info
 
     async def delete(self) -> None:

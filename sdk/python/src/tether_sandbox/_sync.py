@@ -454,6 +454,14 @@ class Sandbox:
         """Resumes a paused sandbox (see :meth:`AsyncSandbox.resume`)."""
         return _call(self._inner.resume())
 
+    def stop(self) -> SandboxInfo:
+        """Stops the sandbox, keeping its files (see :meth:`AsyncSandbox.stop`)."""
+        return _call(self._inner.stop())
+
+    def start(self) -> SandboxInfo:
+        """Starts a stopped sandbox again (see :meth:`AsyncSandbox.start`)."""
+        return _call(self._inner.start())
+
     def delete(self) -> None:
         _call(self._inner.delete())
 

@@ -28,7 +28,7 @@ def _field(obj: dict[str, Any], name: str, typ: type, default: Any = ...) -> Any
 
 NetworkMode = Literal["none", "host", "allowlist"]
 
-IdleAction = Literal["delete", "pause"]
+IdleAction = Literal["delete", "pause", "stop"]
 """What a sandbox's idle timeout does: delete it (the default), or pause it."""
 
 
@@ -99,6 +99,8 @@ class SandboxCapabilities:
 
     pause: bool = False
     """Pause (processes frozen, memory kept) and resume."""
+    stop: bool = False
+    """Stop (processes ended, files kept) and start."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,8 @@ class SandboxInfo:
     provider: str
     state: str
     """``running``, ``paused`` (``resume()``, or with auto-resume any call, continues it),
-    ``stopped``, ``dead`` (its agent exited; delete it), ``gone`` or ``unknown``."""
+    ``stopped`` (``start()``, or with auto-resume any call, boots it again), ``dead`` (its
+    agent exited; delete it), ``gone`` or ``unknown``."""
     labels: dict[str, str]
     image: str | None
     created_ms: int
@@ -126,7 +129,7 @@ class SandboxInfo:
     """Whether a new session (or a preview request) resumes it while it is paused; when
     False, only ``resume()`` does, and reaching it paused raises :class:`SandboxPaused`."""
     on_idle: IdleAction = "delete"
-    """What its idle timeout does: ``delete`` or ``pause``."""
+    """What its idle timeout does: ``delete``, ``pause`` or ``stop``."""
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> SandboxInfo:
@@ -145,11 +148,21 @@ class SandboxInfo:
             created=bool(obj.get("created", False)),
             network=NetworkInfo.from_json(network) if isinstance(network, dict) else None,
             capabilities=SandboxCapabilities(
-                pause=isinstance(capabilities, dict) and capabilities.get("pause") is True
+                pause=isinstance(capabilities, dict) and capabilities.get("pause") is True,
+                stop=isinstance(capabilities, dict) and capabilities.get("stop") is True,
             ),
             auto_resume=obj.get("auto_resume") is not False,
-            on_idle="pause" if obj.get("on_idle") == "pause" else "delete",
+            on_idle=_idle_action(obj.get("on_idle")),
         )
+
+
+def _idle_action(value: object) -> IdleAction:
+    """The idle action a relay answered; ``delete`` for one this SDK does not know."""
+    if value == "pause":
+        return "pause"
+    if value == "stop":
+        return "stop"
+    return "delete"
 
 
 @dataclass(frozen=True)
