@@ -19,7 +19,7 @@ use super::sandboxes::{info, reattach_one};
 use super::state::{find, Relay};
 use crate::caller::Caller;
 use crate::cluster::grant::Op;
-use tether_client::api::{IdleAction, NetworkPolicy, SandboxInfo, SandboxSpec};
+use tether_client::api::{NetworkPolicy, SandboxInfo};
 use tether_relay_core::provider::{Provider, ProviderError, SandboxState};
 use tether_store::SandboxRecord;
 
@@ -184,31 +184,4 @@ impl Relay {
             warn!("cannot record sandbox {} as {state:?}: {e}", sandbox.id);
         }
     }
-}
-
-/// Refuses a create whose idle timeout is to pause or stop a sandbox its provider cannot.
-pub(super) fn check_idle_action(
-    provider: &dyn Provider,
-    spec: &SandboxSpec,
-) -> Result<(), ApiError> {
-    let can = provider.capabilities();
-    let (able, feature) = match spec.on_idle {
-        IdleAction::Delete => return Ok(()),
-        IdleAction::Pause => (can.pause, "pause"),
-        IdleAction::Stop => (can.stop, "stop"),
-    };
-    if spec.idle_timeout.is_none() {
-        return Err(ApiError::Invalid(format!(
-            "on_idle: {feature} needs an idle_timeout (e.g. `--idle-timeout 10m --on-idle \
-             {feature}`)"
-        )));
-    }
-    if !able {
-        return Err(ApiError::Unsupported(format!(
-            "on_idle: {feature} needs a provider that can {feature} sandboxes, and `{}` cannot \
-             on this relay; use on_idle: delete",
-            provider.name()
-        )));
-    }
-    Ok(())
 }

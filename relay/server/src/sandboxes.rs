@@ -18,7 +18,7 @@ use super::policy::check_lifetime;
 use super::state::{find, now_ms, Relay};
 use crate::bound_secrets;
 use crate::caller::Caller;
-use tether_client::api::{CreateRequest, RenewRequest, SandboxInfo};
+use tether_client::api::{CreateRequest, IdleAction, RenewRequest, SandboxInfo};
 use tether_relay_core::egress::policy::{Allowlist, BoundSecret};
 use tether_relay_core::egress::route::{self, RelayEntry, PROXY_VARIABLES};
 use tether_relay_core::provider::{
@@ -37,7 +37,7 @@ pub(super) async fn create(
 ) -> Result<(StatusCode, Json<SandboxInfo>), ApiError> {
     let mut req = parse_create(body)?;
     let provider = relay.provider(req.provider.as_deref().unwrap_or(DEFAULT_PROVIDER))?;
-    super::power::check_idle_action(&*provider, &req.spec)?;
+    check_idle_action(&*provider, &req.spec)?;
     relay.policy.admit(&caller, &*provider, &mut req.spec)?;
     let work_relay = relay.clone();
     let (status, info) = relay
@@ -562,6 +562,30 @@ pub(super) async fn reattach_one(
             .await
             .map_err(|e| ApiError::Unavailable(e.to_string()))
     }
+}
+
+/// Refuses a create whose idle timeout is to pause or stop a sandbox its provider cannot.
+fn check_idle_action(provider: &dyn Provider, spec: &SandboxSpec) -> Result<(), ApiError> {
+    let can = provider.capabilities();
+    let (able, feature) = match spec.on_idle {
+        IdleAction::Delete => return Ok(()),
+        IdleAction::Pause => (can.pause, "pause"),
+        IdleAction::Stop => (can.stop, "stop"),
+    };
+    if spec.idle_timeout.is_none() {
+        return Err(ApiError::Invalid(format!(
+            "on_idle: {feature} needs an idle_timeout (e.g. `--idle-timeout 10m --on-idle \
+             {feature}`)"
+        )));
+    }
+    if !able {
+        return Err(ApiError::Unsupported(format!(
+            "on_idle: {feature} needs a provider that can {feature} sandboxes, and `{}` cannot \
+             on this relay; use on_idle: delete",
+            provider.name()
+        )));
+    }
+    Ok(())
 }
 
 /// Reads a create request: unknown fields first (a typo must not silently become a default),
