@@ -451,6 +451,14 @@ async fn set_timeout(
     StatusCode::NO_CONTENT.into_response()
 }
 
+/// `ConnectSandbox` / `ConnectSandboxV2`: `memory: false` asks a paused sandbox to reboot.
+#[derive(Debug, Deserialize)]
+struct Connect {
+    timeout: Option<i64>,
+    #[serde(default)]
+    memory: Option<bool>,
+}
+
 /// `POST /[v2/]sandboxes/{id}/connect`: 200 when running (the timeout only grows), 201 after
 /// resuming a paused sandbox.
 async fn connect(
@@ -458,10 +466,11 @@ async fn connect(
     Path(id): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
-    let timeout = serde_json::from_slice::<Timeout>(&body)
-        .ok()
-        .and_then(|t| t.timeout)
-        .unwrap_or(DEFAULT_TIMEOUT_SECS);
+    let req = serde_json::from_slice::<Connect>(&body).ok();
+    if req.as_ref().and_then(|r| r.memory) == Some(false) {
+        return memory_only();
+    }
+    let timeout = req.and_then(|r| r.timeout).unwrap_or(DEFAULT_TIMEOUT_SECS);
     if timeout <= 0 {
         return error(StatusCode::BAD_REQUEST, "Timeout must be greater than 0");
     }
@@ -516,8 +525,40 @@ async fn resume(
     (StatusCode::CREATED, Json(sandbox_json(&fake, &id, &s))).into_response()
 }
 
-/// `POST /sandboxes/{id}/pause`: 409 when already paused.
-async fn pause(State(fake): State<Arc<E2b>>, Path(id): Path<String>) -> Response {
+/// `SandboxPauseRequest` (optional), the part the fake reads: `memory` (default true). Its
+/// `requireHealthyGuest` needs nothing: every fake guest is healthy.
+#[derive(Debug, Default, Deserialize)]
+struct PauseRequest {
+    #[serde(default)]
+    memory: Option<bool>,
+}
+
+/// `POST /sandboxes/{id}/pause`: 204; 409 when already paused. Only E2B's default, a full
+/// snapshot (memory and processes kept), is modelled: `"memory": false` (a filesystem-only
+/// snapshot that reboots on resume) is refused, so a client relying on it learns the fake
+/// cannot check it.
+async fn pause(
+    State(fake): State<Arc<E2b>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    // The body is optional, as callers before `memory` send none.
+    let req = if body.iter().all(u8::is_ascii_whitespace) {
+        PauseRequest::default()
+    } else {
+        match serde_json::from_slice::<PauseRequest>(&body) {
+            Ok(req) => req,
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("Error when parsing request: {e}"),
+                )
+            }
+        }
+    };
+    if req.memory == Some(false) {
+        return memory_only();
+    }
     let mut table = fake.table.lock().expect("sandbox table");
     let Some(s) = table.get_mut(&id) else {
         return not_found(&id);
@@ -525,16 +566,25 @@ async fn pause(State(fake): State<Arc<E2b>>, Path(id): Path<String>) -> Response
     if s.paused {
         return error(
             StatusCode::CONFLICT,
-            &format!("Sandbox {id} is already paused"),
+            &format!("Error pausing sandbox - sandbox '{id}' is already paused"),
         );
     }
     s.paused = true;
     StatusCode::NO_CONTENT.into_response()
 }
 
+/// The fake's refusal of `"memory": false` (pause) and of a reboot on resume (connect).
+fn memory_only() -> Response {
+    error(
+        StatusCode::BAD_REQUEST,
+        "this fake E2B pauses and resumes with memory only: filesystem-only snapshots and \
+         reboots (\"memory\": false) are not modelled",
+    )
+}
+
 fn not_found(id: &str) -> Response {
     error(
         StatusCode::NOT_FOUND,
-        &format!("sandbox \"{id}\" doesn't exist or you don't have access to it"),
+        &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it"),
     )
 }

@@ -10,6 +10,9 @@
 //!   sizes as engine limits ([`config`]).
 //! - Connect: inside the container's network namespace ([`reach`]), so a sandbox needs no
 //!   network of its own and publishes no port.
+//! - Pause and resume: the engine's `pause` and `unpause` (the cgroup freezer: every process,
+//!   the agent too, frozen with its memory); a paused container is [`SandboxState::Paused`],
+//!   and a connect unpauses it.
 //! - Delete: the container with its anonymous volumes (`v=true`); Tether makes no network,
 //!   named volume or image per sandbox.
 //! - Image builds: [`build`].
@@ -42,8 +45,8 @@ use self::engine::Host;
 use self::reach::ReachError;
 use tether_relay_core::provider::network::{self, Guarantees};
 use tether_relay_core::provider::{
-    AgentSocket, Created, Labelled, NetworkInfo, NetworkPolicy, Provider, ProviderContext,
-    ProviderError, SandboxHandle, SandboxSpec, SandboxState,
+    AgentSocket, Capabilities, Created, Labelled, NetworkInfo, NetworkPolicy, Provider,
+    ProviderContext, ProviderError, SandboxHandle, SandboxSpec, SandboxState,
 };
 
 /// Runs sandboxes as containers of the local engine.
@@ -174,6 +177,18 @@ impl DockerProvider {
         }
     }
 
+    /// The engine's status of `sandbox`'s container; [`ProviderError::Gone`] when it has none.
+    async fn status(
+        &self,
+        docker: &Docker,
+        sandbox: &SandboxHandle,
+    ) -> Result<Option<ContainerStateStatusEnum>, ProviderError> {
+        match self.inspect(docker, sandbox).await? {
+            Some(found) => Ok(found.state.and_then(|s| s.status)),
+            None => Err(ProviderError::Gone(sandbox.id.clone())),
+        }
+    }
+
     async fn remove(&self, docker: &Docker, container: &str) -> Result<(), ProviderError> {
         let options = RemoveContainerOptions {
             force: true,
@@ -205,6 +220,15 @@ async fn inspect_container(
             other => return other,
         }
     }
+}
+
+/// The conflict of pausing or resuming a container that is neither running nor paused.
+fn not_running(id: &str, status: Option<ContainerStateStatusEnum>) -> ProviderError {
+    let status = status.map_or_else(|| "unknown".to_string(), |s| s.to_string());
+    ProviderError::Conflict(format!(
+        "sandbox {id} is not running (its container is {status}): only a running sandbox \
+         pauses and only a paused one resumes; a session (`tether exec {id} ...`) starts it"
+    ))
 }
 
 fn short(id: &str) -> &str {
@@ -333,11 +357,10 @@ impl Provider for DockerProvider {
         let status = found.state.and_then(|s| s.status);
         Ok(match status {
             Some(ContainerStateStatusEnum::RUNNING) => SandboxState::Running,
-            Some(
-                ContainerStateStatusEnum::PAUSED
-                | ContainerStateStatusEnum::CREATED
-                | ContainerStateStatusEnum::EXITED,
-            ) => SandboxState::Stopped,
+            Some(ContainerStateStatusEnum::PAUSED) => SandboxState::Paused,
+            Some(ContainerStateStatusEnum::CREATED | ContainerStateStatusEnum::EXITED) => {
+                SandboxState::Stopped
+            }
             Some(ContainerStateStatusEnum::DEAD | ContainerStateStatusEnum::REMOVING) => {
                 SandboxState::Gone
             }
@@ -386,6 +409,57 @@ impl Provider for DockerProvider {
             return Ok(());
         }
         self.remove(&docker, &sandbox.provider_ref).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { pause: true }
+    }
+
+    async fn pause(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        let host = self.host()?;
+        let docker = host.client()?;
+        let id = &sandbox.id;
+        match self.status(&docker, sandbox).await? {
+            Some(ContainerStateStatusEnum::RUNNING) => {}
+            Some(ContainerStateStatusEnum::PAUSED) => {
+                return Err(ProviderError::Conflict(format!(
+                    "sandbox {id} is already paused; resume it with `tether resume {id}`"
+                )))
+            }
+            other => return Err(not_running(id, other)),
+        }
+        match docker.pause_container(&sandbox.provider_ref).await {
+            Ok(()) => Ok(()),
+            // Paused or stopped meanwhile, by someone else.
+            Err(e) if engine::status(&e) == Some(409) => Err(ProviderError::Conflict(format!(
+                "sandbox {id} cannot be paused now ({}); `tether info {id}` shows its state",
+                host.error("pausing the container", e)
+            ))),
+            Err(e) => Err(host.error("pausing the container", e)),
+        }
+    }
+
+    async fn resume(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        let host = self.host()?;
+        let docker = host.client()?;
+        let id = &sandbox.id;
+        match self.status(&docker, sandbox).await? {
+            Some(ContainerStateStatusEnum::PAUSED) => {}
+            Some(ContainerStateStatusEnum::RUNNING) => {
+                return Err(ProviderError::Conflict(format!(
+                    "sandbox {id} is not paused: it is running (`tether pause {id}` pauses it)"
+                )))
+            }
+            other => return Err(not_running(id, other)),
+        }
+        match docker.unpause_container(&sandbox.provider_ref).await {
+            Ok(()) => Ok(()),
+            Err(e) if engine::status(&e) == Some(409) => Err(ProviderError::Conflict(format!(
+                "sandbox {id} cannot be resumed now ({}); `tether info {id}` shows its state",
+                host.error("resuming the container", e)
+            ))),
+            Err(e) => Err(host.error("resuming the container", e)),
+        }
     }
 
     async fn renew(&self, _sandbox: &SandboxHandle, _ttl: Duration) -> Result<(), ProviderError> {

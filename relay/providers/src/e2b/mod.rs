@@ -10,6 +10,9 @@
 //!   when the sandbox has one. A paused sandbox is resumed (`/connect`), and an agent that is
 //!   not listening (after a reboot) is started again. A sandbox without a TTL has its timeout
 //!   pushed ahead at every connect and, every half timeout, while a session stays open.
+//! - Pause and resume: E2B's pause (memory and processes kept, the agent with them) and its
+//!   connect, which resumes ([`pause`]); E2B's `paused` is [`SandboxState::Paused`]. While
+//!   paused, E2B's edge answers nothing inside the sandbox.
 //! - Network: `--network` and allowlists as E2B's `allow_internet_access`, `allowOut` and
 //!   `denyOut` ([`egress`]); what E2B cannot express is refused.
 //! - Settings: `E2B_API_KEY`; `E2B_TIMEOUT` (seconds, E2B's timeout of a sandbox without a
@@ -20,6 +23,7 @@
 mod api;
 mod egress;
 mod envd;
+mod pause;
 pub(crate) mod template;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,8 +39,8 @@ use super::cloud::http::{self, ControlPlane};
 use super::cloud::settings::Settings;
 use super::cloud::websocket::{self, EdgeError};
 use tether_relay_core::provider::{
-    AgentSocket, Created, Labelled, NetworkInfo, Provider, ProviderError, SandboxHandle,
-    SandboxSpec, SandboxState,
+    AgentSocket, Capabilities, Created, Labelled, NetworkInfo, Provider, ProviderError,
+    SandboxHandle, SandboxSpec, SandboxState,
 };
 
 /// E2B's default domain.
@@ -291,9 +295,47 @@ impl Provider for E2bProvider {
         let e2b = self.ready()?;
         Ok(match api::get(&e2b.api, &sandbox.provider_ref).await? {
             None => SandboxState::Gone,
-            Some(detail) if detail.state == "paused" => SandboxState::Stopped,
+            Some(detail) if detail.state == "paused" => SandboxState::Paused,
             Some(_) => SandboxState::Running,
         })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { pause: true }
+    }
+
+    async fn pause(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        let e2b = self.ready()?;
+        let id = &sandbox.id;
+        match pause::pause(&e2b.api, &sandbox.provider_ref).await? {
+            pause::Paused::Now => Ok(()),
+            pause::Paused::Already => Err(ProviderError::Conflict(format!(
+                "sandbox {id} is already paused; resume it with `tether resume {id}`"
+            ))),
+            pause::Paused::Busy(why) => Err(ProviderError::Conflict(format!(
+                "E2B cannot pause sandbox {id} while it changes state ({why}); try again in a \
+                 moment"
+            ))),
+            pause::Paused::Gone => Err(ProviderError::Gone(id.clone())),
+        }
+    }
+
+    async fn resume(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        let e2b = self.ready()?;
+        let meta = load_meta(sandbox)?;
+        let id = &sandbox.id;
+        // The agent was paused with the sandbox's memory and runs on: `connect` reaches it.
+        match pause::resume(&e2b.api, &sandbox.provider_ref, meta.timeout_secs).await? {
+            pause::Resumed::Now => Ok(()),
+            pause::Resumed::WasRunning => Err(ProviderError::Conflict(format!(
+                "sandbox {id} is not paused: it is running (`tether pause {id}` pauses it)"
+            ))),
+            pause::Resumed::Busy(why) => Err(ProviderError::Conflict(format!(
+                "E2B cannot resume sandbox {id} while it changes state ({why}); try again in a \
+                 moment"
+            ))),
+            pause::Resumed::Gone => Err(ProviderError::Gone(id.clone())),
+        }
     }
 
     async fn delete(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
