@@ -460,7 +460,7 @@ pub struct SandboxSpec {
     /// Whether traffic to the sandbox while it is paused (a new session, a preview request)
     /// resumes it; absent means yes. With `false`, such traffic is refused (409) until an
     /// explicit resume.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub auto_resume: Option<bool>,
     /// CPU limit in cores (may be fractional).
     #[serde(default)]

@@ -122,6 +122,25 @@ impl RelayClient {
         .await
     }
 
+    /// Pauses a sandbox: its processes freeze with their memory kept, and attached sessions
+    /// stay open. A paused sandbox is a 409 (`conflict`); a provider that cannot pause, a 501.
+    pub async fn pause(&self, id: &str) -> Result<SandboxInfo, ClientError> {
+        self.send(
+            self.http
+                .post(self.url(&format!("/v1/sandboxes/{id}/pause"))),
+        )
+        .await
+    }
+
+    /// Resumes a paused sandbox where it was. One that is not paused is a 409 (`conflict`).
+    pub async fn resume(&self, id: &str) -> Result<SandboxInfo, ClientError> {
+        self.send(
+            self.http
+                .post(self.url(&format!("/v1/sandboxes/{id}/resume"))),
+        )
+        .await
+    }
+
     /// How a browser reaches the sandbox's ports: its preview URLs and token.
     pub async fn preview(&self, id: &str) -> Result<PreviewInfo, ClientError> {
         self.send(

@@ -379,6 +379,24 @@ impl Relay {
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     }
 
+    /// `tether ARGS` as the admin; its stdout. Panics with its stderr if it fails.
+    pub fn tether_ok(&self, args: &[&str]) -> String {
+        let out = self.tether().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "tether {args:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8 output")
+    }
+
+    /// `tether ARGS` as the admin, its stdout parsed as JSON.
+    pub fn tether_json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.tether_ok(args);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("tether {args:?}: {e}: {out}"))
+    }
+
     /// `tether exec ID -- sh -c SCRIPT` as the admin, whatever its outcome.
     pub fn sh(&self, id: &str, script: &str) -> std::process::Output {
         self.tether()

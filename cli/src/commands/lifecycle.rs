@@ -507,11 +507,15 @@ pub(super) async fn info(remote: Remote, args: InfoArgs) -> anyhow::Result<()> {
         let explain = |e| remote.explain(e, Some(&args.id));
         anyhow::Ok((info.map_err(explain)?, ports.map_err(explain)?))
     };
-    let (sandbox, agent, preview) = tokio::join!(rest.get(&args.id), agent, rest.preview(&args.id));
+    let (sandbox, preview) = tokio::join!(rest.get(&args.id), rest.preview(&args.id));
     let sandbox = sandbox.map_err(|e| remote.explain(e, Some(&args.id)))?;
-    let (agent, ports, agent_error) = match agent {
-        Ok((a, ports)) => (Some(a), Some(ports), None),
-        Err(e) => (None, None, Some(format!("{e:#}"))),
+    // A session would resume a paused sandbox: looking at it must not.
+    let (agent, ports, agent_error) = match sandbox.state.as_str() {
+        "paused" => (None, None, None),
+        _ => match agent.await {
+            Ok((a, ports)) => (Some(a), Some(ports), None),
+            Err(e) => (None, None, Some(format!("{e:#}"))),
+        },
     };
     let preview = preview.map_err(|e| remote.explain(e, Some(&args.id)))?;
     let info = Info {
@@ -571,6 +575,29 @@ fn describe(info: &Info<'_>, now: i64) -> String {
             ("cpus", a.cpus.to_string()),
             ("memory", output::bytes(a.memory_bytes)),
         ]);
+    }
+    rows.push((
+        "on idle",
+        match s.idle_timeout_secs {
+            Some(_) => s.on_idle.as_str().to_string(),
+            None => "-".into(),
+        },
+    ));
+    rows.push((
+        "auto-resume",
+        match s.auto_resume {
+            true => "yes: a session or preview resumes it when paused".into(),
+            false => "no: `tether resume` only".into(),
+        },
+    ));
+    if let Some(c) = &s.capabilities {
+        rows.push((
+            "can",
+            match c.pause {
+                true => "pause, resume".into(),
+                false => "- (its provider cannot pause)".into(),
+            },
+        ));
     }
     if let Some(n) = &s.network {
         rows.extend(network_rows(n));

@@ -28,6 +28,7 @@ mod interrupt;
 mod lifecycle;
 mod location;
 mod output;
+mod pause;
 mod remote;
 mod run;
 mod secret;
@@ -74,6 +75,10 @@ enum Command {
     Rm(lifecycle::RmArgs),
     /// Show a sandbox and what its agent reports.
     Info(lifecycle::InfoArgs),
+    /// Pause sandboxes: processes frozen with their memory kept, sessions left open.
+    Pause(pause::PauseArgs),
+    /// Resume paused sandboxes where they were.
+    Resume(pause::PauseArgs),
     /// Run a command in a sandbox.
     Exec(exec::ExecArgs),
     /// Open an interactive shell in a sandbox.
@@ -119,6 +124,8 @@ fn dispatch(cli: Cli) -> i32 {
         Command::Ls(args) => done(client(relay, |r| lifecycle::ls(r, args))),
         Command::Rm(args) => done(client(relay, |r| lifecycle::rm(r, args))),
         Command::Info(args) => done(client(relay, |r| lifecycle::info(r, args))),
+        Command::Pause(args) => done(client(relay, |r| pause::run(r, args, false))),
+        Command::Resume(args) => done(client(relay, |r| pause::run(r, args, true))),
         Command::Token(cmd) => done(client(relay, |r| token::run(r, cmd))),
         Command::Secret(cmd) => done(client(relay, |r| secret::run(r, cmd))),
         Command::Cp(args) => done(client(relay, |r| interrupt::or_signal(cp::run(r, args)))),

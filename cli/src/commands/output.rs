@@ -19,6 +19,14 @@ pub(super) fn json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints `value` as JSON on one line (a stream of values, one per line).
+pub(super) fn json_line<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
 /// A table printed with each column as wide as its widest cell.
 pub(super) struct Table {
     headers: Vec<&'static str>,

@@ -1,5 +1,6 @@
-//! `sandbox_create`, `sandbox_list`, `sandbox_delete`, `sandbox_info`: sandboxes through the
-//! relay's REST API, on whichever provider the relay serves.
+//! `sandbox_create`, `sandbox_list`, `sandbox_delete`, `sandbox_info`, `sandbox_pause`,
+//! `sandbox_resume`: sandboxes through the relay's REST API, on whichever provider the relay
+//! serves.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -113,6 +114,21 @@ pub(super) async fn delete(server: &Server, args: SandboxArgs) -> Result<Value, 
     Ok(json!({ "deleted": args.sandbox_id, "exec_sessions_ended": ended }))
 }
 
+/// Pauses (`resume` false) or resumes a sandbox; answers it as the relay now has it.
+pub(super) async fn pause(
+    server: &Server,
+    args: SandboxArgs,
+    resume: bool,
+) -> Result<Value, ToolError> {
+    check_id(&args.sandbox_id)?;
+    let relay = server.connections.relay();
+    let info = match resume {
+        false => relay.pause(&args.sandbox_id).await?,
+        true => relay.resume(&args.sandbox_id).await?,
+    };
+    Ok(serde_json::to_value(info).expect("sandbox info serializes"))
+}
+
 pub(super) async fn info(server: &Server, args: SandboxArgs) -> Result<Value, ToolError> {
     check_id(&args.sandbox_id)?;
     let relay = server.connections.relay();
@@ -126,9 +142,13 @@ pub(super) async fn info(server: &Server, args: SandboxArgs) -> Result<Value, To
         let (agent, ports) = tokio::join!(session.info(), session.ports());
         Ok::<_, ToolError>((agent?, ports?))
     };
-    let (agent, ports, agent_error) = match agent.await {
-        Ok((agent, ports)) => (Some(agent), ports, None),
-        Err(e) => (None, Vec::new(), Some(e.to_string())),
+    // A session would resume a paused sandbox: looking at it must not.
+    let (agent, ports, agent_error) = match sandbox.state.as_str() {
+        "paused" => (None, Vec::new(), None),
+        _ => match agent.await {
+            Ok((agent, ports)) => (Some(agent), ports, None),
+            Err(e) => (None, Vec::new(), Some(e.to_string())),
+        },
     };
     let ports: Vec<Value> = ports
         .into_iter()

@@ -132,6 +132,26 @@ impl Tools {
     }
 
     #[tool(
+        description = "Pause a sandbox: its processes freeze with their memory kept and use \
+        no CPU; its files stay. The next tool call that reaches it resumes it (unless it was \
+        created without auto-resume), or call sandbox_resume."
+    )]
+    async fn sandbox_pause(
+        &self,
+        Parameters(args): Parameters<SandboxArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        answer(async { sandboxes::pause(&self.server, args?, false).await }.await)
+    }
+
+    #[tool(description = "Resume a paused sandbox: its processes continue where they were.")]
+    async fn sandbox_resume(
+        &self,
+        Parameters(args): Parameters<SandboxArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        answer(async { sandboxes::pause(&self.server, args?, true).await }.await)
+    }
+
+    #[tool(
         description = "Show a sandbox: its record, its agent (version, OS, CPUs, memory, \
         user, working directory), the TCP ports listening in it with a preview URL for \
         each (open it in a browser), and the preview token.",

@@ -11,7 +11,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
-use super::constants::{CPU_PERIOD, FREEZE_TIMEOUT, POLL_INTERVAL};
+use super::constants::{CPU_PERIOD, FREEZE_TIMEOUT, PAUSED_CGROUP, POLL_INTERVAL};
 use super::error::{IoContext, LocalError};
 use super::plan::Limits;
 
@@ -58,6 +58,25 @@ impl SandboxCgroup {
     /// The `cgroup.procs` files a process writes its pid to in order to join.
     pub(super) fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs().iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    /// The child cgroup a pause moves the sandbox's processes into and freezes (`freeze`):
+    /// in the freezer hierarchy (v1, when it is mounted) or the unified one. It exists only
+    /// once the sandbox was first paused.
+    pub(super) fn paused_dir(&self) -> Option<PathBuf> {
+        match self {
+            SandboxCgroup::V2 { dir } => Some(dir.join(PAUSED_CGROUP)),
+            SandboxCgroup::V1 { freezer, .. } => freezer.as_ref().map(|f| f.join(PAUSED_CGROUP)),
+        }
+    }
+
+    /// The directory whose `cgroup.procs` lists the processes a pause has not moved yet, in
+    /// the hierarchy [`Self::paused_dir`] is in.
+    pub(super) fn freezer_dir(&self) -> Option<&Path> {
+        match self {
+            SandboxCgroup::V2 { dir } => Some(dir),
+            SandboxCgroup::V1 { freezer, .. } => freezer.as_deref(),
+        }
     }
 
     /// Creates the cgroup and sets its limits.
@@ -108,9 +127,11 @@ impl SandboxCgroup {
 
     /// The pids of every process in the cgroup.
     pub(super) fn pids(&self) -> Vec<i32> {
+        let paused = self.paused_dir().map(|d| d.join("cgroup.procs"));
         let mut all: Vec<i32> = self
             .procs_files()
             .iter()
+            .chain(paused.as_ref())
             .flat_map(|f| read_pids(f))
             .collect();
         all.sort_unstable();
@@ -150,6 +171,11 @@ impl SandboxCgroup {
                     if let Some(f) = freezer {
                         let _ = write(&f.join("freezer.state"), "THAWED");
                     }
+                    // A v1 task frozen by a pause dies of SIGKILL only once thawed, and
+                    // thawing the parent leaves a child that froze itself frozen.
+                    if let Some(paused) = self.paused_dir() {
+                        let _ = write_if_present(&paused.join("freezer.state"), "THAWED");
+                    }
                 }
             }
             std::thread::sleep(POLL_INTERVAL);
@@ -160,7 +186,9 @@ impl SandboxCgroup {
     /// directory counts as removed.
     pub(super) fn remove(&self, timeout: Duration) -> Result<(), LocalError> {
         let start = Instant::now();
-        for dir in self.dirs() {
+        // The paused child first: a cgroup with a child cannot be removed.
+        let paused = self.paused_dir();
+        for dir in paused.iter().map(PathBuf::as_path).chain(self.dirs()) {
             loop {
                 match fs::remove_dir(dir) {
                     Ok(()) => break,
@@ -239,7 +267,7 @@ fn make_dir(dir: &Path) -> Result<(), LocalError> {
 }
 
 /// Writes a cgroup control file (never creating it: cgroupfs files exist or are unsupported).
-fn write(path: &Path, value: &str) -> Result<(), LocalError> {
+pub(super) fn write(path: &Path, value: &str) -> Result<(), LocalError> {
     OpenOptions::new()
         .write(true)
         .open(path)
@@ -255,11 +283,11 @@ fn write_if_present(path: &Path, value: &str) -> Result<bool, LocalError> {
     write(path, value).map(|()| true)
 }
 
-fn read(path: &Path) -> String {
+pub(super) fn read(path: &Path) -> String {
     fs::read_to_string(path).unwrap_or_default()
 }
 
-fn read_pids(procs: &Path) -> Vec<i32> {
+pub(super) fn read_pids(procs: &Path) -> Vec<i32> {
     read(procs)
         .lines()
         .filter_map(|l| l.trim().parse().ok())

@@ -102,6 +102,14 @@ pub(super) const KILL_TIMEOUT: Duration = Duration::from_secs(5);
 pub(super) const RMDIR_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a v1 freezer may take to reach FROZEN before we kill anyway.
 pub(super) const FREEZE_TIMEOUT: Duration = Duration::from_millis(100);
+/// The child cgroup a pause moves a sandbox's processes into and freezes (see `freeze`).
+pub(super) const PAUSED_CGROUP: &str = "paused";
+/// How long a pause keeps moving processes that fork while they are moved, and waits for the
+/// kernel to report them frozen, before it gives up and thaws them again.
+pub(super) const PAUSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The pause between two polls of a freezing cgroup: short, as a pause should take a few
+/// milliseconds.
+pub(super) const FREEZE_POLL_INTERVAL: Duration = Duration::from_micros(100);
 /// The pause between two polls of a draining cgroup or a dying process.
 pub(super) const POLL_INTERVAL: Duration = Duration::from_millis(2);
 /// How long a connect waits for the agent's WebSocket handshake.

@@ -56,6 +56,12 @@ pub(super) enum LocalError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The sandbox is not in a state the call can start from (pausing a paused one).
+    #[error("{0}")]
+    Conflict(String),
+    /// The host cannot do what was asked for this sandbox (pause without a cgroup freezer).
+    #[error("{0}")]
+    Unsupported(String),
     /// Some processes outlived every kill.
     #[error("processes of sandbox {id} survived SIGKILL for {timeout:?} (pids {pids:?})")]
     Unkillable {
@@ -97,6 +103,8 @@ impl From<LocalError> for ProviderError {
                 ProviderError::InvalidSpec(e.to_string())
             }
             LocalError::Unavailable(m) => ProviderError::Unavailable(m),
+            LocalError::Conflict(m) => ProviderError::Conflict(m),
+            LocalError::Unsupported(m) => ProviderError::Unsupported(m),
             LocalError::Io { ref source, .. }
                 if source.kind() == io::ErrorKind::PermissionDenied =>
             {

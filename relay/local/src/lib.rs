@@ -36,6 +36,7 @@ mod devfs;
 mod disk;
 mod error;
 mod etc;
+mod freeze;
 mod hierarchy;
 mod init;
 mod layout;
@@ -80,8 +81,8 @@ use self::teardown::{CreateGuard, Teardown};
 use tether_oci::{self as image, PreparedImage};
 use tether_relay_core::egress::explicit_proxy;
 use tether_relay_core::provider::{
-    AgentSocket, Created, Labelled, NetworkPolicy, Provider, ProviderContext, ProviderError,
-    SandboxHandle, SandboxSpec, SandboxState, Unaccounted, Unfinished,
+    AgentSocket, Capabilities, Created, Labelled, NetworkPolicy, Provider, ProviderContext,
+    ProviderError, SandboxHandle, SandboxSpec, SandboxState, Unaccounted, Unfinished,
 };
 
 /// Runs sandboxes as namespaces and cgroups on this machine.
@@ -91,6 +92,19 @@ pub struct LocalProvider {
 }
 
 impl LocalProvider {
+    /// Fails unless the sandbox's agent runs: a dead sandbox can be neither paused nor resumed.
+    fn alive_or_dead(&self, sandbox: &SandboxHandle, meta: &Meta) -> Result<(), ProviderError> {
+        match meta.process.liveness() {
+            Liveness::Alive => Ok(()),
+            // The relay asks `state` again, which finds it dead.
+            Liveness::Dead(_) => Err(ProviderError::Gone(sandbox.id.clone())),
+            Liveness::Unknown(reason) => Err(ProviderError::Unavailable(format!(
+                "cannot tell whether sandbox {} runs: {reason}; try again",
+                sandbox.id
+            ))),
+        }
+    }
+
     /// A provider that keeps its files under `ctx.data_dir/local/`. Never fails: what the host
     /// lacks is reported by `create`. Pins the relay's own binary (the first time in this
     /// process), so sandboxes still start after the file is replaced on disk.
@@ -323,6 +337,7 @@ impl Provider for LocalProvider {
     async fn state(&self, sandbox: &SandboxHandle) -> Result<SandboxState, ProviderError> {
         let (meta, _) = Meta::load(sandbox, &self.data_dir())?;
         Ok(match meta.process.liveness() {
+            Liveness::Alive if freeze::is_paused(&meta.cgroup) => SandboxState::Paused,
             Liveness::Alive => SandboxState::Running,
             // Its files, disk and cgroup stay until a delete: the sandbox is dead, not gone.
             Liveness::Dead(evidence) => {
@@ -334,6 +349,34 @@ impl Provider for LocalProvider {
                 SandboxState::Unknown
             }
         })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // Read once: the host's cgroup mounts do not change under a running relay.
+        static PAUSE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let pause = *PAUSE.get_or_init(|| match Hierarchy::detect() {
+            Ok(Hierarchy::V2 { .. }) => true,
+            Ok(Hierarchy::V1 { freezer, .. }) => freezer.is_some(),
+            Err(_) => false,
+        });
+        Capabilities { pause }
+    }
+
+    async fn pause(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        let (meta, _) = Meta::load(sandbox, &self.data_dir())?;
+        self.alive_or_dead(sandbox, &meta)?;
+        let id = sandbox.id.clone();
+        tokio::task::spawn_blocking(move || freeze::pause(&id, &meta.cgroup, meta.process.pid))
+            .await
+            .map_err(|e| anyhow::anyhow!("pausing a sandbox stopped: {e}"))??;
+        Ok(())
+    }
+
+    async fn resume(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        let (meta, _) = Meta::load(sandbox, &self.data_dir())?;
+        self.alive_or_dead(sandbox, &meta)?;
+        freeze::resume(&sandbox.id, &meta.cgroup)?;
+        Ok(())
     }
 
     async fn delete(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {

@@ -41,6 +41,7 @@ mod fds;
 mod hop;
 mod http;
 mod orphans;
+mod pause;
 mod policy;
 mod preview;
 mod preview_domain;

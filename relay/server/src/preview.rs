@@ -430,6 +430,12 @@ async fn forward(
         .open(sandbox.id.clone())
         .map_err(|full| refuse(StatusCode::SERVICE_UNAVAILABLE, full.to_string()))?;
     relay.record_activity(&sandbox.id).await;
+    let mut sandbox = sandbox.clone();
+    relay
+        .wake(&*provider, &mut sandbox)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let sandbox = &sandbox;
     let agent = relay
         .connect_agent(&*provider, sandbox)
         .await

@@ -1,6 +1,6 @@
 //! The reaper: at startup, forgets sandboxes their provider no longer has; then, every tick,
 //! deletes sandboxes whose TTL ran out or that sat idle (no tunnel open) past their idle
-//! timeout, asks again about sandboxes whose state is unknown, and records open tunnels as
+//! timeout (or pauses those created with `on_idle: pause`), asks again about sandboxes whose state is unknown, and records open tunnels as
 //! activity.
 //!
 //! Relays sharing a database reap one at a time: each tick, a relay takes or renews the
@@ -35,6 +35,7 @@ use super::constants::{
 };
 use super::error::ApiError;
 use super::state::{now_ms, Relay};
+use tether_client::api::IdleAction;
 use tether_relay_core::provider::{Provider, ProviderError, SandboxState};
 use tether_store::{millis, DestroyReason, Destroyed, Due, Lease, SandboxId, SandboxRecord};
 
@@ -226,6 +227,9 @@ async fn reap_one(
         && sandbox.last_active_ms.saturating_add(quiet) <= now
         && !relay.tunnels.is_active(&sandbox.id)
     {
+        if sandbox.spec.on_idle == IdleAction::Pause {
+            return pause_idle(relay, sandbox).await;
+        }
         let idle = sandbox.idle_timeout.unwrap_or_default();
         let evidence = format!(
             "no client connected since {} ms (now {now} ms), past its idle timeout of {idle:?}",
@@ -249,6 +253,23 @@ async fn reap_one(
     let entry = Destroyed::of(&sandbox, now, reason, evidence);
     let result = destroy_unasked(relay, &*provider, &sandbox, entry, lease).await;
     Some((sandbox.id, result.map_err(|e| e.to_string())))
+}
+
+/// Pauses an idle sandbox created with `on_idle: pause`, unless it is paused already (or
+/// cannot be: a dead one waits for its TTL or a client's `rm`).
+async fn pause_idle(
+    relay: &Relay,
+    sandbox: SandboxRecord,
+) -> Option<(SandboxId, Result<(), String>)> {
+    if matches!(sandbox.state, SandboxState::Paused | SandboxState::Dead) {
+        return None;
+    }
+    let id = sandbox.id.clone();
+    let idle = sandbox.idle_timeout.unwrap_or_default();
+    let result = relay.pause_sandbox(sandbox).await.map(|_| {
+        info!(sandbox = %id, "paused sandbox {id}: no client for its idle timeout of {idle:?}");
+    });
+    Some((id, result.map_err(|e| e.to_string())))
 }
 
 /// Claims `sandbox` for deletion under `lease` if it is still `due`.

@@ -37,6 +37,7 @@ pub(super) async fn create(
 ) -> Result<(StatusCode, Json<SandboxInfo>), ApiError> {
     let mut req = parse_create(body)?;
     let provider = relay.provider(req.provider.as_deref().unwrap_or(DEFAULT_PROVIDER))?;
+    super::pause::check_idle_action(&*provider, &req.spec)?;
     relay.policy.admit(&caller, &*provider, &mut req.spec)?;
     let work_relay = relay.clone();
     let (status, info) = relay

@@ -170,6 +170,7 @@ pub(super) async fn open(
     }
     let guard = admit(&relay, &sandbox.id)?;
     relay.record_activity(&sandbox.id).await;
+    relay.wake(&*provider, &mut sandbox).await?;
     let agent = match relay.connect_agent(&*provider, &sandbox).await {
         Ok(agent) => agent,
         Err(ProviderError::Unavailable(message)) => return Err(ApiError::Unavailable(message)),

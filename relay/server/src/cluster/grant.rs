@@ -36,6 +36,10 @@ pub(crate) enum Op {
     Session,
     /// Delete the sandbox at its provider.
     Delete,
+    /// Pause the sandbox at its provider.
+    Pause,
+    /// Resume the paused sandbox at its provider.
+    Resume,
 }
 
 /// The signed statement.

@@ -88,15 +88,17 @@ pub(super) async fn session(
     }
 }
 
-/// Deletes `sandbox` at its provider through its owner `node` at `address`.
-pub(super) async fn delete(
+/// Deletes, pauses or resumes (`op`) `sandbox` at its provider through its owner `node` at
+/// `address`.
+pub(super) async fn act(
     relay: &Relay,
+    op: Op,
     node: &NodeId,
     address: &str,
     sandbox: &SandboxRecord,
 ) -> Result<(), ProviderError> {
     let grant = relay.cluster.grants.issue(
-        Op::Delete,
+        op,
         &sandbox.id,
         &sandbox.tenant,
         &relay.node,
@@ -104,16 +106,16 @@ pub(super) async fn delete(
         now_ms(),
     );
     let url = format!("{address}/v1/cluster/sandboxes/{}", sandbox.id);
-    let sent = relay
-        .cluster
-        .http
-        .delete(&url)
-        .header(GRANT_HEADER, grant)
-        .send()
-        .await;
+    let (request, verb) = match op {
+        Op::Delete => (relay.cluster.http.delete(&url), "delete"),
+        Op::Pause => (relay.cluster.http.post(format!("{url}/pause")), "pause"),
+        Op::Resume => (relay.cluster.http.post(format!("{url}/resume")), "resume"),
+        Op::Session => unreachable!("a session is a WebSocket: `session` opens it"),
+    };
+    let sent = request.header(GRANT_HEADER, grant).send().await;
     let response = sent.map_err(|e| {
         ProviderError::Unavailable(format!(
-            "cannot reach relay {node} at {address}, which runs sandbox {}, to delete it: {e}; \
+            "cannot reach relay {node} at {address}, which runs sandbox {}, to {verb} it: {e}; \
              try again once that relay is back",
             sandbox.id
         ))
@@ -134,6 +136,8 @@ fn refused(node: &NodeId, sandbox: &SandboxRecord, status: u16, body: &[u8]) -> 
     match status {
         404 | 410 => ProviderError::Gone(sandbox.id.to_string()),
         503 => ProviderError::Unavailable(message),
+        409 => ProviderError::Conflict(message),
+        501 => ProviderError::Unsupported(message),
         401 => ProviderError::Other(anyhow!(
             "relay {node}, which runs sandbox {}, refused this relay: {message}",
             sandbox.id

@@ -1,6 +1,6 @@
 //! The relay-to-relay hop, and what keeps this relay known to its peers: where a sandbox is
 //! reached from and reaching it there (`impl Relay` here), the heartbeat task, the entry
-//! relay's side of the hop (`client`: a WebSocket, or a delete, to the owner) and the owner's
+//! relay's side of the hop (`client`: a WebSocket, or a delete, pause or resume, to the owner) and the owner's
 //! (`routes`: `/v1/cluster/...`, which reuses the tunnel's forwarding). Who the peers are and
 //! what they trust is [`crate::cluster`]'s.
 
@@ -14,6 +14,7 @@ use tracing::{info, warn};
 
 pub(crate) use routes::routes;
 
+use crate::cluster::grant::Op;
 use crate::cluster::Place;
 use crate::constants::{HEARTBEAT_INTERVAL, NODE_ALIVE_WITHIN};
 use crate::state::Relay;
@@ -56,7 +57,39 @@ impl Relay {
     ) -> Result<(), ProviderError> {
         match self.place(sandbox) {
             Place::Here => provider.delete(&sandbox.handle()).await,
-            Place::Peer { node, address } => client::delete(self, &node, &address, sandbox).await,
+            Place::Peer { node, address } => {
+                client::act(self, Op::Delete, &node, &address, sandbox).await
+            }
+            Place::Away { node } => Err(unavailable(sandbox, &node)),
+        }
+    }
+
+    /// Pauses `sandbox` at its provider: directly, or through its owner.
+    pub(crate) async fn pause_at_provider(
+        &self,
+        provider: &dyn Provider,
+        sandbox: &SandboxRecord,
+    ) -> Result<(), ProviderError> {
+        match self.place(sandbox) {
+            Place::Here => provider.pause(&sandbox.handle()).await,
+            Place::Peer { node, address } => {
+                client::act(self, Op::Pause, &node, &address, sandbox).await
+            }
+            Place::Away { node } => Err(unavailable(sandbox, &node)),
+        }
+    }
+
+    /// Resumes `sandbox` at its provider: directly, or through its owner.
+    pub(crate) async fn resume_at_provider(
+        &self,
+        provider: &dyn Provider,
+        sandbox: &SandboxRecord,
+    ) -> Result<(), ProviderError> {
+        match self.place(sandbox) {
+            Place::Here => provider.resume(&sandbox.handle()).await,
+            Place::Peer { node, address } => {
+                client::act(self, Op::Resume, &node, &address, sandbox).await
+            }
             Place::Away { node } => Err(unavailable(sandbox, &node)),
         }
     }

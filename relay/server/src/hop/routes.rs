@@ -1,7 +1,8 @@
 //! The owner's side of the relay-to-relay hop: `GET /v1/cluster/sandboxes/{id}/ws` joins a
 //! peer's WebSocket to the sandbox's agent (carried as the tunnel carries a client's, spliced
-//! or forwarded, so flow control stays end to end), and `DELETE /v1/cluster/sandboxes/{id}` deletes the sandbox at its
-//! provider (the peer then forgets it in the database). Both take a grant only, never an API
+//! or forwarded, so flow control stays end to end); `DELETE /v1/cluster/sandboxes/{id}`
+//! deletes the sandbox at its provider (the peer then forgets it in the database), and
+//! `POST .../pause` and `.../resume` pause and resume it there. Both take a grant only, never an API
 //! token: a request without a valid one is a 401, whatever it carries.
 
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use tracing::debug;
 
@@ -25,6 +26,8 @@ pub(crate) fn routes() -> Router<Arc<Relay>> {
     Router::new()
         .route("/v1/cluster/sandboxes/{id}/ws", get(session))
         .route("/v1/cluster/sandboxes/{id}", axum::routing::delete(delete))
+        .route("/v1/cluster/sandboxes/{id}/pause", post(pause))
+        .route("/v1/cluster/sandboxes/{id}/resume", post(resume))
 }
 
 /// Checks the request's grant for `op` on sandbox `id`.
@@ -117,5 +120,39 @@ async fn delete(
             Ok(())
         })
         .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/cluster/sandboxes/{id}/pause`: 204 once the provider has paused it.
+async fn pause(
+    State(relay): State<Arc<Relay>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    act(&relay, &headers, Op::Pause, &id).await
+}
+
+/// `POST /v1/cluster/sandboxes/{id}/resume`: 204 once the provider has resumed it.
+async fn resume(
+    State(relay): State<Arc<Relay>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    act(&relay, &headers, Op::Resume, &id).await
+}
+
+/// Pauses or resumes (`op`) the granted sandbox at its provider; the entry relay records
+/// its new state.
+async fn act(relay: &Relay, headers: &HeaderMap, op: Op, id: &str) -> Result<StatusCode, ApiError> {
+    let grant = granted(relay, headers, op, id)?;
+    let sandbox = owned(relay, &grant, id)
+        .await?
+        .ok_or_else(|| ApiError::no_sandbox(&SandboxId::from(id.to_string())))?;
+    let provider = relay.provider_of(&sandbox)?;
+    let done = match op {
+        Op::Pause => provider.pause(&sandbox.handle()).await,
+        _ => provider.resume(&sandbox.handle()).await,
+    };
+    done.map_err(|e| ApiError::provider(&sandbox.provider, Some(&sandbox.id), e))?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,0 +1,151 @@
+//! Pausing a local sandbox: every process in it but its agent moves into the sandbox's
+//! `paused` child cgroup, which is frozen (v1's freezer, v2's `cgroup.freeze`); resuming
+//! thaws it. Frozen processes keep their memory and use no CPU, and do not notice: no signal
+//! reaches them, and their parents see no stop.
+//!
+//! The agent stays awake on purpose. Attached sessions keep their WebSockets (it answers their
+//! pings, and the relay's splice hears it alive), and nothing is lost: frozen processes write
+//! nothing, and what they wrote before is in the agent's replay buffers. Freezing the agent
+//! too would end every session that outlasts the peers' liveness timeouts.
+//!
+//! The child is frozen before anything moves into it, so a process is frozen the moment it
+//! arrives and never runs in between. A process that forks while the others move leaves its
+//! child behind; the move repeats until only the agent is left outside, which terminates
+//! because only processes still outside can fork (the pids limit bounds a fork bomb) and
+//! is bounded by [`PAUSE_TIMEOUT`] regardless. Processes stay in the child after a resume;
+//! the next pause moves only those started since.
+
+use std::path::Path;
+use std::time::Instant;
+
+use super::cgroup::{read, read_pids, write, SandboxCgroup};
+use super::constants::{FREEZE_POLL_INTERVAL, PAUSE_TIMEOUT};
+use super::error::{IoContext, LocalError};
+
+/// Whether the sandbox is paused: its paused child is frozen (or freezing).
+pub(super) fn is_paused(cgroup: &SandboxCgroup) -> bool {
+    let Some(dir) = cgroup.paused_dir() else {
+        return false;
+    };
+    match cgroup {
+        // FREEZING counts: a pause that is still settling has been asked for.
+        SandboxCgroup::V1 { .. } => {
+            matches!(
+                read(&dir.join("freezer.state")).trim(),
+                "FROZEN" | "FREEZING"
+            )
+        }
+        SandboxCgroup::V2 { .. } => read(&dir.join("cgroup.freeze")).trim() == "1",
+    }
+}
+
+/// Freezes every process of sandbox `id` but its agent (`agent`, a host pid).
+pub(super) fn pause(id: &str, cgroup: &SandboxCgroup, agent: i32) -> Result<(), LocalError> {
+    let (Some(parent), Some(paused)) = (cgroup.freezer_dir(), cgroup.paused_dir()) else {
+        return Err(LocalError::Unsupported(format!(
+            "sandbox {id} cannot be paused: this host mounts no cgroup v1 freezer hierarchy \
+             (mount one at /sys/fs/cgroup/freezer, or run the relay on a cgroup v2 host)"
+        )));
+    };
+    if is_paused(cgroup) {
+        return Err(LocalError::Conflict(format!(
+            "sandbox {id} is already paused; `tether resume {id}` resumes it"
+        )));
+    }
+    if !paused.exists() {
+        std::fs::create_dir(&paused)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => Ok(()),
+                _ => Err(e),
+            })
+            .context(|| format!("create cgroup {}", paused.display()))?;
+    }
+    set_frozen(cgroup, &paused, true)?;
+    if let Err(e) = move_all_but(parent, &paused, agent).and_then(|()| wait_frozen(cgroup, &paused))
+    {
+        // Half a pause is worse than none: whatever moved runs again.
+        let _ = set_frozen(cgroup, &paused, false);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Thaws sandbox `id`'s paused processes.
+pub(super) fn resume(id: &str, cgroup: &SandboxCgroup) -> Result<(), LocalError> {
+    let paused = cgroup.paused_dir().filter(|_| is_paused(cgroup));
+    let Some(paused) = paused else {
+        return Err(LocalError::Conflict(format!(
+            "sandbox {id} is not paused; `tether pause {id}` pauses it"
+        )));
+    };
+    set_frozen(cgroup, &paused, false)
+}
+
+/// Asks the kernel to freeze (or thaw) the paused child.
+fn set_frozen(cgroup: &SandboxCgroup, paused: &Path, frozen: bool) -> Result<(), LocalError> {
+    match cgroup {
+        SandboxCgroup::V1 { .. } => write(
+            &paused.join("freezer.state"),
+            if frozen { "FROZEN" } else { "THAWED" },
+        ),
+        SandboxCgroup::V2 { .. } => write(
+            &paused.join("cgroup.freeze"),
+            if frozen { "1" } else { "0" },
+        ),
+    }
+}
+
+/// Moves every process in `parent` but `agent` into `paused`, until none is left.
+fn move_all_but(parent: &Path, paused: &Path, agent: i32) -> Result<(), LocalError> {
+    let start = Instant::now();
+    let target = paused.join("cgroup.procs");
+    loop {
+        let left: Vec<i32> = read_pids(&parent.join("cgroup.procs"))
+            .into_iter()
+            .filter(|&pid| pid != agent)
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > PAUSE_TIMEOUT {
+            return Err(LocalError::io(
+                format!("move {} processes into {}", left.len(), paused.display()),
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("processes kept forking for {PAUSE_TIMEOUT:?}; try again"),
+                ),
+            ));
+        }
+        for pid in left {
+            match write(&target, &pid.to_string()) {
+                Ok(()) => {}
+                // It exited between the read and the move: nothing left to freeze.
+                Err(LocalError::Io { ref source, .. })
+                    if source.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Waits until the kernel reports every task of `paused` frozen.
+fn wait_frozen(cgroup: &SandboxCgroup, paused: &Path) -> Result<(), LocalError> {
+    let start = Instant::now();
+    let frozen = || match cgroup {
+        SandboxCgroup::V1 { .. } => read(&paused.join("freezer.state")).trim() == "FROZEN",
+        SandboxCgroup::V2 { .. } => read(&paused.join("cgroup.events")).contains("frozen 1"),
+    };
+    while !frozen() {
+        if start.elapsed() > PAUSE_TIMEOUT {
+            return Err(LocalError::io(
+                format!("freeze {}", paused.display()),
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("its processes were not all frozen within {PAUSE_TIMEOUT:?}"),
+                ),
+            ));
+        }
+        std::thread::sleep(FREEZE_POLL_INTERVAL);
+    }
+    Ok(())
+}
