@@ -474,21 +474,25 @@ async fn connect(
     if timeout <= 0 {
         return error(StatusCode::BAD_REQUEST, "Timeout must be greater than 0");
     }
-    let (status, s) = {
+    let running = {
         let mut table = fake.table.lock().expect("sandbox table");
         let Some(s) = table.get_mut(&id) else {
             return not_found(&id);
         };
-        let until = SystemTime::now() + Duration::from_secs(timeout as u64);
-        let status = if s.paused {
-            s.paused = false;
-            s.end_at = until;
-            StatusCode::CREATED
+        if s.paused {
+            None
         } else {
+            let until = SystemTime::now() + Duration::from_secs(timeout as u64);
             s.end_at = s.end_at.max(until);
-            StatusCode::OK
-        };
-        (status, s.clone())
+            Some(s.clone())
+        }
+    };
+    let (status, s) = match running {
+        Some(s) => (StatusCode::OK, s),
+        None => match wake(&fake, &id, timeout).await {
+            Ok(s) => (StatusCode::CREATED, s),
+            Err(resp) => return resp,
+        },
     };
     (status, Json(sandbox_json(&fake, &id, &s))).into_response()
 }
@@ -507,22 +511,20 @@ async fn resume(
     if timeout <= 0 {
         return error(StatusCode::BAD_REQUEST, "Timeout must be greater than 0");
     }
-    let s = {
-        let mut table = fake.table.lock().expect("sandbox table");
-        let Some(s) = table.get_mut(&id) else {
-            return not_found(&id);
-        };
-        if !s.paused {
+    match fake.sandbox(&id) {
+        None => return not_found(&id),
+        Some(s) if !s.paused => {
             return error(
                 StatusCode::CONFLICT,
                 &format!("Sandbox {id} is already running"),
-            );
+            )
         }
-        s.paused = false;
-        s.end_at = SystemTime::now() + Duration::from_secs(timeout as u64);
-        s.clone()
-    };
-    (StatusCode::CREATED, Json(sandbox_json(&fake, &id, &s))).into_response()
+        Some(_) => {}
+    }
+    match wake(&fake, &id, timeout).await {
+        Ok(s) => (StatusCode::CREATED, Json(sandbox_json(&fake, &id, &s))).into_response(),
+        Err(resp) => resp,
+    }
 }
 
 /// `SandboxPauseRequest` (optional), the part the fake reads: `memory` (default true). Its
@@ -559,18 +561,51 @@ async fn pause(
     if req.memory == Some(false) {
         return memory_only();
     }
-    let mut table = fake.table.lock().expect("sandbox table");
-    let Some(s) = table.get_mut(&id) else {
-        return not_found(&id);
-    };
-    if s.paused {
-        return error(
-            StatusCode::CONFLICT,
-            &format!("Error pausing sandbox - sandbox '{id}' is already paused"),
-        );
+    {
+        let mut table = fake.table.lock().expect("sandbox table");
+        let Some(s) = table.get_mut(&id) else {
+            return not_found(&id);
+        };
+        if s.paused {
+            return error(
+                StatusCode::CONFLICT,
+                &format!("Error pausing sandbox - sandbox '{id}' is already paused"),
+            );
+        }
+        // Unroutable first, frozen next: no request reaches a half-paused sandbox.
+        s.paused = true;
     }
-    s.paused = true;
+    if let Err(e) = fake.sandboxes.freeze(&id).await {
+        tracing::warn!("cannot freeze the local sandbox behind {id}: {e}");
+        set_paused(&fake, &id, false);
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "Error pausing sandbox");
+    }
     StatusCode::NO_CONTENT.into_response()
+}
+
+fn set_paused(fake: &E2b, id: &str, paused: bool) {
+    if let Some(s) = fake.table.lock().expect("sandbox table").get_mut(id) {
+        s.paused = paused;
+    }
+}
+
+/// Thaws paused sandbox `id` and makes it routable, to end `timeout` seconds from now; `Err`
+/// is the answer to give.
+async fn wake(fake: &E2b, id: &str, timeout: i64) -> Result<Sandbox, Response> {
+    if let Err(e) = fake.sandboxes.thaw(id).await {
+        tracing::warn!("cannot thaw the local sandbox behind {id}: {e}");
+        return Err(error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Error resuming sandbox",
+        ));
+    }
+    let mut table = fake.table.lock().expect("sandbox table");
+    let Some(s) = table.get_mut(id) else {
+        return Err(not_found(id));
+    };
+    s.paused = false;
+    s.end_at = SystemTime::now() + Duration::from_secs(timeout as u64);
+    Ok(s.clone())
 }
 
 /// The fake's refusal of `"memory": false` (pause) and of a reboot on resume (connect).

@@ -11,8 +11,9 @@
 //! Sandboxes are local sandboxes ([`crate::sandboxes`]): a built template's sandboxes run its
 //! image; any other template name is accepted as is and runs on the host-like default root
 //! file system. Timeouts are enforced: a running sandbox is killed when its `endAt` passes.
-//! A paused sandbox keeps its files and processes but answers nothing (envd and the edge
-//! answer 502, as E2B's proxy does for a sandbox it cannot route to) until it is resumed.
+//! A paused sandbox answers nothing (envd and the edge answer 502, as E2B's proxy does for a
+//! sandbox it cannot route to) and its processes are frozen with their memory and files (the
+//! local sandbox's pause), until a connect or resume thaws it.
 
 mod api;
 mod builder;
