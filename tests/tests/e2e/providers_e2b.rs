@@ -335,6 +335,20 @@ async fn e2b_without_v2_routes_falls_back_and_never_forgets_the_sandbox() {
     let ls = tether(&relay, &["ls"]);
     assert!(ls.contains(&id) && ls.contains("running"), "{ls}");
 
+    // Pause and resume through the relay: without `connect`, resume is the older call, and
+    // a running sandbox is still a conflict.
+    tether(&relay, &["pause", &id]);
+    let (_, detail) =
+        tether_e2e::cloud::http(&fake.url, "GET", &format!("/sandboxes/{e2b_id}"), &key, "");
+    assert!(detail.contains("\"state\":\"paused\""), "{detail}");
+    tether(&relay, &["resume", &id]);
+    let err = tether_fails(&relay, &["resume", &id]);
+    assert!(err.contains("not paused"), "{err}");
+    assert_eq!(
+        tether(&relay, &["exec", &id, "--", "echo", "three"]),
+        "three\n"
+    );
+
     tether(&relay, &["rm", &id]);
     let (code, _) =
         tether_e2e::cloud::http(&fake.url, "GET", &format!("/sandboxes/{e2b_id}"), &key, "");
@@ -486,4 +500,40 @@ async fn e2b_without_auto_resume_a_session_does_not_wake_the_sandbox() {
     assert!(detail.contains("\"state\":\"paused\""), "{detail}");
     tether(&relay, &["resume", &id]);
     assert_eq!(tether(&relay, &["exec", &id, "--", "echo", "ok"]), "ok\n");
+}
+
+/// A session left open keeps pushing E2B's timeout ahead (every half timeout, here 1.5 s);
+/// once the sandbox is paused under it, those keep-alives must not resume it (E2B's connect
+/// would), and after a resume they keep it alive again.
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_an_open_session_does_not_resume_a_paused_sandbox() {
+    let fake = Fake::start("e2b", &["--api-key", KEY]);
+    let relay = Relay::start_with_env(&[
+        ("E2B_API_KEY", KEY),
+        ("E2B_API_URL", &fake.url),
+        ("E2B_SANDBOX_URL", &fake.url),
+        ("E2B_TIMEOUT", "3"),
+    ]);
+    let id = create(&relay);
+    let e2b_id = tether_e2e::cloud::listed(&relay, &id)["provider_ref"]
+        .as_str()
+        .expect("the E2B id")
+        .to_string();
+    let key = [("X-API-Key", KEY)];
+    let at_e2b = || {
+        let (_, detail) =
+            tether_e2e::cloud::http(&fake.url, "GET", &format!("/sandboxes/{e2b_id}"), &key, "");
+        detail
+    };
+    let client = relay.client();
+    let _session = client.connect(&id).await.expect("a session");
+    client.pause(&id).await.expect("pause");
+    // Four keep-alive periods, and longer than E2B's timeout.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(at_e2b().contains("\"state\":\"paused\""), "{}", at_e2b());
+    assert_eq!(tether_e2e::cloud::listed(&relay, &id)["state"], "paused");
+    client.resume(&id).await.expect("resume");
+    // Running again, it outlives its 3 s timeout while the session stays open.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(at_e2b().contains("\"state\":\"running\""), "{}", at_e2b());
 }

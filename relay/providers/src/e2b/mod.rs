@@ -399,6 +399,13 @@ impl Provider for E2bProvider {
     async fn keep_alive(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
         let e2b = self.ready()?;
         let meta = load_meta(sandbox)?;
+        // A connect would resume a sandbox paused under an open session; paused, E2B's
+        // timeout does not run, so there is nothing to extend.
+        match api::get(&e2b.api, &sandbox.provider_ref).await? {
+            None => return Err(ProviderError::Gone(sandbox.id.clone())),
+            Some(detail) if detail.state == "paused" => return Ok(()),
+            Some(_) => {}
+        }
         match api::connect(&e2b.api, &sandbox.provider_ref, meta.timeout_secs).await? {
             true => Ok(()),
             false => Err(ProviderError::Gone(sandbox.id.clone())),
