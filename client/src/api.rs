@@ -9,6 +9,12 @@
 //! - `GET    /v1/sandboxes/{id}`       one sandbox.
 //! - `DELETE /v1/sandboxes/{id}`       delete (204).
 //! - `POST   /v1/sandboxes/{id}/renew` extend the TTL ([`RenewRequest`] → [`SandboxInfo`]).
+//! - `POST   /v1/sandboxes/{id}/pause` freeze its processes, memory kept (→ [`SandboxInfo`],
+//!   state `paused`); 409 `conflict` if paused already, 501 `unsupported` if its provider
+//!   cannot pause ([`Capabilities`]).
+//! - `POST   /v1/sandboxes/{id}/resume` continue a paused sandbox (→ [`SandboxInfo`]); 409 if
+//!   it is not paused. A session (`/ws`) or preview request resumes a paused sandbox first,
+//!   unless it was created with `auto_resume: false` (then 409).
 //! - `GET    /v1/sandboxes/{id}/ws`    WebSocket: the Tether protocol, tunneled to the agent.
 //! - `GET    /v1/sandboxes/{id}/preview` the sandbox's preview URLs and token ([`PreviewInfo`]).
 //! - `POST   /v1/tokens`               admin only: mint a token for a tenant ([`TokenRequest`]).
@@ -25,7 +31,9 @@
 //! Errors are [`ErrorBody`] with a status code: 400 invalid (an unknown field, a number out of
 //! range: the message names it), 401 bad token, 403 not allowed by the token's role or the
 //! relay's policy (`forbidden`, naming the limit), 404 not found (also for another tenant's
-//! sandbox), 409 conflict, 502 provider failure, 503 unavailable.
+//! sandbox), 409 conflict (the sandbox's state forbids it: pausing a paused one), 410 deleted by
+//! the relay or dead, 501 unsupported by the sandbox's provider, 502 provider failure, 503
+//! unavailable.
 
 use std::collections::BTreeMap;
 

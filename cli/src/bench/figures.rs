@@ -1,6 +1,6 @@
 //! The figures `tether bench` reports, in the order it prints them: each with the floor it
-//! is compared with and the target it should meet (issues 5's and 14's targets, on a 2-core
-//! VM; the idle sessions' totals are for 10,000 of them).
+//! is compared with and the target it should meet (issues 5's, 14's and 35's targets, on a
+//! 2-core VM; the idle sessions' totals are for 10,000 of them).
 
 use std::time::Duration;
 
@@ -126,6 +126,18 @@ pub(super) const FIGURES: &[Spec] = &[
         "7 … agent RSS added per idle session",
         None,
         Some(Goal::Size(64 * KIB)),
+    ),
+    spec(
+        "pause",
+        "8 pause, REST call, processes starting",
+        Some("ws"),
+        Some(Goal::Median(Duration::from_millis(5))),
+    ),
+    spec(
+        "resume",
+        "8 resume, REST call",
+        Some("ws"),
+        Some(Goal::Median(Duration::from_millis(5))),
     ),
     spec(
         "agent_idle_rss",

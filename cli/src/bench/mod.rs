@@ -7,7 +7,7 @@
 //! - `target`: the relay (a named one, or a private `tether serve`) and the sandbox;
 //! - `floors`: spawn, loopback WebSocket, local PTY and pipe, a tmpfs write, with nothing of
 //!   Tether;
-//! - `exec`, `pty`, `transfer`, `create`, `sessions`: one family of figures each;
+//! - `exec`, `pty`, `transfer`, `create`, `sessions`, `pause`: one family of figures each;
 //! - `direct`: the same sandbox without the relay, for `--direct`;
 //! - `memory`: resident memory of the relay and the agent; `machine`: where it ran;
 //! - `stats`: medians and percentiles; `sizes`: how much a full and a `--quick` run do;
@@ -20,6 +20,7 @@ mod figures;
 mod floors;
 mod machine;
 mod memory;
+mod pause;
 mod pty;
 mod report;
 mod sessions;
@@ -267,6 +268,18 @@ async fn against(
     }
     if let Some(Ok(second)) = without {
         second.close(&session).await;
+    }
+    progress("8 pause and resume");
+    match pause::pause_resume(rest, &session, &sandbox.id, sizes.pauses).await {
+        Ok(measured) => {
+            results.insert("pause", Ok(measured.pause.into()));
+            results.insert("resume", Ok(measured.resume.into()));
+        }
+        Err(e) => {
+            let e = format!("{e:#}");
+            results.insert("pause", Err(e.clone()));
+            results.insert("resume", Err(e));
+        }
     }
     drop(session);
     progress("2 `tether exec` as a new process");

@@ -30,6 +30,8 @@ pub(super) struct Sizes {
     pub sessions: usize,
     /// Keystrokes typed across the sessions while they are open.
     pub session_keystrokes: usize,
+    /// Pauses, each followed by a resume.
+    pub pauses: usize,
 }
 
 /// The full run: the figures BENCHMARKS.md quotes.
@@ -47,6 +49,7 @@ pub(super) const FULL: Sizes = Sizes {
     creates: 20,
     sessions: 10_000,
     session_keystrokes: 2000,
+    pauses: 200,
 };
 
 /// `--quick`: every figure, small.
@@ -64,6 +67,7 @@ pub(super) const QUICK: Sizes = Sizes {
     creates: 3,
     sessions: 100,
     session_keystrokes: 100,
+    pauses: 10,
 };
 
 /// Block size of the process whose output is measured: it writes 64 KiB at a time, as a

@@ -11,7 +11,8 @@
 //!   (`hierarchy` finds v1 or v2, `cgroup` creates, kills and removes), and starts the
 //!   sandbox init (`spawn`), handing it an `InitConfig` (`config`).
 //!   It keeps `Meta` (`meta`) in the store, answers `state` from it (`process`), connects
-//!   to the agent (`connect`) and removes everything on delete (`teardown`). At relay start
+//!   to the agent (`connect`), pauses and resumes every process but the agent (`freeze`)
+//!   and removes everything on delete (`teardown`). At relay start
 //!   it removes what a crash left: interrupted creates and orphaned sandboxes (`recovery`).
 //! - The relay's binary is pinned by a descriptor when the provider is made (`own_binary`),
 //!   so an upgrade in place does not stop creates.

@@ -146,6 +146,19 @@ async fn three_relays_serve_every_sandbox_and_lose_none_when_one_dies() {
         sha256_hex(&data)
     );
 
+    // Paused and resumed through relays that do not own it: each hops to relay 1, which
+    // does it, and every relay reads the new state from the shared database.
+    let paused = cluster.relay(2).client().pause(&id).await.unwrap();
+    assert_eq!(paused.state, "paused");
+    let seen = cluster.relay(3).client().get(&id).await.unwrap();
+    assert_eq!(seen.state, "paused");
+    // Relay 1 asks its own host, which says paused too.
+    let owner = cluster.relay(1).client().get(&id).await.unwrap();
+    assert_eq!(owner.state, "paused");
+    cluster.relay(3).client().resume(&id).await.unwrap();
+    let owner = cluster.relay(1).client().get(&id).await.unwrap();
+    assert_eq!(owner.state, "running");
+
     // A background process started through relay 2, which is killed mid-stream; the client
     // re-attaches through relay 3 from its offsets and gets every byte exactly once.
     let lines = 3000;
