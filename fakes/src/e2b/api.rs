@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::templates::Lookup;
-use super::{error, E2b, Sandbox};
+use super::{error, pause, E2b, Sandbox};
 use crate::sandboxes::{random_hex, random_id};
 use crate::serve::rfc3339;
 
@@ -22,7 +22,7 @@ use crate::serve::rfc3339;
 const ID_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 const ID_LEN: usize = 20;
 /// The timeout when a create gives none (the server's default).
-const DEFAULT_TIMEOUT_SECS: i64 = 15;
+pub(super) const DEFAULT_TIMEOUT_SECS: i64 = 15;
 /// The longest timeout the fake's "plan" allows (E2B Pro: 24 hours).
 const MAX_TIMEOUT_SECS: i64 = 24 * 3600;
 /// The envd version reported: what the SDKs check features against.
@@ -45,13 +45,13 @@ pub(super) fn router(fake: Arc<E2b>) -> Router {
         .route("/sandboxes", post(create_v1).get(list_v1))
         .route("/sandboxes/{id}", get(detail).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
-        .route("/sandboxes/{id}/pause", post(pause))
-        .route("/sandboxes/{id}/resume", post(resume));
+        .route("/sandboxes/{id}/pause", post(pause::pause))
+        .route("/sandboxes/{id}/resume", post(pause::resume));
     if !legacy {
         routes = routes
             .route("/v2/sandboxes", post(create_v2).get(list_v2))
-            .route("/sandboxes/{id}/connect", post(connect))
-            .route("/v2/sandboxes/{id}/connect", post(connect));
+            .route("/sandboxes/{id}/connect", post(pause::connect))
+            .route("/v2/sandboxes/{id}/connect", post(pause::connect));
     }
     routes
         .merge(super::template_api::routes())
@@ -240,7 +240,7 @@ async fn create(fake: Arc<E2b>, headers: HeaderMap, body: axum::body::Bytes, v2:
 }
 
 /// The `Sandbox` answer of create and connect.
-fn sandbox_json(fake: &E2b, id: &str, s: &Sandbox) -> Value {
+pub(super) fn sandbox_json(fake: &E2b, id: &str, s: &Sandbox) -> Value {
     json!({
         "templateID": s.template_id,
         "sandboxID": id,
@@ -451,173 +451,7 @@ async fn set_timeout(
     StatusCode::NO_CONTENT.into_response()
 }
 
-/// `ConnectSandbox` / `ConnectSandboxV2`: `memory: false` asks a paused sandbox to reboot.
-#[derive(Debug, Deserialize)]
-struct Connect {
-    timeout: Option<i64>,
-    #[serde(default)]
-    memory: Option<bool>,
-}
-
-/// `POST /[v2/]sandboxes/{id}/connect`: 200 when running (the timeout only grows), 201 after
-/// resuming a paused sandbox.
-async fn connect(
-    State(fake): State<Arc<E2b>>,
-    Path(id): Path<String>,
-    body: axum::body::Bytes,
-) -> Response {
-    let req = serde_json::from_slice::<Connect>(&body).ok();
-    if req.as_ref().and_then(|r| r.memory) == Some(false) {
-        return memory_only();
-    }
-    let timeout = req.and_then(|r| r.timeout).unwrap_or(DEFAULT_TIMEOUT_SECS);
-    if timeout <= 0 {
-        return error(StatusCode::BAD_REQUEST, "Timeout must be greater than 0");
-    }
-    let running = {
-        let mut table = fake.table.lock().expect("sandbox table");
-        let Some(s) = table.get_mut(&id) else {
-            return not_found(&id);
-        };
-        if s.paused {
-            None
-        } else {
-            let until = SystemTime::now() + Duration::from_secs(timeout as u64);
-            s.end_at = s.end_at.max(until);
-            Some(s.clone())
-        }
-    };
-    let (status, s) = match running {
-        Some(s) => (StatusCode::OK, s),
-        None => match wake(&fake, &id, timeout).await {
-            Ok(s) => (StatusCode::CREATED, s),
-            Err(resp) => return resp,
-        },
-    };
-    (status, Json(sandbox_json(&fake, &id, &s))).into_response()
-}
-
-/// `POST /sandboxes/{id}/resume` (the older API): resumes a paused sandbox for `timeout`
-/// seconds; 409 when it is running.
-async fn resume(
-    State(fake): State<Arc<E2b>>,
-    Path(id): Path<String>,
-    body: axum::body::Bytes,
-) -> Response {
-    let timeout = serde_json::from_slice::<Timeout>(&body)
-        .ok()
-        .and_then(|t| t.timeout)
-        .unwrap_or(DEFAULT_TIMEOUT_SECS);
-    if timeout <= 0 {
-        return error(StatusCode::BAD_REQUEST, "Timeout must be greater than 0");
-    }
-    match fake.sandbox(&id) {
-        None => return not_found(&id),
-        Some(s) if !s.paused => {
-            return error(
-                StatusCode::CONFLICT,
-                &format!("Sandbox {id} is already running"),
-            )
-        }
-        Some(_) => {}
-    }
-    match wake(&fake, &id, timeout).await {
-        Ok(s) => (StatusCode::CREATED, Json(sandbox_json(&fake, &id, &s))).into_response(),
-        Err(resp) => resp,
-    }
-}
-
-/// `SandboxPauseRequest` (optional), the part the fake reads: `memory` (default true). Its
-/// `requireHealthyGuest` needs nothing: every fake guest is healthy.
-#[derive(Debug, Default, Deserialize)]
-struct PauseRequest {
-    #[serde(default)]
-    memory: Option<bool>,
-}
-
-/// `POST /sandboxes/{id}/pause`: 204; 409 when already paused. Only E2B's default, a full
-/// snapshot (memory and processes kept), is modelled: `"memory": false` (a filesystem-only
-/// snapshot that reboots on resume) is refused, so a client relying on it learns the fake
-/// cannot check it.
-async fn pause(
-    State(fake): State<Arc<E2b>>,
-    Path(id): Path<String>,
-    body: axum::body::Bytes,
-) -> Response {
-    // The body is optional, as callers before `memory` send none.
-    let req = if body.iter().all(u8::is_ascii_whitespace) {
-        PauseRequest::default()
-    } else {
-        match serde_json::from_slice::<PauseRequest>(&body) {
-            Ok(req) => req,
-            Err(e) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    &format!("Error when parsing request: {e}"),
-                )
-            }
-        }
-    };
-    if req.memory == Some(false) {
-        return memory_only();
-    }
-    {
-        let mut table = fake.table.lock().expect("sandbox table");
-        let Some(s) = table.get_mut(&id) else {
-            return not_found(&id);
-        };
-        if s.paused {
-            return error(
-                StatusCode::CONFLICT,
-                &format!("Error pausing sandbox - sandbox '{id}' is already paused"),
-            );
-        }
-        // Unroutable first, frozen next: no request reaches a half-paused sandbox.
-        s.paused = true;
-    }
-    if let Err(e) = fake.sandboxes.freeze(&id).await {
-        tracing::warn!("cannot freeze the local sandbox behind {id}: {e}");
-        set_paused(&fake, &id, false);
-        return error(StatusCode::INTERNAL_SERVER_ERROR, "Error pausing sandbox");
-    }
-    StatusCode::NO_CONTENT.into_response()
-}
-
-fn set_paused(fake: &E2b, id: &str, paused: bool) {
-    if let Some(s) = fake.table.lock().expect("sandbox table").get_mut(id) {
-        s.paused = paused;
-    }
-}
-
-/// Thaws paused sandbox `id` and makes it routable, to end `timeout` seconds from now; `Err`
-/// is the answer to give.
-async fn wake(fake: &E2b, id: &str, timeout: i64) -> Result<Sandbox, Response> {
-    if let Err(e) = fake.sandboxes.thaw(id).await {
-        tracing::warn!("cannot thaw the local sandbox behind {id}: {e}");
-        return Err(error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Error resuming sandbox",
-        ));
-    }
-    let mut table = fake.table.lock().expect("sandbox table");
-    let Some(s) = table.get_mut(id) else {
-        return Err(not_found(id));
-    };
-    s.paused = false;
-    s.end_at = SystemTime::now() + Duration::from_secs(timeout as u64);
-    Ok(s.clone())
-}
-
-/// The fake's refusal of `"memory": false` (pause) and of a reboot on resume (connect).
-fn memory_only() -> Response {
-    error(
-        StatusCode::BAD_REQUEST,
-        "this fake E2B pauses and resumes with memory only: filesystem-only snapshots and \
-         reboots (\"memory\": false) are not modelled",
-    )
-}
-
-fn not_found(id: &str) -> Response {
+pub(super) fn not_found(id: &str) -> Response {
     error(
         StatusCode::NOT_FOUND,
         &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it"),

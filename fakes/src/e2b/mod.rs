@@ -19,6 +19,7 @@ mod api;
 mod builder;
 mod egress;
 mod envd;
+mod pause;
 mod ready;
 mod storage;
 mod template_api;

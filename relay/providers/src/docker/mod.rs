@@ -10,9 +10,8 @@
 //!   sizes as engine limits ([`config`]).
 //! - Connect: inside the container's network namespace ([`reach`]), so a sandbox needs no
 //!   network of its own and publishes no port.
-//! - Pause and resume: the engine's `pause` and `unpause` (the cgroup freezer: every process,
-//!   the agent too, frozen with its memory); a paused container is [`SandboxState::Paused`],
-//!   and a connect unpauses it.
+//! - Pause and resume: the engine's `pause` and `unpause` ([`pause`]); a paused container is
+//!   [`SandboxState::Paused`], and a connect unpauses it.
 //! - Delete: the container with its anonymous volumes (`v=true`); Tether makes no network,
 //!   named volume or image per sandbox.
 //! - Image builds: [`build`].
@@ -21,6 +20,7 @@ pub(crate) mod build;
 mod config;
 mod constants;
 pub(crate) mod engine;
+mod pause;
 mod reach;
 
 use std::collections::HashMap;
@@ -177,18 +177,6 @@ impl DockerProvider {
         }
     }
 
-    /// The engine's status of `sandbox`'s container; [`ProviderError::Gone`] when it has none.
-    async fn status(
-        &self,
-        docker: &Docker,
-        sandbox: &SandboxHandle,
-    ) -> Result<Option<ContainerStateStatusEnum>, ProviderError> {
-        match self.inspect(docker, sandbox).await? {
-            Some(found) => Ok(found.state.and_then(|s| s.status)),
-            None => Err(ProviderError::Gone(sandbox.id.clone())),
-        }
-    }
-
     async fn remove(&self, docker: &Docker, container: &str) -> Result<(), ProviderError> {
         let options = RemoveContainerOptions {
             force: true,
@@ -220,15 +208,6 @@ async fn inspect_container(
             other => return other,
         }
     }
-}
-
-/// The conflict of pausing or resuming a container that is neither running nor paused.
-fn not_running(id: &str, status: Option<ContainerStateStatusEnum>) -> ProviderError {
-    let status = status.map_or_else(|| "unknown".to_string(), |s| s.to_string());
-    ProviderError::Conflict(format!(
-        "sandbox {id} is not running (its container is {status}): only a running sandbox \
-         pauses and only a paused one resumes; a session (`tether exec {id} ...`) starts it"
-    ))
 }
 
 fn short(id: &str) -> &str {
@@ -416,50 +395,11 @@ impl Provider for DockerProvider {
     }
 
     async fn pause(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
-        let host = self.host()?;
-        let docker = host.client()?;
-        let id = &sandbox.id;
-        match self.status(&docker, sandbox).await? {
-            Some(ContainerStateStatusEnum::RUNNING) => {}
-            Some(ContainerStateStatusEnum::PAUSED) => {
-                return Err(ProviderError::Conflict(format!(
-                    "sandbox {id} is already paused; resume it with `tether resume {id}`"
-                )))
-            }
-            other => return Err(not_running(id, other)),
-        }
-        match docker.pause_container(&sandbox.provider_ref).await {
-            Ok(()) => Ok(()),
-            // Paused or stopped meanwhile, by someone else.
-            Err(e) if engine::status(&e) == Some(409) => Err(ProviderError::Conflict(format!(
-                "sandbox {id} cannot be paused now ({}); `tether info {id}` shows its state",
-                host.error("pausing the container", e)
-            ))),
-            Err(e) => Err(host.error("pausing the container", e)),
-        }
+        self.pause_container(sandbox).await
     }
 
     async fn resume(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
-        let host = self.host()?;
-        let docker = host.client()?;
-        let id = &sandbox.id;
-        match self.status(&docker, sandbox).await? {
-            Some(ContainerStateStatusEnum::PAUSED) => {}
-            Some(ContainerStateStatusEnum::RUNNING) => {
-                return Err(ProviderError::Conflict(format!(
-                    "sandbox {id} is not paused: it is running (`tether pause {id}` pauses it)"
-                )))
-            }
-            other => return Err(not_running(id, other)),
-        }
-        match docker.unpause_container(&sandbox.provider_ref).await {
-            Ok(()) => Ok(()),
-            Err(e) if engine::status(&e) == Some(409) => Err(ProviderError::Conflict(format!(
-                "sandbox {id} cannot be resumed now ({}); `tether info {id}` shows its state",
-                host.error("resuming the container", e)
-            ))),
-            Err(e) => Err(host.error("resuming the container", e)),
-        }
+        self.unpause_container(sandbox).await
     }
 
     async fn renew(&self, _sandbox: &SandboxHandle, _ttl: Duration) -> Result<(), ProviderError> {

@@ -305,37 +305,11 @@ impl Provider for E2bProvider {
     }
 
     async fn pause(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
-        let e2b = self.ready()?;
-        let id = &sandbox.id;
-        match pause::pause(&e2b.api, &sandbox.provider_ref).await? {
-            pause::Paused::Now => Ok(()),
-            pause::Paused::Already => Err(ProviderError::Conflict(format!(
-                "sandbox {id} is already paused; resume it with `tether resume {id}`"
-            ))),
-            pause::Paused::Busy(why) => Err(ProviderError::Conflict(format!(
-                "E2B cannot pause sandbox {id} while it changes state ({why}); try again in a \
-                 moment"
-            ))),
-            pause::Paused::Gone => Err(ProviderError::Gone(id.clone())),
-        }
+        self.pause_sandbox(sandbox).await
     }
 
     async fn resume(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
-        let e2b = self.ready()?;
-        let meta = load_meta(sandbox)?;
-        let id = &sandbox.id;
-        // The agent was paused with the sandbox's memory and runs on: `connect` reaches it.
-        match pause::resume(&e2b.api, &sandbox.provider_ref, meta.timeout_secs).await? {
-            pause::Resumed::Now => Ok(()),
-            pause::Resumed::WasRunning => Err(ProviderError::Conflict(format!(
-                "sandbox {id} is not paused: it is running (`tether pause {id}` pauses it)"
-            ))),
-            pause::Resumed::Busy(why) => Err(ProviderError::Conflict(format!(
-                "E2B cannot resume sandbox {id} while it changes state ({why}); try again in a \
-                 moment"
-            ))),
-            pause::Resumed::Gone => Err(ProviderError::Gone(id.clone())),
-        }
+        self.resume_sandbox(sandbox).await
     }
 
     async fn delete(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {

@@ -12,16 +12,57 @@
 
 use reqwest::Method;
 
-use super::api;
+use super::{api, load_meta, E2bProvider};
 use crate::cloud::http::ControlPlane;
-use tether_relay_core::provider::ProviderError;
+use tether_relay_core::provider::{ProviderError, SandboxHandle};
 
 /// E2B's status for a connect that resumed a paused sandbox (200: it was running).
 const RESUMED: u16 = 201;
 
+impl E2bProvider {
+    /// Pauses `sandbox` at E2B; a paused one is a [`ProviderError::Conflict`].
+    pub(super) async fn pause_sandbox(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        let e2b = self.ready()?;
+        let id = &sandbox.id;
+        match pause(&e2b.api, &sandbox.provider_ref).await? {
+            Paused::Now => Ok(()),
+            Paused::Already => Err(ProviderError::Conflict(format!(
+                "sandbox {id} is already paused; resume it with `tether resume {id}`"
+            ))),
+            Paused::Busy(why) => Err(ProviderError::Conflict(format!(
+                "E2B cannot pause sandbox {id} while it changes state ({why}); try again in a \
+                 moment"
+            ))),
+            Paused::Gone => Err(ProviderError::Gone(id.clone())),
+        }
+    }
+
+    /// Resumes `sandbox` at E2B; a running one is a [`ProviderError::Conflict`].
+    pub(super) async fn resume_sandbox(
+        &self,
+        sandbox: &SandboxHandle,
+    ) -> Result<(), ProviderError> {
+        let e2b = self.ready()?;
+        let meta = load_meta(sandbox)?;
+        let id = &sandbox.id;
+        // The agent was paused with the sandbox's memory and runs on: `connect` reaches it.
+        match resume(&e2b.api, &sandbox.provider_ref, meta.timeout_secs).await? {
+            Resumed::Now => Ok(()),
+            Resumed::WasRunning => Err(ProviderError::Conflict(format!(
+                "sandbox {id} is not paused: it is running (`tether pause {id}` pauses it)"
+            ))),
+            Resumed::Busy(why) => Err(ProviderError::Conflict(format!(
+                "E2B cannot resume sandbox {id} while it changes state ({why}); try again in a \
+                 moment"
+            ))),
+            Resumed::Gone => Err(ProviderError::Gone(id.clone())),
+        }
+    }
+}
+
 /// What a pause found.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Paused {
+enum Paused {
     /// It ran, and is paused now.
     Now,
     /// It was paused already.
@@ -34,7 +75,7 @@ pub(super) enum Paused {
 
 /// What a resume found.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Resumed {
+enum Resumed {
     /// It was paused, and runs again.
     Now,
     /// It was running already.
@@ -47,7 +88,7 @@ pub(super) enum Resumed {
 
 /// `POST /sandboxes/{id}/pause`. A 409 is told apart by a read of the sandbox's state; a 404
 /// means gone only once a read confirms it (a 404 of the route alone proves nothing).
-pub(super) async fn pause(api: &ControlPlane, id: &str) -> Result<Paused, ProviderError> {
+async fn pause(api: &ControlPlane, id: &str) -> Result<Paused, ProviderError> {
     let path = format!("/sandboxes/{id}/pause");
     let refusal = match api.call(Method::POST, &path, None, "a pause").await {
         Ok(_) => return Ok(Paused::Now),
@@ -65,11 +106,7 @@ pub(super) async fn pause(api: &ControlPlane, id: &str) -> Result<Paused, Provid
 }
 
 /// Resumes sandbox `id` for `timeout` seconds from now (E2B's timeout restarts on resume).
-pub(super) async fn resume(
-    api: &ControlPlane,
-    id: &str,
-    timeout: u64,
-) -> Result<Resumed, ProviderError> {
+async fn resume(api: &ControlPlane, id: &str, timeout: u64) -> Result<Resumed, ProviderError> {
     let body = serde_json::json!({ "timeout": timeout });
     let path = format!("/v2/sandboxes/{id}/connect");
     match api.call(Method::POST, &path, Some(&body), "a resume").await {
