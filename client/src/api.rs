@@ -131,7 +131,7 @@ pub struct SandboxInfo {
     /// Whether traffic (a session, a preview) resumes it when it is paused.
     #[serde(default = "yes")]
     pub auto_resume: bool,
-    /// What its idle timeout does: `delete` or `pause`.
+    /// What its idle timeout does: `delete`, `pause` or `stop`.
     #[serde(default)]
     pub on_idle: IdleAction,
 }
@@ -146,6 +146,9 @@ pub struct Capabilities {
     /// Pause (processes frozen, memory kept) and resume.
     #[serde(default)]
     pub pause: bool,
+    /// Stop (processes ended, disk kept) and start.
+    #[serde(default)]
+    pub stop: bool,
 }
 
 /// What a sandbox's idle timeout does when it runs out.
@@ -157,6 +160,8 @@ pub enum IdleAction {
     Delete,
     /// Pause it: its processes and memory are kept, and the next session resumes it.
     Pause,
+    /// Stop it: its processes end, its disk is kept, and the next session starts it.
+    Stop,
 }
 
 impl IdleAction {
@@ -165,6 +170,7 @@ impl IdleAction {
         match self {
             IdleAction::Delete => "delete",
             IdleAction::Pause => "pause",
+            IdleAction::Stop => "stop",
         }
     }
 }
@@ -176,8 +182,9 @@ impl std::str::FromStr for IdleAction {
         match s {
             "delete" => Ok(IdleAction::Delete),
             "pause" => Ok(IdleAction::Pause),
+            "stop" => Ok(IdleAction::Stop),
             _ => Err(format!(
-                "unknown idle action {s:?}: use `delete` or `pause`"
+                "unknown idle action {s:?}: use `delete`, `pause` or `stop`"
             )),
         }
     }

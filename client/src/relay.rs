@@ -141,6 +141,26 @@ impl RelayClient {
         .await
     }
 
+    /// Stops a sandbox: every process ends, its disk is kept. A stopped sandbox is a 409
+    /// (`conflict`); a provider that cannot stop, a 501.
+    pub async fn stop(&self, id: &str) -> Result<SandboxInfo, ClientError> {
+        self.send(
+            self.http
+                .post(self.url(&format!("/v1/sandboxes/{id}/stop"))),
+        )
+        .await
+    }
+
+    /// Starts a stopped sandbox again, its files as they were. One that is not stopped is a
+    /// 409 (`conflict`).
+    pub async fn start(&self, id: &str) -> Result<SandboxInfo, ClientError> {
+        self.send(
+            self.http
+                .post(self.url(&format!("/v1/sandboxes/{id}/start"))),
+        )
+        .await
+    }
+
     /// How a browser reaches the sandbox's ports: its preview URLs and token.
     pub async fn preview(&self, id: &str) -> Result<PreviewInfo, ClientError> {
         self.send(

@@ -34,12 +34,12 @@ pub(super) struct CreateArgs {
     /// e.g. 10m.
     #[arg(long, value_name = "DURATION", value_parser = super::duration)]
     idle_timeout: Option<Duration>,
-    /// What --idle-timeout does: `delete` (the default) or `pause` (processes and memory
-    /// kept; the next session resumes it).
+    /// What --idle-timeout does: `delete` (the default), `pause` (processes and memory
+    /// kept) or `stop` (processes ended, disk kept); the next session resumes or starts it.
     #[arg(long, value_name = "ACTION", requires = "idle_timeout")]
     on_idle: Option<IdleAction>,
-    /// Refuse sessions and previews while the sandbox is paused, instead of resuming it;
-    /// `tether resume ID` then resumes it.
+    /// Refuse sessions and previews while the sandbox is paused or stopped, instead of
+    /// waking it; `tether resume ID` or `tether start ID` then wakes it.
     #[arg(long)]
     no_auto_resume: bool,
     /// The image: for the local provider a root filesystem directory (or `oci:PATH`);
@@ -509,9 +509,9 @@ pub(super) async fn info(remote: Remote, args: InfoArgs) -> anyhow::Result<()> {
     };
     let (sandbox, preview) = tokio::join!(rest.get(&args.id), rest.preview(&args.id));
     let sandbox = sandbox.map_err(|e| remote.explain(e, Some(&args.id)))?;
-    // A session would resume a paused sandbox: looking at it must not.
+    // A session would wake a paused or stopped sandbox: looking at it must not.
     let (agent, ports, agent_error) = match sandbox.state.as_str() {
-        "paused" => (None, None, None),
+        "paused" | "stopped" => (None, None, None),
         _ => match agent.await {
             Ok((a, ports)) => (Some(a), Some(ports), None),
             Err(e) => (None, None, Some(format!("{e:#}"))),
@@ -586,16 +586,18 @@ fn describe(info: &Info<'_>, now: i64) -> String {
     rows.push((
         "auto-resume",
         match s.auto_resume {
-            true => "yes: a session or preview resumes it when paused".into(),
-            false => "no: `tether resume` only".into(),
+            true => "yes: a session or preview resumes or starts it".into(),
+            false => "no: `tether resume` or `tether start` only".into(),
         },
     ));
     if let Some(c) = &s.capabilities {
         rows.push((
             "can",
-            match c.pause {
-                true => "pause, resume".into(),
-                false => "- (its provider cannot pause)".into(),
+            match (c.pause, c.stop) {
+                (true, true) => "pause, resume, stop, start".into(),
+                (true, false) => "pause, resume".into(),
+                (false, true) => "stop, start".into(),
+                (false, false) => "- (its provider can neither pause nor stop)".into(),
             },
         ));
     }

@@ -28,7 +28,9 @@ mod interrupt;
 mod lifecycle;
 mod location;
 mod output;
-mod pause;
+mod power;
+
+use power::Power;
 mod remote;
 mod run;
 mod secret;
@@ -76,9 +78,13 @@ enum Command {
     /// Show a sandbox and what its agent reports.
     Info(lifecycle::InfoArgs),
     /// Pause sandboxes: processes frozen with their memory kept, sessions left open.
-    Pause(pause::PauseArgs),
+    Pause(power::PowerArgs),
     /// Resume paused sandboxes where they were.
-    Resume(pause::PauseArgs),
+    Resume(power::PowerArgs),
+    /// Stop sandboxes: every process ends, the disk is kept.
+    Stop(power::PowerArgs),
+    /// Start stopped sandboxes again, their files as they were.
+    Start(power::PowerArgs),
     /// Run a command in a sandbox.
     Exec(exec::ExecArgs),
     /// Open an interactive shell in a sandbox.
@@ -124,8 +130,10 @@ fn dispatch(cli: Cli) -> i32 {
         Command::Ls(args) => done(client(relay, |r| lifecycle::ls(r, args))),
         Command::Rm(args) => done(client(relay, |r| lifecycle::rm(r, args))),
         Command::Info(args) => done(client(relay, |r| lifecycle::info(r, args))),
-        Command::Pause(args) => done(client(relay, |r| pause::run(r, args, false))),
-        Command::Resume(args) => done(client(relay, |r| pause::run(r, args, true))),
+        Command::Pause(args) => done(client(relay, |r| power::run(r, args, Power::Pause))),
+        Command::Resume(args) => done(client(relay, |r| power::run(r, args, Power::Resume))),
+        Command::Stop(args) => done(client(relay, |r| power::run(r, args, Power::Stop))),
+        Command::Start(args) => done(client(relay, |r| power::run(r, args, Power::Start))),
         Command::Token(cmd) => done(client(relay, |r| token::run(r, cmd))),
         Command::Secret(cmd) => done(client(relay, |r| secret::run(r, cmd))),
         Command::Cp(args) => done(client(relay, |r| interrupt::or_signal(cp::run(r, args)))),

@@ -1,6 +1,6 @@
-//! `sandbox_create`, `sandbox_list`, `sandbox_delete`, `sandbox_info`, `sandbox_pause`,
-//! `sandbox_resume`: sandboxes through the relay's REST API, on whichever provider the relay
-//! serves.
+//! `sandbox_create`, `sandbox_list`, `sandbox_delete`, `sandbox_info`, and `sandbox_pause`,
+//! `_resume`, `_stop`, `_start`: sandboxes through the relay's REST API, on whichever
+//! provider the relay serves.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -114,17 +114,34 @@ pub(super) async fn delete(server: &Server, args: SandboxArgs) -> Result<Value, 
     Ok(json!({ "deleted": args.sandbox_id, "exec_sessions_ended": ended }))
 }
 
-/// Pauses (`resume` false) or resumes a sandbox; answers it as the relay now has it.
-pub(super) async fn pause(
+/// What a power tool does to a sandbox.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Power {
+    Pause,
+    Resume,
+    Stop,
+    Start,
+}
+
+/// Pauses, resumes, stops or starts a sandbox; answers it as the relay now has it.
+pub(super) async fn power(
     server: &Server,
     args: SandboxArgs,
-    resume: bool,
+    power: Power,
 ) -> Result<Value, ToolError> {
     check_id(&args.sandbox_id)?;
     let relay = server.connections.relay();
-    let info = match resume {
-        false => relay.pause(&args.sandbox_id).await?,
-        true => relay.resume(&args.sandbox_id).await?,
+    let id = &args.sandbox_id;
+    let info = match power {
+        Power::Pause => relay.pause(id).await?,
+        Power::Resume => relay.resume(id).await?,
+        Power::Stop => {
+            // Its agent ends: a cached session to it is of no more use.
+            let info = relay.stop(id).await?;
+            server.connections.forget(id);
+            info
+        }
+        Power::Start => relay.start(id).await?,
     };
     Ok(serde_json::to_value(info).expect("sandbox info serializes"))
 }
@@ -142,9 +159,9 @@ pub(super) async fn info(server: &Server, args: SandboxArgs) -> Result<Value, To
         let (agent, ports) = tokio::join!(session.info(), session.ports());
         Ok::<_, ToolError>((agent?, ports?))
     };
-    // A session would resume a paused sandbox: looking at it must not.
+    // A session would wake a paused or stopped sandbox: looking at it must not.
     let (agent, ports, agent_error) = match sandbox.state.as_str() {
-        "paused" => (None, Vec::new(), None),
+        "paused" | "stopped" => (None, Vec::new(), None),
         _ => match agent.await {
             Ok((agent, ports)) => (Some(agent), ports, None),
             Err(e) => (None, Vec::new(), Some(e.to_string())),

@@ -13,7 +13,7 @@ use super::args::Parameters;
 use super::error::ToolError;
 use super::exec::ExecArgs;
 use super::files::{EditArgs, GlobArgs, GrepArgs, LsArgs, ReadArgs, WriteArgs};
-use super::sandboxes::{CreateArgs, ListArgs, SandboxArgs};
+use super::sandboxes::{CreateArgs, ListArgs, Power, SandboxArgs};
 use super::sessions::{PollArgs, SignalArgs, StartArgs, WriteStdinArgs};
 use super::transfer::{DownloadArgs, UploadArgs};
 use super::{exec, files, sandboxes, transfer, Server};
@@ -140,7 +140,7 @@ impl Tools {
         &self,
         Parameters(args): Parameters<SandboxArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(async { sandboxes::pause(&self.server, args?, false).await }.await)
+        answer(async { sandboxes::power(&self.server, args?, Power::Pause).await }.await)
     }
 
     #[tool(description = "Resume a paused sandbox: its processes continue where they were.")]
@@ -148,7 +148,27 @@ impl Tools {
         &self,
         Parameters(args): Parameters<SandboxArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(async { sandboxes::pause(&self.server, args?, true).await }.await)
+        answer(async { sandboxes::power(&self.server, args?, Power::Resume).await }.await)
+    }
+
+    #[tool(
+        description = "Stop a sandbox: every process ends, its files stay. The next tool call \
+        that reaches it starts it again (unless it was created without auto-resume), or call \
+        sandbox_start."
+    )]
+    async fn sandbox_stop(
+        &self,
+        Parameters(args): Parameters<SandboxArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        answer(async { sandboxes::power(&self.server, args?, Power::Stop).await }.await)
+    }
+
+    #[tool(description = "Start a stopped sandbox again, its files as they were.")]
+    async fn sandbox_start(
+        &self,
+        Parameters(args): Parameters<SandboxArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        answer(async { sandboxes::power(&self.server, args?, Power::Start).await }.await)
     }
 
     #[tool(

@@ -106,7 +106,7 @@ pub(super) const FREEZE_TIMEOUT: Duration = Duration::from_millis(100);
 pub(super) const PAUSED_CGROUP: &str = "paused";
 /// How long a pause keeps moving processes that fork while they are moved, and waits for the
 /// kernel to report them frozen, before it gives up and thaws them again.
-pub(super) const PAUSE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const PAUSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The pause between two polls of a freezing cgroup: short, as a pause should take a few
 /// milliseconds.
 pub(super) const FREEZE_POLL_INTERVAL: Duration = Duration::from_micros(100);

@@ -141,6 +141,17 @@ pub(super) fn create(
     Ok(())
 }
 
+/// Mounts a stopped sandbox's disk again at `<dir>/disk`, as `create` left it; a sandbox
+/// without a disk image (a relay that is not root keeps plain directories) has nothing to
+/// mount.
+pub(super) fn remount(layout: &Layout) -> Result<(), LocalError> {
+    let image = layout.disk_image();
+    if !image.exists() {
+        return Ok(());
+    }
+    attach_and_mount(&image, &layout.disk())
+}
+
 /// Unmounts the sandbox's disk and detaches its loop device, waiting (a bounded time) for the
 /// kernel to let go of it. Accepts "never made" and "already gone", so it runs on every delete
 /// and after every failed create. Blocking.

@@ -149,3 +149,20 @@ fn wait_frozen(cgroup: &SandboxCgroup, paused: &Path) -> Result<(), LocalError> 
     }
     Ok(())
 }
+
+/// Kills every paused process, then thaws them, so they die without running another
+/// instruction of their own: a frozen task cannot die, and while one lives the sandbox's PID
+/// 1 cannot finish dying either. For a delete or a stop of a paused sandbox; blocking.
+pub(super) fn kill_paused(cgroup: &SandboxCgroup) {
+    let Some(paused) = cgroup.paused_dir().filter(|d| d.exists()) else {
+        return;
+    };
+    for pid in read_pids(&paused.join("cgroup.procs")) {
+        // SIGKILL is pending once sent; it is acted on before the task returns to its code.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let _ = set_frozen(cgroup, &paused, false);
+}

@@ -11,8 +11,9 @@
 //!   (`hierarchy` finds v1 or v2, `cgroup` creates, kills and removes), and starts the
 //!   sandbox init (`spawn`), handing it an `InitConfig` (`config`).
 //!   It keeps `Meta` (`meta`) in the store, answers `state` from it (`process`), connects
-//!   to the agent (`connect`), pauses and resumes every process but the agent (`freeze`)
-//!   and removes everything on delete (`teardown`). At relay start
+//!   to the agent (`connect`), pauses and resumes every process but the agent (`freeze`),
+//!   stops and starts it with its disk kept (`stop`) and removes everything on delete
+//!   (`teardown`). At relay start
 //!   it removes what a crash left: interrupted creates and orphaned sandboxes (`recovery`).
 //! - The relay's binary is pinned by a descriptor when the provider is made (`own_binary`),
 //!   so an upgrade in place does not stop creates.
@@ -55,6 +56,7 @@ mod rootfs;
 mod seccomp;
 mod spawn;
 mod stage;
+mod stop;
 mod sys;
 mod teardown;
 mod trust;
@@ -93,8 +95,20 @@ pub struct LocalProvider {
 }
 
 impl LocalProvider {
-    /// Fails unless the sandbox's agent runs: a dead sandbox can be neither paused nor resumed.
-    fn alive_or_dead(&self, sandbox: &SandboxHandle, meta: &Meta) -> Result<(), ProviderError> {
+    /// Fails unless the sandbox's agent runs: a stopped or dead sandbox can be neither
+    /// paused nor resumed.
+    fn alive_or_dead(
+        &self,
+        sandbox: &SandboxHandle,
+        meta: &Meta,
+        layout: &Layout,
+    ) -> Result<(), ProviderError> {
+        if stop::is_stopped(layout) {
+            return Err(ProviderError::Conflict(format!(
+                "sandbox {} is stopped; `tether start {}` starts it",
+                sandbox.id, sandbox.id
+            )));
+        }
         match meta.process.liveness() {
             Liveness::Alive => Ok(()),
             // The relay asks `state` again, which finds it dead.
@@ -278,7 +292,11 @@ impl LocalProvider {
                 .unwrap_or_default(),
             trust_egress_ca: egress_ca.is_some(),
         };
-        let started = match cgroup.create(&limits) {
+        let restart = stop::Restart {
+            config: config.clone(),
+            limits,
+        };
+        let started = match stop::save(&layout, &restart).and_then(|()| cgroup.create(&limits)) {
             Ok(()) => spawn::start(&program, &config, &layout.log()).await,
             Err(e) => Err(e),
         };
@@ -336,10 +354,11 @@ impl Provider for LocalProvider {
     }
 
     async fn state(&self, sandbox: &SandboxHandle) -> Result<SandboxState, ProviderError> {
-        let (meta, _) = Meta::load(sandbox, &self.data_dir())?;
+        let (meta, layout) = Meta::load(sandbox, &self.data_dir())?;
         Ok(match meta.process.liveness() {
             Liveness::Alive if freeze::is_paused(&meta.cgroup) => SandboxState::Paused,
             Liveness::Alive => SandboxState::Running,
+            Liveness::Dead(_) if stop::is_stopped(&layout) => SandboxState::Stopped,
             // Its files, disk and cgroup stay until a delete: the sandbox is dead, not gone.
             Liveness::Dead(evidence) => {
                 tracing::info!(sandbox = %sandbox.id, "the sandbox's agent ended: {evidence}");
@@ -360,12 +379,35 @@ impl Provider for LocalProvider {
             Ok(Hierarchy::V1 { freezer, .. }) => freezer.is_some(),
             Err(_) => false,
         });
-        Capabilities { pause }
+        Capabilities { pause, stop: true }
+    }
+
+    async fn stop(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        let (meta, layout) = Meta::load(sandbox, &self.data_dir())?;
+        if !stop::is_stopped(&layout) {
+            self.alive_or_dead(sandbox, &meta, &layout)?;
+        }
+        let id = sandbox.id.clone();
+        tokio::task::spawn_blocking(move || stop::stop(&id, &meta, &layout))
+            .await
+            .map_err(|e| anyhow::anyhow!("stopping a sandbox stopped: {e}"))??;
+        Ok(())
+    }
+
+    async fn start(
+        &self,
+        sandbox: &SandboxHandle,
+    ) -> Result<Option<serde_json::Value>, ProviderError> {
+        let (meta, layout) = Meta::load(sandbox, &self.data_dir())?;
+        let started = stop::start(&sandbox.id, &meta, &layout).await?;
+        let meta = serde_json::to_value(&started)
+            .map_err(|e| anyhow::anyhow!("cannot encode the sandbox's metadata: {e}"))?;
+        Ok(Some(meta))
     }
 
     async fn pause(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
-        let (meta, _) = Meta::load(sandbox, &self.data_dir())?;
-        self.alive_or_dead(sandbox, &meta)?;
+        let (meta, layout) = Meta::load(sandbox, &self.data_dir())?;
+        self.alive_or_dead(sandbox, &meta, &layout)?;
         let id = sandbox.id.clone();
         tokio::task::spawn_blocking(move || freeze::pause(&id, &meta.cgroup, meta.process.pid))
             .await
@@ -374,8 +416,8 @@ impl Provider for LocalProvider {
     }
 
     async fn resume(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
-        let (meta, _) = Meta::load(sandbox, &self.data_dir())?;
-        self.alive_or_dead(sandbox, &meta)?;
+        let (meta, layout) = Meta::load(sandbox, &self.data_dir())?;
+        self.alive_or_dead(sandbox, &meta, &layout)?;
         freeze::resume(&sandbox.id, &meta.cgroup)?;
         Ok(())
     }

@@ -27,7 +27,7 @@ pub(super) enum Rootfs {
 }
 
 /// A sandbox's cgroup limits.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub(super) struct Limits {
     /// Memory (swap is held to zero on top of it), or unlimited.
     pub memory_bytes: Option<u64>,

@@ -74,11 +74,13 @@ pub(super) fn assemble(config: &InitConfig) -> Result<(), InitError> {
     if config.rootfs == Rootfs::Host {
         // This root is read-only, so HOME (where pip, npm, git and shells keep caches and
         // settings) lives in the sandbox's own /tmp.
+        // A sandbox started again after a stop finds the one its first boot made (or
+        // whatever its code left there: its own to keep, as nothing here follows it).
         let home = root.join(HOST_ROOTFS_HOME.trim_start_matches('/'));
-        DirBuilder::new()
-            .mode(0o700)
-            .create(&home)
-            .step(|| format!("creating {}", home.display()))?;
+        match DirBuilder::new().mode(0o700).create(&home) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            other => other.step(|| format!("creating {}", home.display()))?,
+        }
     }
 
     devfs::populate(&root, matches!(config.users, IdMapping::Own { .. }))?;

@@ -16,6 +16,7 @@ use super::cgroup::SandboxCgroup;
 use super::constants::{KILL_TIMEOUT, POLL_INTERVAL, RMDIR_TIMEOUT};
 use super::disk;
 use super::error::{IoContext, LocalError};
+use super::freeze;
 use super::layout::Layout;
 use super::process::ProcessIdentity;
 use tether_mountinfo as mountinfo;
@@ -46,6 +47,18 @@ impl Teardown {
 
     /// Kills, unmounts and removes everything; blocking.
     pub(super) fn run(&self) -> Result<(), LocalError> {
+        self.end_processes()?;
+        // After the processes: the last of them let go of the disk's file system.
+        disk::release(&self.layout)?;
+        remove_dir(self.layout.dir())
+    }
+
+    /// Kills every process and removes the cgroup; blocking. What is on disk stays (a stop
+    /// ends here).
+    pub(super) fn end_processes(&self) -> Result<(), LocalError> {
+        if let Some(cgroup) = &self.cgroup {
+            freeze::kill_paused(cgroup);
+        }
         if let Some(process) = self.process.filter(ProcessIdentity::is_alive) {
             // SIGKILL to a PID namespace's init kills every process in the namespace.
             let _ = kill(Pid::from_raw(process.pid), Signal::SIGKILL);
@@ -62,9 +75,7 @@ impl Teardown {
                 })?;
             cgroup.remove(RMDIR_TIMEOUT)?;
         }
-        // After the processes: the last of them let go of the disk's file system.
-        disk::release(&self.layout)?;
-        remove_dir(self.layout.dir())
+        Ok(())
     }
 }
 

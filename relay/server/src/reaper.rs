@@ -1,6 +1,6 @@
 //! The reaper: at startup, forgets sandboxes their provider no longer has; then, every tick,
 //! deletes sandboxes whose TTL ran out or that sat idle (no tunnel open) past their idle
-//! timeout (or pauses those created with `on_idle: pause`), asks again about sandboxes whose state is unknown, and records open tunnels as
+//! timeout (or pauses or stops those created with `on_idle: pause` or `stop`), asks again about sandboxes whose state is unknown, and records open tunnels as
 //! activity.
 //!
 //! Relays sharing a database reap one at a time: each tick, a relay takes or renews the
@@ -28,6 +28,7 @@ use futures_util::future::join_all;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{info, warn};
 
+use super::cluster::grant::Op;
 use super::cluster::Place;
 use super::constants::{
     ACTIVITY_INTERVAL, CLUSTER_ACTIVITY_INTERVAL, CLUSTER_IDLE_QUIET, REAPER_LEASE,
@@ -227,8 +228,8 @@ async fn reap_one(
         && sandbox.last_active_ms.saturating_add(quiet) <= now
         && !relay.tunnels.is_active(&sandbox.id)
     {
-        if sandbox.spec.on_idle == IdleAction::Pause {
-            return pause_idle(relay, sandbox).await;
+        if sandbox.spec.on_idle != IdleAction::Delete {
+            return quiet_idle(relay, sandbox).await;
         }
         let idle = sandbox.idle_timeout.unwrap_or_default();
         let evidence = format!(
@@ -255,19 +256,27 @@ async fn reap_one(
     Some((sandbox.id, result.map_err(|e| e.to_string())))
 }
 
-/// Pauses an idle sandbox created with `on_idle: pause`, unless it is paused already (or
-/// cannot be: a dead one waits for its TTL or a client's `rm`).
-async fn pause_idle(
+/// Pauses or stops an idle sandbox created with `on_idle: pause` or `stop`, unless it is
+/// already (or cannot be: a dead one waits for its TTL or a client's `rm`).
+async fn quiet_idle(
     relay: &Relay,
     sandbox: SandboxRecord,
 ) -> Option<(SandboxId, Result<(), String>)> {
-    if matches!(sandbox.state, SandboxState::Paused | SandboxState::Dead) {
+    let op = match sandbox.spec.on_idle {
+        IdleAction::Pause => Op::Pause,
+        _ => Op::Stop,
+    };
+    let done = match op {
+        Op::Pause => SandboxState::Paused,
+        _ => SandboxState::Stopped,
+    };
+    if sandbox.state == done || sandbox.state == SandboxState::Dead {
         return None;
     }
     let id = sandbox.id.clone();
     let idle = sandbox.idle_timeout.unwrap_or_default();
-    let result = relay.pause_sandbox(sandbox).await.map(|_| {
-        info!(sandbox = %id, "paused sandbox {id}: no client for its idle timeout of {idle:?}");
+    let result = relay.change_power(op, sandbox).await.map(|_| {
+        info!(sandbox = %id, "{op:?} sandbox {id}: no client for its idle timeout of {idle:?}");
     });
     Some((id, result.map_err(|e| e.to_string())))
 }

@@ -14,7 +14,7 @@ use super::auth;
 use super::bodies::{self, JsonBody};
 use super::constants::MAX_API_BODY;
 use super::error::ApiError;
-use super::pause;
+use super::power;
 use super::sandboxes;
 use super::secrets;
 use super::state::Relay;
@@ -37,8 +37,10 @@ pub(super) fn router(relay: Arc<Relay>, body_timeout: Duration) -> Router {
             get(sandboxes::get).delete(sandboxes::delete),
         )
         .route("/v1/sandboxes/{id}/renew", post(sandboxes::renew))
-        .route("/v1/sandboxes/{id}/pause", post(pause::pause))
-        .route("/v1/sandboxes/{id}/resume", post(pause::resume))
+        .route("/v1/sandboxes/{id}/pause", post(power::pause))
+        .route("/v1/sandboxes/{id}/resume", post(power::resume))
+        .route("/v1/sandboxes/{id}/stop", post(power::stop))
+        .route("/v1/sandboxes/{id}/start", post(power::start))
         .route("/v1/orphans", get(super::orphans::list))
         .route("/v1/sandboxes/{id}/ws", get(tunnel::open))
         .route("/v1/tokens", post(create_token))

@@ -37,7 +37,7 @@ pub(super) async fn create(
 ) -> Result<(StatusCode, Json<SandboxInfo>), ApiError> {
     let mut req = parse_create(body)?;
     let provider = relay.provider(req.provider.as_deref().unwrap_or(DEFAULT_PROVIDER))?;
-    super::pause::check_idle_action(&*provider, &req.spec)?;
+    super::power::check_idle_action(&*provider, &req.spec)?;
     relay.policy.admit(&caller, &*provider, &mut req.spec)?;
     let work_relay = relay.clone();
     let (status, info) = relay
@@ -520,7 +520,10 @@ pub(super) async fn reattach_egress(relay: &Relay) {
     for sandbox in all {
         // Another relay's host runs the egress proxy of its own sandboxes.
         if sandbox.spec.network != NetworkPolicy::Allowlist
-            || matches!(sandbox.state, SandboxState::Gone | SandboxState::Dead)
+            || matches!(
+                sandbox.state,
+                SandboxState::Gone | SandboxState::Dead | SandboxState::Stopped
+            )
             || !relay.is_here(&sandbox)
         {
             continue;
@@ -531,25 +534,33 @@ pub(super) async fn reattach_egress(relay: &Relay) {
         if !provider.runs_here() && sandbox.spec.secrets.is_empty() {
             continue;
         }
-        let result = async {
-            let allowlist = Allowlist::from_spec(&sandbox.spec)
-                .map_err(ApiError::Invalid)?
-                .unwrap_or_default();
-            let secrets = bound_secrets::load(&relay.store, &sandbox.id).await?;
-            if provider.runs_here() {
-                attach_local(relay, &*provider, &sandbox, allowlist, secrets).await
-            } else {
-                relay
-                    .egress
-                    .attach_remote(&sandbox.id, &sandbox.agent_token, allowlist, secrets)
-                    .await
-                    .map_err(|e| ApiError::Unavailable(e.to_string()))
-            }
-        }
-        .await;
+        let result = reattach_one(relay, &*provider, &sandbox).await;
         if let Err(e) = result {
             tracing::warn!(sandbox = %sandbox.id, "cannot re-attach the egress proxy: {e}");
         }
+    }
+}
+
+/// Attaches the relay's egress proxy to allowlisted `sandbox` again, with its allowlist and
+/// bound secrets from the store: after a relay restart, or a start gave it a new network
+/// namespace.
+pub(super) async fn reattach_one(
+    relay: &Relay,
+    provider: &dyn Provider,
+    sandbox: &SandboxRecord,
+) -> Result<(), ApiError> {
+    let allowlist = Allowlist::from_spec(&sandbox.spec)
+        .map_err(ApiError::Invalid)?
+        .unwrap_or_default();
+    let secrets = bound_secrets::load(&relay.store, &sandbox.id).await?;
+    if provider.runs_here() {
+        attach_local(relay, provider, sandbox, allowlist, secrets).await
+    } else {
+        relay
+            .egress
+            .attach_remote(&sandbox.id, &sandbox.agent_token, allowlist, secrets)
+            .await
+            .map_err(|e| ApiError::Unavailable(e.to_string()))
     }
 }
 

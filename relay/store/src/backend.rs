@@ -133,6 +133,8 @@ pub(super) trait Sandboxes: Send + Sync + 'static {
     async fn touch(&self, ids: Vec<String>, now_ms: i64) -> Result<(), StoreError>;
     /// Records a state.
     async fn set_state(&self, id: String, state: String) -> Result<(), StoreError>;
+    /// Replaces the provider's (sealed) metadata and records a state, in one statement.
+    async fn set_meta(&self, id: String, meta: String, state: String) -> Result<(), StoreError>;
     /// Sets a new TTL; `false` (nothing changed) when a reaper has claimed the sandbox.
     async fn set_ttl(&self, id: String, ttl_ms: i64, expires_ms: i64) -> Result<bool, StoreError>;
     /// Stores a token's grant by its hash, replacing one with the same hash.

@@ -403,6 +403,23 @@ impl Store {
             .await
     }
 
+    /// Records what the provider now knows the sandbox by (a stopped local sandbox started
+    /// again has a new first process) and its state.
+    pub async fn set_meta(
+        &self,
+        id: &SandboxId,
+        meta: &serde_json::Value,
+        state: SandboxState,
+    ) -> Result<(), StoreError> {
+        let sealed = self.key.seal(
+            &seal_context(id.as_str(), "meta"),
+            &serde_json::to_string(meta)?,
+        );
+        self.backend
+            .set_meta(id.to_string(), sealed, state_name(state).to_string())
+            .await
+    }
+
     /// Sets a new TTL, running out at `expires_ms`; `false` (nothing changed) when the reaper
     /// is deleting the sandbox already.
     pub async fn set_ttl(

@@ -63,6 +63,24 @@ export class TooLargeError extends TetherError {
     super("too_large", message);
   }
 }
+/** The request conflicts with the sandbox's state (the relay's 409, `conflict`): resuming a
+ * sandbox that is not paused, for one. */
+export class ConflictError extends TetherError {
+  constructor(message: string) {
+    super("conflict", message);
+  }
+}
+/** The sandbox is paused and the request needs it running: pausing it again, or reaching it
+ * (a command, a file) when it was created with `autoResume: false`. `resume()` runs it
+ * again. */
+export class SandboxPausedError extends ConflictError {}
+/** The provider or agent cannot do what was asked (`unsupported`; the relay's 501): pausing
+ * a sandbox, or `onIdle: "pause"`, on a provider without pause. Retrying cannot help. */
+export class UnsupportedError extends TetherError {
+  constructor(message: string) {
+    super("unsupported", message);
+  }
+}
 /** The relay or agent cannot serve this now (503, 502, a provider failure); worth retrying. */
 export class UnavailableError extends TetherError {}
 /** The relay deleted the sandbox on its own (TTL, idle timeout, gone); HTTP 410. */
@@ -121,9 +139,11 @@ export function errorFromCode(code: string, message: string): TetherError {
     case "forbidden":
       return new PermissionDeniedError(code, message);
     case "invalid_argument":
-    case "unsupported":
-    case "conflict":
       return new InvalidArgumentError(code, message);
+    case "conflict":
+      return new ConflictError(message);
+    case "unsupported":
+      return new UnsupportedError(message);
     case "already_exists":
       return new AlreadyExistsError(message);
     case "is_directory":

@@ -1,10 +1,10 @@
 //! The relay's REST API (client/src/api.rs): create (and get-or-create by labels), get, list,
-//! delete, renew, preview and tokens, with retries on 429, 5xx and network errors. Nothing
+//! delete, renew, pause, resume, preview and tokens, with retries on 429, 5xx and network errors. Nothing
 //! here touches the WebSocket protocol.
 
 import { HTTP_ATTEMPTS, HTTP_BACKOFF_MAX_MS, HTTP_BACKOFF_MS, HTTP_TIMEOUT_MS } from "./constants.js";
 import { ConfigurationError, errorFromCode, NotFoundError, PermissionDeniedError, SandboxGoneError, TetherError, UnavailableError } from "./errors.js";
-import type { NetworkInfo, NetworkMode, PreviewInfo, SandboxInfo, Secret } from "./types.js";
+import type { IdleAction, NetworkInfo, NetworkMode, PreviewInfo, SandboxCapabilities, SandboxInfo, Secret } from "./types.js";
 
 /** Where the relay is and how to authenticate. */
 export interface RelayOptions {
@@ -86,11 +86,14 @@ export interface CreateBody {
   egress?: { allow_hosts?: string[]; allow_cidrs?: string[] };
   secrets?: Secret[];
   seccomp_unconfined?: boolean;
+  on_idle?: IdleAction;
+  auto_resume?: boolean;
   get_or_create?: boolean;
 }
 
 function retryable(status: number): boolean {
-  return status === 429 || status >= 500;
+  // 501 is a missing feature (a provider without pause): retrying cannot help.
+  return status === 429 || (status >= 500 && status !== 501);
 }
 
 function delay(attempt: number, retryAfter: string | null): number {
@@ -207,6 +210,27 @@ export class RelayClient {
     return parseSandboxInfo(await this.request("POST", `/v1/sandboxes/${encodeURIComponent(id)}/renew`, { ttl_secs: ttlSeconds }));
   }
 
+  /** Pauses a sandbox. Not retried after the relay may have acted: the retry would find it
+   * paused. */
+  async pause(id: string): Promise<SandboxInfo> {
+    return parseSandboxInfo(await this.request("POST", `/v1/sandboxes/${encodeURIComponent(id)}/pause`, undefined, false));
+  }
+
+  /** Resumes a paused sandbox (not retried after the relay may have acted, as `pause`). */
+  async resume(id: string): Promise<SandboxInfo> {
+    return parseSandboxInfo(await this.request("POST", `/v1/sandboxes/${encodeURIComponent(id)}/resume`, undefined, false));
+  }
+
+  /** Stops a sandbox: its processes end, its files are kept (not retried, as `pause`). */
+  async stop(id: string): Promise<SandboxInfo> {
+    return parseSandboxInfo(await this.request("POST", `/v1/sandboxes/${encodeURIComponent(id)}/stop`, undefined, false));
+  }
+
+  /** Starts a stopped sandbox again (not retried, as `pause`). */
+  async start(id: string): Promise<SandboxInfo> {
+    return parseSandboxInfo(await this.request("POST", `/v1/sandboxes/${encodeURIComponent(id)}/start`, undefined, false));
+  }
+
   /** How a browser reaches ports inside the sandbox. */
   async preview(id: string): Promise<PreviewInfo> {
     const v = (await this.request("GET", `/v1/sandboxes/${encodeURIComponent(id)}/preview`)) as Record<string, unknown>;
@@ -247,6 +271,9 @@ function parseSandboxInfo(value: unknown): SandboxInfo {
     idleTimeoutSecs: num(v["idle_timeout_secs"]),
     created: v["created"] === true,
     network: parseNetworkInfo(v["network"]),
+    capabilities: capabilities(v["capabilities"]),
+    autoResume: v["auto_resume"] !== false,
+    onIdle: v["on_idle"] === "pause" || v["on_idle"] === "stop" ? v["on_idle"] : "delete",
   };
 }
 
@@ -267,4 +294,10 @@ function parseNetworkInfo(value: unknown): NetworkInfo | undefined {
     guarantees: strings(v["guarantees"]),
     notGuaranteed: strings(v["not_guaranteed"]),
   };
+}
+
+/** What a relay says a sandbox's provider can do; nothing, from a relay that does not say. */
+function capabilities(v: unknown): SandboxCapabilities {
+  const c = typeof v === "object" && v !== null ? (v as Record<string, unknown>) : {};
+  return { pause: c["pause"] === true, stop: c["stop"] === true };
 }

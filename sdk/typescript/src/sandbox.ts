@@ -1,6 +1,12 @@
 //! `Sandbox`: one sandbox on a relay. Its lifecycle (create, get-or-create by labels, connect,
-//! list, renew, delete) goes over REST; everything inside it goes over one WebSocket, opened
-//! lazily and re-opened after a drop.
+//! list, renew, pause, resume, delete) goes over REST; everything inside it goes over one
+//! WebSocket, opened lazily and re-opened after a drop.
+//!
+//! Pause and the one WebSocket: the relay resumes a paused sandbox when a new session opens
+//! (unless it was created with `autoResume: false`), but a session opened before the pause
+//! stays open and is no resume trigger (its streams must live through the pause). So a sandbox
+//! this object paused, or found paused, is resumed by the object itself before its next call
+//! reaches the sandbox: `connection()` is the one place every call passes.
 
 import { Commands } from "./commands.js";
 import { Files } from "./files.js";
@@ -8,9 +14,10 @@ import { Ports } from "./ports.js";
 import { Pty } from "./pty.js";
 import { Connection } from "./protocol/connection.js";
 import { expectReply, str, uint } from "./protocol/fields.js";
+import { ConflictError, SandboxPausedError } from "./errors.js";
 import { type CreateBody, RelayClient, RelayConfig, type RelayOptions } from "./relay.js";
 import { templateImage } from "./templates.js";
-import type { AgentInfo, NetworkMode, SandboxInfo, Secret } from "./types.js";
+import type { AgentInfo, IdleAction, NetworkMode, SandboxInfo, Secret } from "./types.js";
 
 /** What a new sandbox looks like. Durations are seconds, sizes bytes; the relay's policy
  * fills in what is left out. */
@@ -30,8 +37,16 @@ export interface CreateOptions extends RelayOptions {
   env?: Record<string, string>;
   /** Delete the sandbox this many seconds after creation (renewable). */
   ttl?: number;
-  /** Delete it after this many seconds without client activity. */
+  /** Delete it (or, with `onIdle`, pause or stop it) after this many seconds without client
+   * activity. */
   idleTimeout?: number;
+  /** What `idleTimeout` does: `delete` (the default), `pause` or `stop` (a provider that
+   * cannot refuses it with `UnsupportedError`). */
+  onIdle?: IdleAction;
+  /** Whether reaching the sandbox while it is paused or stopped (a new session, a preview
+   * request) wakes it; default true. With false it stays so until `resume()` or `start()`,
+   * and reaching it throws `SandboxPausedError`. */
+  autoResume?: boolean;
   cpus?: number;
   memoryBytes?: number;
   pids?: number;
@@ -82,6 +97,8 @@ function createBody(options: CreateOptions, getOrCreate: boolean): CreateBody {
     body.secrets = options.secrets.map((s) => (s.value === undefined ? { name: s.name, hosts: [...s.hosts] } : { name: s.name, hosts: [...s.hosts], value: s.value }));
   }
   if (options.seccompUnconfined === true) body.seccomp_unconfined = true;
+  if (options.onIdle !== undefined) body.on_idle = options.onIdle;
+  if (options.autoResume !== undefined) body.auto_resume = options.autoResume;
   if (getOrCreate) body.get_or_create = true;
   return body;
 }
@@ -94,6 +111,7 @@ function createBody(options: CreateOptions, getOrCreate: boolean): CreateBody {
  * - `sandbox.files`: the file system, batches, tar, watch
  * - `sandbox.pty`: terminals
  * - `sandbox.ports`: listening ports and preview URLs
+ * - `pause()` and `resume()`: freeze every process in it, memory kept, and go on
  */
 export class Sandbox {
   info: SandboxInfo;
@@ -105,6 +123,10 @@ export class Sandbox {
   readonly ports: Ports;
   private conn: Connection | undefined;
   private connecting: Promise<Connection> | undefined;
+  /** Set by `pause()` (or a `pause()` that found it paused): the next call resumes it first,
+   * since this object's open session would not. */
+  private knownPaused = false;
+  private waking: Promise<void> | undefined;
 
   private constructor(info: SandboxInfo, relay: RelayClient) {
     this.info = info;
@@ -133,7 +155,9 @@ export class Sandbox {
     return new Sandbox(await relay.create(createBody(options, true)), relay);
   }
 
-  /** An existing sandbox by id. */
+  /** An existing sandbox by id. A paused one stays paused until the first call that reaches
+   * it, which resumes it (or, created with `autoResume: false`, throws `SandboxPausedError`
+   * until `resume()`). */
   static async connect(id: string, options: RelayOptions = {}): Promise<Sandbox> {
     const relay = new RelayClient(RelayConfig.resolve(options));
     return new Sandbox(await relay.get(id), relay);
@@ -144,8 +168,15 @@ export class Sandbox {
     return new RelayClient(RelayConfig.resolve(options)).list(labels);
   }
 
-  /** The connection to the sandbox's agent, opened on first use and after a drop. */
+  /** The connection to the sandbox's agent, opened on first use and after a drop; first
+   * resumes a sandbox this object paused (see the module's note). */
   async connection(): Promise<Connection> {
+    if (this.knownPaused) {
+      this.waking ??= this.wake().finally(() => {
+        this.waking = undefined;
+      });
+      await this.waking;
+    }
     if (this.conn !== undefined && !this.conn.isClosed) return this.conn;
     if (this.connecting === undefined) {
       this.connecting = Connection.open({ url: this.relay.config.wsUrl(this.id), token: this.relay.config.token })
@@ -153,11 +184,85 @@ export class Sandbox {
           this.conn = conn;
           return conn;
         })
+        .catch((e: unknown) => {
+          // The relay refuses a session only to a sandbox paused without auto-resume.
+          throw e instanceof ConflictError ? new SandboxPausedError(e.message) : e;
+        })
         .finally(() => {
           this.connecting = undefined;
         });
     }
     return this.connecting;
+  }
+
+  /** Resumes the sandbox this object knows paused, as a new session would: unless it was
+   * created without auto-resume, and is still paused. */
+  private async wake(): Promise<void> {
+    if (!this.info.autoResume) {
+      this.info = await this.relay.get(this.id);
+      if (this.info.state === "paused") {
+        throw new SandboxPausedError(`sandbox ${this.id} is paused, and was created with autoResume: false: call resume() first`);
+      }
+    } else {
+      try {
+        this.info = await this.relay.resume(this.id);
+      } catch (e) {
+        if (!(e instanceof ConflictError)) throw e; // another client resumed it first, as good
+      }
+    }
+    this.knownPaused = false;
+  }
+
+  /** Pauses the sandbox: every process in it stops where it is, its memory kept, and nothing
+   * it runs uses CPU until it resumes. Streams already attached (a command's output, a PTY)
+   * stay open and lose nothing: their output goes on after the resume.
+   *
+   * The next call that reaches the sandbox through this object (a command, a file) resumes
+   * it first, unless it was created with `autoResume: false`: then such calls throw
+   * `SandboxPausedError` until `resume()`. Throws `SandboxPausedError` if it is paused
+   * already, `UnsupportedError` if its provider cannot pause. */
+  async pause(): Promise<SandboxInfo> {
+    try {
+      this.info = await this.relay.pause(this.id);
+    } catch (e) {
+      if (!(e instanceof ConflictError)) throw e;
+      // Paused by someone else: this object's session would not wake it either.
+      this.knownPaused = true;
+      throw new SandboxPausedError(e.message);
+    }
+    this.knownPaused = true;
+    return this.info;
+  }
+
+  /** Resumes a paused sandbox where it was. Throws `ConflictError` if it is not paused. */
+  async resume(): Promise<SandboxInfo> {
+    try {
+      this.info = await this.relay.resume(this.id);
+    } catch (e) {
+      if (e instanceof ConflictError) this.knownPaused = false; // it runs already
+      throw e;
+    }
+    this.knownPaused = false;
+    return this.info;
+  }
+
+  /** Stops the sandbox: every process in it ends (its agent too, so this object's connection
+   * closes), its files are kept. The next call that reaches it starts it again, unless it was
+   * created with `autoResume: false`: then such calls throw `SandboxPausedError` until
+   * `start()`. Throws `ConflictError` if it is stopped already, `UnsupportedError` if its
+   * provider cannot stop. */
+  async stop(): Promise<SandboxInfo> {
+    await this.close();
+    this.info = await this.relay.stop(this.id);
+    this.knownPaused = false;
+    return this.info;
+  }
+
+  /** Starts a stopped sandbox again, its files as they were and no process from before.
+   * Throws `ConflictError` if it is not stopped. */
+  async start(): Promise<SandboxInfo> {
+    this.info = await this.relay.start(this.id);
+    return this.info;
   }
 
   /** Drops the connection at once, as a network failure would: foreground processes die,

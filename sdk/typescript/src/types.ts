@@ -7,7 +7,8 @@ export interface SandboxInfo {
   provider: string;
   /** The provider's own id. */
   providerRef: string;
-  /** `running`, `stopped`, `dead` (its agent exited; remove it), `gone` or `unknown`. */
+  /** `running`, `paused` (`resume()`, or with auto-resume any call, continues it), `stopped`,
+   * `dead` (its agent exited; remove it), `gone` or `unknown`. */
   state: string;
   labels: Record<string, string>;
   image: string | undefined;
@@ -21,7 +22,26 @@ export interface SandboxInfo {
   created: boolean;
   /** Its network access and what enforces it (undefined from relays that do not say). */
   network: NetworkInfo | undefined;
+  /** What its provider can do with it beyond create, connect and delete (all false from
+   * relays that do not say). */
+  capabilities: SandboxCapabilities;
+  /** Whether a new session (or a preview request) resumes it while it is paused; when false,
+   * only `resume()` does, and reaching it paused throws `SandboxPausedError`. */
+  autoResume: boolean;
+  /** What its idle timeout does: `delete`, `pause` or `stop`. */
+  onIdle: IdleAction;
 }
+
+/** What a sandbox's provider can do with it beyond create, connect and delete. */
+export interface SandboxCapabilities {
+  /** Pause (processes frozen, memory kept) and resume. */
+  pause: boolean;
+  /** Stop (processes ended, files kept) and start. */
+  stop: boolean;
+}
+
+/** What a sandbox's idle timeout does: delete it (the default), pause it, or stop it. */
+export type IdleAction = "delete" | "pause" | "stop";
 
 /** A sandbox's network mode: its own loopback only, the host's network, or an allowlist. */
 export type NetworkMode = "none" | "host" | "allowlist";

@@ -30,7 +30,7 @@ mod image_e2b;
 mod image_modal;
 mod image_runloop;
 mod isolation;
-mod pause;
+mod power;
 mod preview;
 mod providers_daytona;
 mod providers_docker;

@@ -191,6 +191,20 @@ pub trait Provider: Send + Sync + 'static {
     async fn resume(&self, _sandbox: &SandboxHandle) -> Result<(), ProviderError> {
         Err(self.lacks("pause and resume"))
     }
+    /// Ends every process of the sandbox and keeps its disk, until [`Provider::start`]. A
+    /// stopped sandbox is a [`ProviderError::Conflict`]. By default the provider cannot.
+    async fn stop(&self, _sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        Err(self.lacks("stop and start"))
+    }
+    /// Boots a stopped sandbox again, its disk as it was; answers its new metadata when what
+    /// the provider stored at create changed (a local sandbox's new first process). A
+    /// sandbox that is not stopped is a [`ProviderError::Conflict`].
+    async fn start(
+        &self,
+        _sandbox: &SandboxHandle,
+    ) -> Result<Option<serde_json::Value>, ProviderError> {
+        Err(self.lacks("stop and start"))
+    }
     /// The error for a feature this provider lacks.
     fn lacks(&self, feature: &str) -> ProviderError {
         ProviderError::Unsupported(format!(

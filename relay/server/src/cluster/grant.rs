@@ -40,6 +40,10 @@ pub(crate) enum Op {
     Pause,
     /// Resume the paused sandbox at its provider.
     Resume,
+    /// Stop the sandbox at its provider.
+    Stop,
+    /// Start the stopped sandbox at its provider.
+    Start,
 }
 
 /// The signed statement.

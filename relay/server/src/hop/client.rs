@@ -88,7 +88,7 @@ pub(super) async fn session(
     }
 }
 
-/// Deletes, pauses or resumes (`op`) `sandbox` at its provider through its owner `node` at
+/// Deletes, pauses, resumes, stops or starts (`op`) `sandbox` at its provider through its owner `node` at
 /// `address`.
 pub(super) async fn act(
     relay: &Relay,
@@ -110,6 +110,8 @@ pub(super) async fn act(
         Op::Delete => (relay.cluster.http.delete(&url), "delete"),
         Op::Pause => (relay.cluster.http.post(format!("{url}/pause")), "pause"),
         Op::Resume => (relay.cluster.http.post(format!("{url}/resume")), "resume"),
+        Op::Stop => (relay.cluster.http.post(format!("{url}/stop")), "stop"),
+        Op::Start => (relay.cluster.http.post(format!("{url}/start")), "start"),
         Op::Session => unreachable!("a session is a WebSocket: `session` opens it"),
     };
     let sent = request.header(GRANT_HEADER, grant).send().await;

@@ -64,32 +64,24 @@ impl Relay {
         }
     }
 
-    /// Pauses `sandbox` at its provider: directly, or through its owner.
-    pub(crate) async fn pause_at_provider(
+    /// Pauses, resumes, stops or starts (`op`) `sandbox` at its provider: directly, or
+    /// through its owner. A start here also records what the provider now knows the sandbox
+    /// by and attaches its egress proxy again ([`Relay::start_here`]).
+    pub(crate) async fn act_at_provider(
         &self,
+        op: Op,
         provider: &dyn Provider,
-        sandbox: &SandboxRecord,
+        sandbox: &mut SandboxRecord,
     ) -> Result<(), ProviderError> {
         match self.place(sandbox) {
-            Place::Here => provider.pause(&sandbox.handle()).await,
-            Place::Peer { node, address } => {
-                client::act(self, Op::Pause, &node, &address, sandbox).await
-            }
-            Place::Away { node } => Err(unavailable(sandbox, &node)),
-        }
-    }
-
-    /// Resumes `sandbox` at its provider: directly, or through its owner.
-    pub(crate) async fn resume_at_provider(
-        &self,
-        provider: &dyn Provider,
-        sandbox: &SandboxRecord,
-    ) -> Result<(), ProviderError> {
-        match self.place(sandbox) {
-            Place::Here => provider.resume(&sandbox.handle()).await,
-            Place::Peer { node, address } => {
-                client::act(self, Op::Resume, &node, &address, sandbox).await
-            }
+            Place::Here => match op {
+                Op::Pause => provider.pause(&sandbox.handle()).await,
+                Op::Resume => provider.resume(&sandbox.handle()).await,
+                Op::Stop => provider.stop(&sandbox.handle()).await,
+                Op::Start => self.start_here(provider, sandbox).await,
+                Op::Session | Op::Delete => unreachable!("not a change of a sandbox's state"),
+            },
+            Place::Peer { node, address } => client::act(self, op, &node, &address, sandbox).await,
             Place::Away { node } => Err(unavailable(sandbox, &node)),
         }
     }

@@ -2,7 +2,7 @@
 //! peer's WebSocket to the sandbox's agent (carried as the tunnel carries a client's, spliced
 //! or forwarded, so flow control stays end to end); `DELETE /v1/cluster/sandboxes/{id}`
 //! deletes the sandbox at its provider (the peer then forgets it in the database), and
-//! `POST .../pause` and `.../resume` pause and resume it there. Both take a grant only, never an API
+//! `POST .../pause`, `.../resume`, `.../stop` and `.../start` change its state there. Both take a grant only, never an API
 //! token: a request without a valid one is a 401, whatever it carries.
 
 use std::sync::Arc;
@@ -28,6 +28,8 @@ pub(crate) fn routes() -> Router<Arc<Relay>> {
         .route("/v1/cluster/sandboxes/{id}", axum::routing::delete(delete))
         .route("/v1/cluster/sandboxes/{id}/pause", post(pause))
         .route("/v1/cluster/sandboxes/{id}/resume", post(resume))
+        .route("/v1/cluster/sandboxes/{id}/stop", post(stop))
+        .route("/v1/cluster/sandboxes/{id}/start", post(start))
 }
 
 /// Checks the request's grant for `op` on sandbox `id`.
@@ -141,18 +143,36 @@ async fn resume(
     act(&relay, &headers, Op::Resume, &id).await
 }
 
-/// Pauses or resumes (`op`) the granted sandbox at its provider; the entry relay records
-/// its new state.
+/// `POST /v1/cluster/sandboxes/{id}/stop`: 204 once the provider has stopped it.
+async fn stop(
+    State(relay): State<Arc<Relay>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    act(&relay, &headers, Op::Stop, &id).await
+}
+
+/// `POST /v1/cluster/sandboxes/{id}/start`: 204 once the provider has started it (and this
+/// relay, its owner, has recorded its new metadata and attached its egress proxy).
+async fn start(
+    State(relay): State<Arc<Relay>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    act(&relay, &headers, Op::Start, &id).await
+}
+
+/// Pauses, resumes, stops or starts (`op`) the granted sandbox at its provider; the entry
+/// relay records its new state.
 async fn act(relay: &Relay, headers: &HeaderMap, op: Op, id: &str) -> Result<StatusCode, ApiError> {
     let grant = granted(relay, headers, op, id)?;
-    let sandbox = owned(relay, &grant, id)
+    let mut sandbox = owned(relay, &grant, id)
         .await?
         .ok_or_else(|| ApiError::no_sandbox(&SandboxId::from(id.to_string())))?;
     let provider = relay.provider_of(&sandbox)?;
-    let done = match op {
-        Op::Pause => provider.pause(&sandbox.handle()).await,
-        _ => provider.resume(&sandbox.handle()).await,
-    };
-    done.map_err(|e| ApiError::provider(&sandbox.provider, Some(&sandbox.id), e))?;
+    relay
+        .act_at_provider(op, &*provider, &mut sandbox)
+        .await
+        .map_err(|e| ApiError::provider(&sandbox.provider, Some(&sandbox.id), e))?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -145,6 +145,18 @@ impl Sandboxes for PostgresBackend {
         Ok(())
     }
 
+    async fn set_meta(&self, id: String, meta: String, state: String) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE sandboxes SET meta = $2, state = $3 WHERE id = $1",
+                &[&id, &meta, &state],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+
     async fn set_ttl(&self, id: String, ttl_ms: i64, expires_ms: i64) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let changed = client

@@ -149,6 +149,17 @@ impl Sandboxes for SqliteBackend {
         .await
     }
 
+    async fn set_meta(&self, id: String, meta: String, state: String) -> Result<(), StoreError> {
+        self.call(move |db| {
+            db.execute(
+                "UPDATE sandboxes SET meta = ?2, state = ?3 WHERE id = ?1",
+                params![id, meta, state],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn set_ttl(&self, id: String, ttl_ms: i64, expires_ms: i64) -> Result<bool, StoreError> {
         self.call(move |db| {
             let changed = db.execute(

@@ -43,6 +43,14 @@ async fn round_trips_every_field(db: Db) {
     );
     assert_eq!(got.last_active_ms, 2_000);
 
+    // A started sandbox's new metadata replaces the old, sealed as at insert.
+    let meta = serde_json::json!({"process": {"pid": 7, "start_time": 9}});
+    reg.set_meta(&sb.id, &meta, SandboxState::Running)
+        .await
+        .unwrap();
+    let got = reg.get(&tenant("a"), &sb.id).await.unwrap().unwrap();
+    assert_eq!((got.meta, got.state), (meta, SandboxState::Running));
+
     assert!(reg.remove(&sb.id).await.unwrap());
     assert!(!reg.remove(&sb.id).await.unwrap());
     assert_eq!(reg.get(&tenant("a"), &sb.id).await.unwrap(), None);

@@ -1,6 +1,6 @@
 """The relay's REST API (client/src/api.rs): where the relay is and which token to use, and
-every call with retries and backoff on 429 and 5xx. Also opens a sandbox's WebSocket with the
-same retries."""
+every call (create, get, list, delete, renew, pause, resume, preview) with retries and backoff
+on 429 and 5xx. Also opens a sandbox's WebSocket with the same retries."""
 
 from __future__ import annotations
 
@@ -78,8 +78,12 @@ def _backoff(attempt: int, retry_after: str | None) -> float:
     return delay * (0.5 + random.random() / 2)
 
 
-def _retryable(status: int) -> bool:
-    # 500 is a bug in the relay and 501 a missing feature: retrying cannot help.
+def _retryable(status: int, idempotent: bool = True) -> bool:
+    # 500 is a bug in the relay and 501 a missing feature: retrying cannot help. 429 and 503
+    # mean the relay did nothing; another 5xx may come after it acted, so a request that is
+    # not idempotent (a pause: its retry would find the sandbox paused) is not sent again.
+    if not idempotent:
+        return status in (429, 503)
     return status == 429 or (status >= 502 and status <= 599)
 
 
@@ -103,6 +107,7 @@ class AsyncRelayClient:
         *,
         json: Any = None,
         params: list[tuple[str, str | int | float | bool | None]] | None = None,
+        idempotent: bool = True,
     ) -> Any:
         for attempt in range(RETRY_ATTEMPTS):
             try:
@@ -117,7 +122,7 @@ class AsyncRelayClient:
                 if response.status_code == 204 or not response.content:
                     return None
                 return response.json()
-            if _retryable(response.status_code) and attempt + 1 < RETRY_ATTEMPTS:
+            if _retryable(response.status_code, idempotent) and attempt + 1 < RETRY_ATTEMPTS:
                 await asyncio.sleep(_backoff(attempt, response.headers.get("retry-after")))
                 continue
             raise self._error(response)
@@ -166,6 +171,28 @@ class AsyncRelayClient:
             await self._request(
                 "POST", f"/v1/sandboxes/{_seg(sandbox_id)}/renew", json={"ttl_secs": ttl_secs}
             )
+        )
+
+    async def pause(self, sandbox_id: str) -> SandboxInfo:
+        return SandboxInfo.from_json(
+            await self._request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/pause", idempotent=False)
+        )
+
+    async def resume(self, sandbox_id: str) -> SandboxInfo:
+        return SandboxInfo.from_json(
+            await self._request(
+                "POST", f"/v1/sandboxes/{_seg(sandbox_id)}/resume", idempotent=False
+            )
+        )
+
+    async def stop(self, sandbox_id: str) -> SandboxInfo:
+        return SandboxInfo.from_json(
+            await self._request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/stop", idempotent=False)
+        )
+
+    async def start(self, sandbox_id: str) -> SandboxInfo:
+        return SandboxInfo.from_json(
+            await self._request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/start", idempotent=False)
         )
 
     async def preview(self, sandbox_id: str) -> PreviewInfo:

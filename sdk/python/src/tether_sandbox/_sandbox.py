@@ -1,6 +1,12 @@
 """``AsyncSandbox``: one sandbox on a relay. Its lifecycle (create, get-or-create, connect,
-list, renew, delete) goes over REST; everything inside it goes over one WebSocket, opened
-lazily and re-opened after a drop."""
+list, renew, pause, resume, delete) goes over REST; everything inside it goes over one
+WebSocket, opened lazily and re-opened after a drop.
+
+Pause and the one WebSocket: the relay resumes a paused sandbox when a new session opens
+(unless it was created with ``auto_resume=False``), but a session opened before the pause
+stays open and is no resume trigger (its streams must live through the pause). So a sandbox
+this object paused, or found paused, is resumed by the object itself before its next call
+reaches the sandbox: :meth:`AsyncSandbox._connection` is the one place every call passes."""
 
 from __future__ import annotations
 
@@ -18,8 +24,8 @@ from ._protocol import Connection, Message, Stream, expect_reply
 from ._pty import AsyncPty
 from ._relay import AsyncRelayClient, RelayConfig
 from ._templates import template_image
-from .errors import ProtocolError
-from .types import AgentInfo, CommandResult, NetworkMode, SandboxInfo, Secret
+from .errors import Conflict, ProtocolError, SandboxPaused, paused
+from .types import AgentInfo, CommandResult, IdleAction, NetworkMode, SandboxInfo, Secret
 
 Language = Literal["python", "node", "bash"]
 
@@ -66,6 +72,7 @@ class AsyncSandbox:
     - ``sandbox.pty``: terminals (:class:`AsyncPty`)
     - ``sandbox.ports``: preview URLs and local forwards (:class:`AsyncPorts`)
     - :meth:`run_code` and :meth:`code_session`: code in python, node or bash
+    - :meth:`pause` and :meth:`resume`: freeze every process in it, memory kept, and go on
     """
 
     def __init__(self, info: SandboxInfo, relay: AsyncRelayClient) -> None:
@@ -73,6 +80,9 @@ class AsyncSandbox:
         self._relay = relay
         self._conn: Connection | None = None
         self._conn_lock = asyncio.Lock()
+        # Set by pause() (or a pause() that found it paused): the next call resumes it first,
+        # since this object's open session would not.
+        self._known_paused = False
         self.commands = AsyncCommands(self)
         self.files = AsyncFiles(self)
         self.pty = AsyncPty(self)
@@ -108,6 +118,8 @@ class AsyncSandbox:
         allow_cidrs: Sequence[str] | None = None,
         secrets: Sequence[Secret] | None = None,
         seccomp_unconfined: bool = False,
+        on_idle: IdleAction | None = None,
+        auto_resume: bool | None = None,
         get_or_create: bool = False,
         relay: str | None = None,
         token: str | None = None,
@@ -126,7 +138,13 @@ class AsyncSandbox:
         ``image``: on the local provider the one ``tether image build --template NAME`` built
         on this machine (:class:`TemplateNotBuilt` says how to build it when it is not), on a
         cloud provider the image built as ``tether-NAME``. Not the default: a template's user
-        (``user``) cannot write ``/workspace``, where the framework adapters work."""
+        (``user``) cannot write ``/workspace``, where the framework adapters work.
+
+        ``on_idle="pause"`` (or ``"stop"``) makes ``idle_timeout`` pause (or stop) the
+        sandbox instead of deleting it (a provider that cannot refuses it with
+        :class:`ProviderUnsupported`). ``auto_resume=False`` keeps a paused or stopped sandbox
+        so until :meth:`resume` or :meth:`start`: reaching it raises :class:`SandboxPaused`
+        instead of waking it (by default, a new session or a preview request wakes it)."""
         if template is not None and image is not None:
             raise ValueError("give image or template, not both")
         if template is not None:
@@ -150,6 +168,10 @@ class AsyncSandbox:
             body["env"] = dict(env)
         if seccomp_unconfined:
             body["seccomp_unconfined"] = True
+        if on_idle is not None:
+            body["on_idle"] = on_idle
+        if auto_resume is not None:
+            body["auto_resume"] = auto_resume
         if get_or_create:
             if not labels:
                 raise ValueError("get_or_create needs labels to find the sandbox by")
@@ -173,7 +195,9 @@ class AsyncSandbox:
         cls, sandbox_id: str, *, relay: str | None = None, token: str | None = None
     ) -> AsyncSandbox:
         """An existing sandbox by id. Raises :class:`SandboxNotFound` or
-        :class:`SandboxGone`."""
+        :class:`SandboxGone`. A paused one stays paused until the first call that reaches it,
+        which resumes it (or, created with ``auto_resume=False``, raises
+        :class:`SandboxPaused` until :meth:`resume`)."""
         client = AsyncRelayClient(RelayConfig.resolve(relay, token))
         try:
             info = await client.get(sandbox_id)
@@ -204,6 +228,52 @@ class AsyncSandbox:
     async def renew(self, ttl: float) -> SandboxInfo:
         """Sets the TTL to ``ttl`` seconds from now."""
         self.info = await self._relay.renew(self.id, max(1, round(ttl)))
+        return self.info
+
+    async def pause(self) -> SandboxInfo:
+        """Pauses the sandbox: every process in it stops where it is, its memory kept, and
+        nothing it runs uses CPU until it resumes. Streams already attached (a command's
+        output, a PTY) stay open and lose nothing: their output goes on after the resume.
+
+        The next call that reaches the sandbox through this object (a command, a file)
+        resumes it first, unless it was created with ``auto_resume=False``: then such calls
+        raise :class:`SandboxPaused` until :meth:`resume`. Raises :class:`SandboxPaused` if it
+        is paused already, :class:`ProviderUnsupported` if its provider cannot pause."""
+        try:
+            self.info = await self._relay.pause(self.id)
+        except Conflict as exc:
+            # Paused by someone else: this object's session would not wake it either.
+            self._known_paused = True
+            raise paused(exc) from None
+        self._known_paused = True
+        return self.info
+
+    async def resume(self) -> SandboxInfo:
+        """Resumes a paused sandbox where it was. Raises :class:`Conflict` if it is not
+        paused."""
+        try:
+            self.info = await self._relay.resume(self.id)
+        except Conflict:
+            self._known_paused = False  # it runs already: nothing for the next call to wake
+            raise
+        self._known_paused = False
+        return self.info
+
+    async def stop(self) -> SandboxInfo:
+        """Stops the sandbox: every process in it ends (its agent too, so this object's
+        connection closes), its files are kept. The next call that reaches it starts it again
+        with its files as they were, unless it was created with ``auto_resume=False``: then
+        such calls raise :class:`SandboxPaused` until :meth:`start`. Raises :class:`Conflict`
+        if it is stopped already, :class:`ProviderUnsupported` if its provider cannot stop."""
+        await self.close()
+        self.info = await self._relay.stop(self.id)
+        self._known_paused = False
+        return self.info
+
+    async def start(self) -> SandboxInfo:
+        """Starts a stopped sandbox again, its files as they were and no process from
+        before. Raises :class:`Conflict` if it is not stopped."""
+        self.info = await self._relay.start(self.id)
         return self.info
 
     async def delete(self) -> None:
@@ -243,9 +313,34 @@ class AsyncSandbox:
 
     async def _connection(self) -> Connection:
         async with self._conn_lock:
+            if self._known_paused:
+                await self._wake()
             if self._conn is None or self._conn.closed:
-                self._conn = await self._relay.connect(self.id)
+                try:
+                    self._conn = await self._relay.connect(self.id)
+                except Conflict as exc:
+                    # The relay refuses a session only to a sandbox paused without auto-resume.
+                    raise paused(exc) from None
             return self._conn
+
+    async def _wake(self) -> None:
+        """Resumes the sandbox this object knows paused, as a new session would: unless it
+        was created without auto-resume, and is still paused."""
+        if not self.info.auto_resume:
+            self.info = await self._relay.get(self.id)
+            if self.info.state == "paused":
+                raise SandboxPaused(
+                    f"sandbox {self.id} is paused, and was created with auto_resume=False: "
+                    "call resume() first",
+                    status=409,
+                    code="conflict",
+                )
+        else:
+            try:
+                self.info = await self._relay.resume(self.id)
+            except Conflict:
+                pass  # another client resumed it first, which is as good
+        self._known_paused = False
 
     async def _open(self, op: str, fields: Message, *, window: int = INITIAL_WINDOW) -> Stream:
         """Opens a stream for ``op`` on the live connection (reconnecting if it dropped)."""

@@ -37,6 +37,7 @@ from .types import (
     FileInfo,
     GlobResult,
     GrepResult,
+    IdleAction,
     ListeningPort,
     NetworkMode,
     ProcessInfo,
@@ -386,6 +387,8 @@ class Sandbox:
         allow_cidrs: Sequence[str] | None = None,
         secrets: Sequence[Secret] | None = None,
         seccomp_unconfined: bool = False,
+        on_idle: IdleAction | None = None,
+        auto_resume: bool | None = None,
         get_or_create: bool = False,
         relay: str | None = None,
         token: str | None = None,
@@ -409,6 +412,8 @@ class Sandbox:
                     allow_cidrs=allow_cidrs,
                     secrets=secrets,
                     seccomp_unconfined=seccomp_unconfined,
+                    on_idle=on_idle,
+                    auto_resume=auto_resume,
                     get_or_create=get_or_create,
                     relay=relay,
                     token=token,
@@ -440,6 +445,22 @@ class Sandbox:
 
     def renew(self, ttl: float) -> SandboxInfo:
         return _call(self._inner.renew(ttl))
+
+    def pause(self) -> SandboxInfo:
+        """Pauses the sandbox (see :meth:`AsyncSandbox.pause`)."""
+        return _call(self._inner.pause())
+
+    def resume(self) -> SandboxInfo:
+        """Resumes a paused sandbox (see :meth:`AsyncSandbox.resume`)."""
+        return _call(self._inner.resume())
+
+    def stop(self) -> SandboxInfo:
+        """Stops the sandbox, keeping its files (see :meth:`AsyncSandbox.stop`)."""
+        return _call(self._inner.stop())
+
+    def start(self) -> SandboxInfo:
+        """Starts a stopped sandbox again (see :meth:`AsyncSandbox.start`)."""
+        return _call(self._inner.start())
 
     def delete(self) -> None:
         _call(self._inner.delete())

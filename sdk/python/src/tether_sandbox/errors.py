@@ -56,7 +56,19 @@ class SandboxGone(RelayError):
 
 
 class Conflict(RelayError):
-    """The request conflicts with the sandbox's state (HTTP 409)."""
+    """The request conflicts with the sandbox's state (HTTP 409, ``conflict``): resuming a
+    sandbox that is not paused, for one."""
+
+
+class SandboxPaused(Conflict):
+    """The sandbox is paused, and the request needs it running: pausing it again, or reaching
+    it (a command, a file) when it was created with ``auto_resume=False``. ``resume()`` runs it
+    again."""
+
+
+class ProviderUnsupported(RelayError):
+    """The sandbox's provider cannot do what was asked (HTTP 501, ``unsupported``): pausing a
+    sandbox, or ``on_idle="pause"``, on a provider without pause. Retrying cannot help."""
 
 
 class RateLimited(RelayError):
@@ -227,7 +239,9 @@ class CodeSessionError(TetherError):
 
 
 def relay_error(status: int, code: str, message: str) -> RelayError:
-    """The exception for a relay error response (``ErrorBody`` in client/src/api.rs)."""
+    """The exception for a relay error response (``ErrorBody`` in client/src/api.rs). A 409
+    is a :class:`Conflict`; the calls that know it means "paused" (``pause()``, opening a
+    session) narrow it to :class:`SandboxPaused` with :func:`paused`."""
     cls: type[RelayError]
     if status == 400:
         cls = InvalidRequest
@@ -243,8 +257,16 @@ def relay_error(status: int, code: str, message: str) -> RelayError:
         cls = SandboxGone
     elif status == 429:
         cls = RateLimited
+    elif status == 501 and code == "unsupported":
+        cls = ProviderUnsupported
     elif status >= 500:
         cls = RelayUnavailable
     else:
         cls = RelayError
     return cls(message, status=status, code=code)
+
+
+def paused(exc: Conflict) -> SandboxPaused:
+    """``exc``, a 409 from a call that only a paused sandbox refuses that way, as the
+    :class:`SandboxPaused` it means."""
+    return SandboxPaused(exc.message, status=exc.status, code=exc.code)

@@ -28,6 +28,9 @@ def _field(obj: dict[str, Any], name: str, typ: type, default: Any = ...) -> Any
 
 NetworkMode = Literal["none", "host", "allowlist"]
 
+IdleAction = Literal["delete", "pause", "stop"]
+"""What a sandbox's idle timeout does: delete it (the default), or pause it."""
+
 
 @dataclass(frozen=True)
 class Secret:
@@ -90,12 +93,26 @@ class NetworkInfo:
 
 
 @dataclass(frozen=True)
+class SandboxCapabilities:
+    """What a sandbox's provider can do with it beyond create, connect and delete (all False
+    from relays that do not report it)."""
+
+    pause: bool = False
+    """Pause (processes frozen, memory kept) and resume."""
+    stop: bool = False
+    """Stop (processes ended, files kept) and start."""
+
+
+@dataclass(frozen=True)
 class SandboxInfo:
     """A sandbox as the relay knows it."""
 
     id: str
     provider: str
     state: str
+    """``running``, ``paused`` (``resume()``, or with auto-resume any call, continues it),
+    ``stopped`` (``start()``, or with auto-resume any call, boots it again), ``dead`` (its
+    agent exited; delete it), ``gone`` or ``unknown``."""
     labels: dict[str, str]
     image: str | None
     created_ms: int
@@ -106,10 +123,18 @@ class SandboxInfo:
     """False when get-or-create found an existing sandbox."""
     network: NetworkInfo | None = None
     """Its network access and guarantees (None from relays that do not report them)."""
+    capabilities: SandboxCapabilities = field(default_factory=SandboxCapabilities)
+    """What its provider can do with it beyond create, connect and delete."""
+    auto_resume: bool = True
+    """Whether a new session (or a preview request) resumes it while it is paused; when
+    False, only ``resume()`` does, and reaching it paused raises :class:`SandboxPaused`."""
+    on_idle: IdleAction = "delete"
+    """What its idle timeout does: ``delete``, ``pause`` or ``stop``."""
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> SandboxInfo:
         network = obj.get("network")
+        capabilities = obj.get("capabilities")
         return cls(
             id=str(obj["id"]),
             provider=str(obj.get("provider", "")),
@@ -122,7 +147,22 @@ class SandboxInfo:
             idle_timeout_secs=obj.get("idle_timeout_secs"),
             created=bool(obj.get("created", False)),
             network=NetworkInfo.from_json(network) if isinstance(network, dict) else None,
+            capabilities=SandboxCapabilities(
+                pause=isinstance(capabilities, dict) and capabilities.get("pause") is True,
+                stop=isinstance(capabilities, dict) and capabilities.get("stop") is True,
+            ),
+            auto_resume=obj.get("auto_resume") is not False,
+            on_idle=_idle_action(obj.get("on_idle")),
         )
+
+
+def _idle_action(value: object) -> IdleAction:
+    """The idle action a relay answered; ``delete`` for one this SDK does not know."""
+    if value == "pause":
+        return "pause"
+    if value == "stop":
+        return "stop"
+    return "delete"
 
 
 @dataclass(frozen=True)

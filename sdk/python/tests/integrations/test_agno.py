@@ -258,3 +258,19 @@ def test_the_api_key_is_ignored_and_tools_never_raise(relay: object, tmp_path: P
     down = E2BToolkit(SandboxManager(relay="http://127.0.0.1:9"), local_dir=tmp_path)
     assert json.loads(down.run_command("echo unreachable"))["status"] == "error"
     assert json.loads(down.force_shutdown_all())["status"] == "error"
+
+
+def test_connecting_to_a_paused_sandbox_resumes_it(tools: TetherTools) -> None:
+    created = json.loads(tools.create_sandbox())
+    sandbox_id = created["sandbox_id"]
+    tools.write_file_content("/workspace/kept.txt", "kept")
+    with Sandbox.connect(sandbox_id) as sb:
+        sb.pause()
+    # Another toolkit, as a later run would make, connects to it by id and reports it paused.
+    later = TetherTools(SandboxManager(default_timeout=600), local_dir=tools.local_dir)
+    assert json.loads(later.connect_sandbox(sandbox_id))["status"] == "success"
+    assert json.loads(later.get_sandbox_status(sandbox_id))["state"] == "paused"
+    # Its first command opens a session, which resumes the sandbox where it was.
+    ran = json.loads(later.run_command("cat /workspace/kept.txt", sandbox_id=sandbox_id))
+    assert ran["status"] == "success" and ran["output"]["stdout"] == "kept"
+    assert json.loads(later.get_sandbox_status(sandbox_id))["state"] == "running"

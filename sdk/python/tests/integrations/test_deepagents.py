@@ -259,3 +259,25 @@ def test_provider_lists_sandboxes(provider: TetherProvider) -> None:
         provider.delete(sandbox_id=first.id)
         provider.delete(sandbox_id=second.id)
     assert provider.list(thread_id="list-1")["items"] == []
+
+
+def test_a_threads_paused_sandbox_resumes_when_the_thread_comes_back(
+    provider: TetherProvider,
+) -> None:
+    first = provider.get_or_create(thread_id="paused-1")
+    try:
+        first.write("/workspace/kept.txt", "kept")
+        with Sandbox.connect(first.id) as sb:
+            sb.pause()
+        # The thread comes back: get-or-create by its label finds the paused sandbox, and
+        # the first call opens a session, which resumes it where it was.
+        again = provider.get_or_create(thread_id="paused-1")
+        assert again.id == first.id
+        assert again.execute("cat /workspace/kept.txt").output == "kept"
+        with Sandbox.connect(first.id) as sb:
+            assert sb.info.state == "running"
+            sb.pause()
+        by_id = provider.get_or_create(sandbox_id=first.id)
+        assert by_id.execute("echo by-id").output == "by-id\n"
+    finally:
+        provider.delete(sandbox_id=first.id)

@@ -200,3 +200,20 @@ def test_creation_retries_rate_limits(
         max_retries=5, initial_wait_seconds=0.01, max_wait_seconds=0.05, jitter=0
     )
     assert backend.ensure_started() and len(calls) == 3
+
+
+def test_reconnect_by_id_resumes_a_paused_sandbox(backend: TetherSandbox) -> None:
+    sandbox_id = backend.ensure_started()
+    assert sandbox_id is not None
+    backend.upload_file("keep.txt", b"kept")
+    backend.close()
+    with Sandbox.connect(sandbox_id) as sb:
+        sb.pause()
+    again = TetherSandbox(sandbox_id=sandbox_id)
+    try:
+        # Its first call opens a session, which resumes the sandbox where it was.
+        assert again.retrieve("keep.txt") == b"kept"
+        assert again.run_command_shell("echo resumed").stdout == "resumed\n"
+        assert Sandbox.connect(sandbox_id).info.state == "running"
+    finally:
+        again.close(kill=True)

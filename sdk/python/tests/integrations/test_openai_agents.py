@@ -30,6 +30,7 @@ from tether_sandbox import Sandbox, errors
 from tether_sandbox.integrations.openai_agents import (
     TetherSandboxClient,
     TetherSandboxClientOptions,
+    TetherSandboxSessionState,
 )
 
 SERVER = "cd /tmp && echo from-agents > index.html && exec python3 -m http.server 8000"
@@ -240,3 +241,27 @@ async def test_a_sandbox_agent_runs_commands(relay: object) -> None:
         assert "from-the-agent" in model.seen[0], model.seen
         assert "note.txt" in model.seen[1] and "4" in model.seen[1], model.seen
         assert (await session.read(Path("note.txt"))).read() == b"from-the-agent\n"
+
+
+async def test_pause_on_exit_keeps_the_sandbox_paused_for_resume(relay: object) -> None:
+    client = TetherSandboxClient()
+    session = await client.create(options=TetherSandboxClientOptions(ttl=600, pause_on_exit=True))
+    async with session:
+        await session.write(Path("kept.txt"), io.BytesIO(b"kept"))
+    state = session._inner.state
+    assert isinstance(state, TetherSandboxSessionState)
+    # Shut down paused, not deleted; and client.delete(session) leaves it, as on E2B.
+    await client.delete(session)
+    with Sandbox.connect(state.sandbox_id) as probe:
+        assert probe.info.state == "paused"
+    payload = client.serialize_session_state(state)
+
+    resumed = await client.resume(client.deserialize_session_state(payload))
+    assert resumed._inner.state.sandbox_id == state.sandbox_id  # type: ignore[attr-defined]
+    async with resumed:
+        assert await resumed.running()
+        assert (await resumed.read(Path("kept.txt"))).read() == b"kept"
+        assert (await resumed.exec("echo on")).stdout == b"on\n"
+    with Sandbox.connect(state.sandbox_id) as probe:
+        assert probe.info.state == "paused"
+        probe.delete()

@@ -8,6 +8,11 @@ URLs through the relay (or, where the preview URL needs a path, which the SDK's 
 cannot carry, to a local forward on 127.0.0.1, as the SDK's own Docker sandboxes publish). The session's state (``TetherSandboxSessionState``) serializes
 without the token, so a run can be resumed in another process.
 
+``pause_on_exit=True`` (as on the SDK's E2B, Daytona, Blaxel and Runloop clients) pauses the
+sandbox when the session shuts down instead of deleting it, and ``client.delete(session)``
+leaves it: ``resume(state)`` then finds it paused, with its processes and memory, and the
+session's first call resumes it.
+
 Install with ``pip install 'tether-sandbox[openai-agents]'``.
 """
 
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
@@ -55,7 +61,10 @@ from .._ports import AsyncForward
 from .._pty import AsyncPtyHandle
 from .._sandbox import AsyncSandbox
 from .._sync import Sandbox
+from ..types import SandboxInfo
 from ._bridge import run_async
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_TTL_S = 3600  # a new sandbox's lifetime unless the options say otherwise
 MAX_WORKSPACE_BYTES = 4 << 30  # 4 GiB: the largest workspace archive persisted
@@ -74,6 +83,7 @@ class TetherSandboxClientOptions(BaseSandboxClientOptions):
     network: Literal["none", "host"] | None = None
     exposed_ports: tuple[int, ...] = ()
     delete_on_shutdown: bool = True
+    pause_on_exit: bool = False
 
 
 class TetherSandboxSessionState(SandboxSessionState):
@@ -89,6 +99,7 @@ class TetherSandboxSessionState(SandboxSessionState):
     network: Literal["none", "host"] | None = None
     base_envs: dict[str, str] = Field(default_factory=dict)
     delete_on_shutdown: bool = True
+    pause_on_exit: bool = False
 
 
 @dataclass
@@ -313,7 +324,9 @@ class TetherSandboxSession(BaseSandboxSession):
             info = await run_async(self._sb.refresh())
         except errors.TetherError:
             return False
-        return info.state == "running"
+        # A paused sandbox is as good as running: the session's next call resumes it, with
+        # its processes and workspace where they were.
+        return _reachable(info)
 
     # --- the workspace as tar ------------------------------------------------------------------
 
@@ -385,11 +398,32 @@ class TetherSandboxSession(BaseSandboxSession):
         forwards, self._forwards = list(self._forwards.values()), {}
         for forward in forwards:
             await run_async(forward.close())
+        if self.state.pause_on_exit:
+            try:
+                await run_async(self._sb.pause())
+                return
+            except (errors.SandboxPaused, errors.SandboxNotFound, errors.SandboxGone):
+                return
+            except errors.TetherError as exc:
+                # A provider that cannot pause, or a failed pause: what the session would do
+                # without pause_on_exit (the SDK's E2B client falls back to a kill too).
+                _log.warning(
+                    "cannot pause sandbox %s on shutdown (%s); %s",
+                    self.state.sandbox_id,
+                    exc,
+                    "deleting it" if self.state.delete_on_shutdown else "leaving it running",
+                )
         if self.state.delete_on_shutdown:
             try:
                 await run_async(self._sb.delete())
             except (errors.SandboxNotFound, errors.SandboxGone):
                 pass
+
+
+def _reachable(info: SandboxInfo) -> bool:
+    """Whether a session's calls can reach the sandbox: it runs, or it is paused and the
+    first call resumes it."""
+    return info.state == "running" or (info.state == "paused" and info.auto_resume)
 
 
 def _push(entry: _PtyEntry, data: bytes) -> None:
@@ -453,6 +487,7 @@ class TetherSandboxClient(BaseSandboxClient[TetherSandboxClientOptions]):
             network=options.network,
             base_envs=dict(options.envs or {}),
             delete_on_shutdown=options.delete_on_shutdown,
+            pause_on_exit=options.pause_on_exit,
             exposed_ports=options.exposed_ports,
         )
         envs = {**state.base_envs, **await manifest.environment.resolve()}
@@ -473,6 +508,10 @@ class TetherSandboxClient(BaseSandboxClient[TetherSandboxClientOptions]):
         inner = session._inner
         if not isinstance(inner, TetherSandboxSession):
             raise TypeError("TetherSandboxClient.delete expects a TetherSandboxSession")
+        if inner.state.pause_on_exit:
+            # Shutting down paused it to be resumed later, as the SDK's E2B client keeps a
+            # paused sandbox through delete().
+            return session
         await run_async(self._delete_by_id(inner.state.sandbox_id))
         return session
 
@@ -493,7 +532,11 @@ class TetherSandboxClient(BaseSandboxClient[TetherSandboxClientOptions]):
         reconnected = False
         try:
             sandbox = Sandbox(await run_async(AsyncSandbox.connect(state.sandbox_id, **self._auth)))
-            reconnected = (await run_async(sandbox.async_sandbox.refresh())).state == "running"
+            info = sandbox.info
+            if info.state == "paused" and not info.auto_resume:
+                # Resuming the run is the explicit resume such a sandbox waits for.
+                info = await run_async(sandbox.async_sandbox.resume())
+            reconnected = _reachable(info)
         except (errors.SandboxNotFound, errors.SandboxGone):
             pass
         if not reconnected:

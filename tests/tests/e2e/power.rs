@@ -1,8 +1,9 @@
-//! Pause and resume of real local sandboxes, through the relay's REST API, the Rust client
-//! and the CLI: a paused sandbox's processes stop and keep their state, an attached stream
-//! survives the pause with every byte, traffic resumes it (unless it was created without
-//! auto-resume), the idle timeout can pause instead of deleting, and another tenant can
-//! neither see nor pause it.
+//! Pause and resume, stop and start of real local sandboxes, through the relay's REST API,
+//! the Rust client and the CLI: a paused sandbox's processes stop and keep their state, an
+//! attached stream survives the pause with every byte, a stopped sandbox keeps its files and
+//! boots with new processes, traffic wakes either (unless it was created without
+//! auto-resume), the idle timeout can pause or stop instead of deleting, and another tenant
+//! can do none of it.
 
 use std::time::Duration;
 
@@ -178,14 +179,20 @@ async fn a_paused_sandbox_deletes_cleanly_and_a_dead_one_cannot_pause() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn another_tenant_can_neither_pause_nor_resume_a_sandbox() {
+async fn another_tenant_can_neither_pause_nor_stop_a_sandbox() {
     require::root("local sandboxes");
     let relay = Relay::start();
     let id = relay.create(&[]);
     let minted = relay.tether_json(&["token", "create", "--tenant", "intruder", "--json"]);
     let token = minted["token"].as_str().unwrap().to_string();
     let intruder = RelayClient::new(&relay.url, Some(token)).unwrap();
-    for result in [intruder.pause(&id).await, intruder.resume(&id).await] {
+    let tries = [
+        intruder.pause(&id).await,
+        intruder.resume(&id).await,
+        intruder.stop(&id).await,
+        intruder.start(&id).await,
+    ];
+    for result in tries {
         let (status, _, message) = refusal(result);
         assert_eq!(status, 404, "{message}");
         assert!(!message.contains("paused"), "{message}");
@@ -198,4 +205,80 @@ async fn another_tenant_can_neither_pause_nor_resume_a_sandbox() {
     let (status, _) = tether_e2e::cloud::http(&relay.url, "POST", &path, &headers, "");
     assert_eq!(status, 401);
     assert_eq!(relay.client().get(&id).await.unwrap().state, "running");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_sandbox_keeps_its_files_and_starts_with_new_processes() {
+    require::root("local sandboxes");
+    let relay = Relay::start();
+    let id = relay.create(&[]);
+    let setup = "echo kept > /workspace/f; echo tmp > /tmp/t; \
+                 sleep 1000 >/dev/null 2>&1 & echo $! > /workspace/pid";
+    assert!(relay.sh(&id, setup).status.success());
+    let stopped: serde_json::Value =
+        serde_json::from_str(&relay.tether_ok(&["stop", "--json", &id])).unwrap();
+    assert_eq!(stopped["state"], "stopped");
+    let client = relay.client();
+    assert_eq!(client.get(&id).await.unwrap().state, "stopped");
+    let (status, code, message) = refusal(client.stop(&id).await);
+    assert_eq!((status, code.as_str()), (409, "conflict"), "{message}");
+    assert!(message.contains("tether start"), "{message}");
+    let (status, _, message) = refusal(client.pause(&id).await);
+    assert_eq!(
+        status, 409,
+        "a stopped sandbox has nothing to pause: {message}"
+    );
+    assert!(message.contains("tether start"), "{message}");
+    // Looking at it does not start it.
+    let info = relay.tether_ok(&["info", &id]);
+    assert!(info.contains("stopped"), "{info}");
+    assert_eq!(client.get(&id).await.unwrap().state, "stopped");
+
+    relay.tether_ok(&["start", &id]);
+    let (status, code, _) = refusal(client.start(&id).await);
+    assert_eq!((status, code.as_str()), (409, "conflict"));
+    let out = relay.sh(
+        &id,
+        "cat /workspace/f /tmp/t; kill -0 $(cat /workspace/pid) || echo ended",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "kept\ntmp\nended\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A new session starts a stopped sandbox; with auto-resume off it is refused instead.
+    relay.tether_ok(&["stop", &id]);
+    let out = relay.sh(&id, "cat /workspace/f");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "kept\n", "{out:?}");
+    assert_eq!(client.get(&id).await.unwrap().state, "running");
+    let fixed = relay.create(&["--no-auto-resume"]);
+    relay.tether_ok(&["stop", &fixed]);
+    let out = relay.sh(&fixed, "true");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("tether start"),
+        "{err}"
+    );
+
+    // A stopped sandbox is removed with everything in it.
+    relay.tether_ok(&["rm", &fixed]);
+    let dir = relay.data_dir.join("local").join(&fixed);
+    assert!(!dir.exists(), "{} is left", dir.display());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_idle_timeout_can_stop_instead_of_deleting() {
+    require::root("local sandboxes");
+    let relay = Relay::start();
+    let id = relay.create(&["--idle-timeout", "1s", "--on-idle", "stop"]);
+    assert!(relay.sh(&id, "echo kept > /workspace/f").status.success());
+    eventually(SETTLE, "the idle sandbox to be stopped", || {
+        let state = relay.tether_json(&["ls", "--json"])[0]["state"].clone();
+        (state == "stopped").then_some(())
+    })
+    .await;
+    let out = relay.sh(&id, "cat /workspace/f");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "kept\n", "{out:?}");
 }
