@@ -391,7 +391,10 @@ impl Provider for DockerProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { pause: true }
+        Capabilities {
+            pause: true,
+            ..Capabilities::default()
+        }
     }
 
     async fn pause(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {

@@ -301,7 +301,10 @@ impl Provider for E2bProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { pause: true }
+        Capabilities {
+            pause: true,
+            ..Capabilities::default()
+        }
     }
 
     async fn pause(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
