@@ -6,7 +6,9 @@ pointing at `tether-fake e2b --page-size 2`, and FIDELITY_BASE_IMAGE naming a bu
 registry the test started. Exits non-zero, with the reason, on any mismatch.
 
 Covers: create, get, list (paged), kill; env; envd's process and file APIs; the timeout
-(moved, and ending a sandbox); traffic through the edge to a server in the sandbox, with and
+(moved, and ending a sandbox); pause (twice: the second finds it paused), the paused state in
+get and in lists filtered by state, nothing answering inside a paused sandbox, and connect
+resuming it with its files and processes; traffic through the edge to a server in the sandbox, with and
 without the traffic access token; egress rules; and a template built with the SDK's
 `Template` API (a registry base, a COPY of uploaded files, ENV, WORKDIR, a ready command),
 whose ENV holds at build time only, as E2B documents.
@@ -20,7 +22,7 @@ import urllib.error
 import urllib.request
 from datetime import datetime, timezone
 
-from e2b import ALL_TRAFFIC, Sandbox, SandboxQuery, Template
+from e2b import ALL_TRAFFIC, Sandbox, SandboxQuery, SandboxState, Template
 
 BASE = os.environ["FIDELITY_BASE_IMAGE"]
 EDGE = os.environ["E2B_SANDBOX_URL"]
@@ -113,6 +115,44 @@ status, body = through_edge(private, {"e2b-traffic-access-token": private.traffi
 assert (status, body) == (200, "private"), (status, body)
 private.kill()
 print("the edge demanded the traffic access token")
+
+# Pause and resume, as the SDK does them: pause keeps memory (processes) and files; while
+# paused nothing inside answers (E2B's edge has no route to it); connect resumes it.
+held = Sandbox.create(template="tether-fidelity", metadata={"fidelity": "e2b-pause"}, timeout=120)
+held.commands.run("echo kept > /tmp/kept")
+sleeper = held.commands.run("sleep 600", background=True)
+assert held.pause() is True
+assert Sandbox.pause(held.sandbox_id) is False  # E2B's 409: already paused
+assert Sandbox.get_info(held.sandbox_id).state == SandboxState.PAUSED
+by_state = lambda state: [  # noqa: E731
+    s.sandbox_id
+    for s in Sandbox.list(query=SandboxQuery(metadata={"fidelity": "e2b-pause"}, state=[state])).next_items()
+]
+assert by_state(SandboxState.PAUSED) == [held.sandbox_id], by_state(SandboxState.PAUSED)
+assert by_state(SandboxState.RUNNING) == [], by_state(SandboxState.RUNNING)
+envd = urllib.request.Request(EDGE + "/health", headers={"Host": held.get_host(49983)})
+try:
+    urllib.request.urlopen(envd, timeout=5)
+except urllib.error.HTTPError as e:
+    assert e.code == 502, e.code
+else:
+    raise AssertionError("envd answered in a paused sandbox")
+print("paused", held.sandbox_id)
+
+resumed = Sandbox.connect(held.sandbox_id, timeout=120)
+assert Sandbox.get_info(held.sandbox_id).state == SandboxState.RUNNING
+assert by_state(SandboxState.PAUSED) == [], by_state(SandboxState.PAUSED)
+assert resumed.files.read("/tmp/kept") == "kept\n"
+assert resumed.commands.run(f"kill -0 {sleeper.pid}").exit_code == 0  # still there
+resumed.connect(timeout=120)  # a running sandbox: E2B's 200, only the timeout may grow
+assert Sandbox.kill(held.sandbox_id) is True
+try:
+    Sandbox.pause(held.sandbox_id)
+except Exception as e:  # the SDK's SandboxNotFoundException, from E2B's 404
+    assert "not found" in str(e), e
+else:
+    raise AssertionError("pausing a killed sandbox succeeded")
+print("resumed with its files and processes")
 
 # A timeout ends the sandbox: E2B kills it, and it is gone.
 short = Sandbox.create(template="tether-fidelity", metadata={"fidelity": "e2b-short"}, timeout=2)

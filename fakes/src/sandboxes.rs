@@ -213,6 +213,29 @@ impl Sandboxes {
             .map_err(|e| not_listening(e.to_string()))
     }
 
+    /// Freezes every process of sandbox `id` but its PID-1 agent (the fake's own way in),
+    /// memory kept, as a paused cloud sandbox's are; already frozen is no error.
+    pub(crate) async fn freeze(&self, id: &str) -> Result<(), ProviderError> {
+        let handle = self
+            .handle(id)
+            .ok_or_else(|| ProviderError::Gone(id.to_string()))?;
+        match self.provider.pause(&handle).await {
+            Ok(()) | Err(ProviderError::Conflict(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Thaws what [`Sandboxes::freeze`] froze; not frozen is no error.
+    pub(crate) async fn thaw(&self, id: &str) -> Result<(), ProviderError> {
+        let handle = self
+            .handle(id)
+            .ok_or_else(|| ProviderError::Gone(id.to_string()))?;
+        match self.provider.resume(&handle).await {
+            Ok(()) | Err(ProviderError::Conflict(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Removes every sandbox (when the fake stops).
     pub(crate) async fn delete_all(&self) {
         let ids: Vec<String> = self

@@ -1,5 +1,6 @@
 //! Support for the cloud-provider tests: a fake provider (`tether-fake e2b|daytona|modal`)
-//! on an ephemeral port, failures injected into it, and a relay pointed at it.
+//! on an ephemeral port, failures injected into it, a relay pointed at it, and the checks
+//! every provider must pass ([`exercise`], [`exercise_pause`]).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -308,6 +309,126 @@ pub async fn exercise(relay: &Relay, id: &str) {
         String::from_utf8_lossy(&answer)
     );
     let _ = server.signal("TERM", true).await;
+}
+
+/// Pause and resume as every provider that can pause must carry them, on running sandbox
+/// `id`, through the relay's REST API and the CLI; `at_provider` reads the provider's own
+/// state of it (`paused` or `running`, in the provider's words mapped to those two):
+/// - `capabilities.pause` is advertised;
+/// - a pause freezes it at the provider, and the relay lists it paused; a second pause is a
+///   409 `conflict` naming `tether resume`;
+/// - a resume runs it again, with its files and its processes (a counter still counting);
+///   a second resume is a 409 naming `tether pause`;
+/// - a session resumes a paused sandbox (auto-resume, the default);
+/// - another tenant's pause and resume are 404s that reveal nothing, and change nothing.
+pub async fn exercise_pause(relay: &Relay, id: &str, at_provider: impl Fn() -> String) {
+    let state = || {
+        listed(relay, id)["state"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let info: serde_json::Value =
+        serde_json::from_str(&tether(relay, &["info", id, "--json"])).expect("info --json");
+    assert_eq!(info["capabilities"]["pause"], true, "{info}");
+
+    tether(
+        relay,
+        &["exec", id, "--", "sh", "-c", "echo kept > /tmp/kept"],
+    );
+    let client = relay.client();
+    {
+        let session = client.connect(id).await.expect("session through the relay");
+        let counter = "i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done";
+        let spec = ExecSpec {
+            background: true,
+            ..ExecSpec::argv(["sh", "-c", counter])
+        };
+        session.exec(spec).await.expect("start a counter");
+    }
+    let count = || {
+        tether(relay, &["exec", id, "--", "cat", "/tmp/n"])
+            .trim()
+            .parse::<u64>()
+            .unwrap_or(0)
+    };
+    let started = Instant::now();
+    while count() == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "no counter");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let before = count();
+
+    let paused = client.pause(id).await.expect("pause");
+    assert_eq!(paused.state, "paused");
+    assert_eq!(at_provider(), "paused");
+    assert_eq!(state(), "paused");
+    let (status, code, message) = refusal(client.pause(id).await);
+    assert_eq!((status, code.as_str()), (409, "conflict"), "{message}");
+    assert!(message.contains("tether resume"), "{message}");
+
+    let resumed = client.resume(id).await.expect("resume");
+    assert_eq!(resumed.state, "running");
+    assert_eq!(at_provider(), "running");
+    let (status, code, message) = refusal(client.resume(id).await);
+    assert_eq!((status, code.as_str()), (409, "conflict"), "{message}");
+    assert!(message.contains("tether pause"), "{message}");
+    assert_eq!(
+        tether(relay, &["exec", id, "--", "cat", "/tmp/kept"]),
+        "kept
+"
+    );
+    // The counter lived through the pause: it counts on from where it was.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count() <= before {
+        assert!(Instant::now() < deadline, "the counter died in the pause");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // A session resumes a paused sandbox by itself.
+    tether(relay, &["pause", id]);
+    assert_eq!(at_provider(), "paused");
+    assert_eq!(
+        tether(relay, &["exec", id, "--", "cat", "/tmp/kept"]),
+        "kept
+"
+    );
+    assert_eq!(at_provider(), "running");
+    assert_eq!(state(), "running");
+
+    // Another tenant learns nothing, and pauses nothing.
+    let minted: serde_json::Value = serde_json::from_str(&tether(
+        relay,
+        &["token", "create", "--tenant", "intruder", "--json"],
+    ))
+    .expect("token create --json");
+    let token = minted["token"].as_str().expect("a token").to_string();
+    let intruder = tether_client::RelayClient::new(&relay.url, Some(token)).expect("a client");
+    for result in [intruder.pause(id).await, intruder.resume(id).await] {
+        let (status, _, message) = refusal(result);
+        assert_eq!(status, 404, "{message}");
+        assert!(
+            !message.contains("paused") && !message.contains("running"),
+            "{message}"
+        );
+    }
+    assert_eq!(at_provider(), "running");
+    assert_eq!(state(), "running");
+}
+
+/// The HTTP status, wire code and message of a refused relay call.
+fn refusal<T: std::fmt::Debug>(
+    result: Result<T, tether_client::ClientError>,
+) -> (u16, String, String) {
+    match result {
+        Err(tether_client::ClientError::Http {
+            status,
+            code,
+            message,
+            ..
+        }) => (status, code, message),
+        other => panic!("expected an HTTP refusal, got {other:?}"),
+    }
 }
 
 impl Relay {

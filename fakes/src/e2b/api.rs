@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::templates::Lookup;
-use super::{error, E2b, Sandbox};
+use super::{error, pause, E2b, Sandbox};
 use crate::sandboxes::{random_hex, random_id};
 use crate::serve::rfc3339;
 
@@ -22,7 +22,7 @@ use crate::serve::rfc3339;
 const ID_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 const ID_LEN: usize = 20;
 /// The timeout when a create gives none (the server's default).
-const DEFAULT_TIMEOUT_SECS: i64 = 15;
+pub(super) const DEFAULT_TIMEOUT_SECS: i64 = 15;
 /// The longest timeout the fake's "plan" allows (E2B Pro: 24 hours).
 const MAX_TIMEOUT_SECS: i64 = 24 * 3600;
 /// The envd version reported: what the SDKs check features against.
@@ -45,13 +45,13 @@ pub(super) fn router(fake: Arc<E2b>) -> Router {
         .route("/sandboxes", post(create_v1).get(list_v1))
         .route("/sandboxes/{id}", get(detail).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
-        .route("/sandboxes/{id}/pause", post(pause))
-        .route("/sandboxes/{id}/resume", post(resume));
+        .route("/sandboxes/{id}/pause", post(pause::pause))
+        .route("/sandboxes/{id}/resume", post(pause::resume));
     if !legacy {
         routes = routes
             .route("/v2/sandboxes", post(create_v2).get(list_v2))
-            .route("/sandboxes/{id}/connect", post(connect))
-            .route("/v2/sandboxes/{id}/connect", post(connect));
+            .route("/sandboxes/{id}/connect", post(pause::connect))
+            .route("/v2/sandboxes/{id}/connect", post(pause::connect));
     }
     routes
         .merge(super::template_api::routes())
@@ -240,7 +240,7 @@ async fn create(fake: Arc<E2b>, headers: HeaderMap, body: axum::body::Bytes, v2:
 }
 
 /// The `Sandbox` answer of create and connect.
-fn sandbox_json(fake: &E2b, id: &str, s: &Sandbox) -> Value {
+pub(super) fn sandbox_json(fake: &E2b, id: &str, s: &Sandbox) -> Value {
     json!({
         "templateID": s.template_id,
         "sandboxID": id,
@@ -451,90 +451,9 @@ async fn set_timeout(
     StatusCode::NO_CONTENT.into_response()
 }
 
-/// `POST /[v2/]sandboxes/{id}/connect`: 200 when running (the timeout only grows), 201 after
-/// resuming a paused sandbox.
-async fn connect(
-    State(fake): State<Arc<E2b>>,
-    Path(id): Path<String>,
-    body: axum::body::Bytes,
-) -> Response {
-    let timeout = serde_json::from_slice::<Timeout>(&body)
-        .ok()
-        .and_then(|t| t.timeout)
-        .unwrap_or(DEFAULT_TIMEOUT_SECS);
-    if timeout <= 0 {
-        return error(StatusCode::BAD_REQUEST, "Timeout must be greater than 0");
-    }
-    let (status, s) = {
-        let mut table = fake.table.lock().expect("sandbox table");
-        let Some(s) = table.get_mut(&id) else {
-            return not_found(&id);
-        };
-        let until = SystemTime::now() + Duration::from_secs(timeout as u64);
-        let status = if s.paused {
-            s.paused = false;
-            s.end_at = until;
-            StatusCode::CREATED
-        } else {
-            s.end_at = s.end_at.max(until);
-            StatusCode::OK
-        };
-        (status, s.clone())
-    };
-    (status, Json(sandbox_json(&fake, &id, &s))).into_response()
-}
-
-/// `POST /sandboxes/{id}/resume` (the older API): resumes a paused sandbox for `timeout`
-/// seconds; 409 when it is running.
-async fn resume(
-    State(fake): State<Arc<E2b>>,
-    Path(id): Path<String>,
-    body: axum::body::Bytes,
-) -> Response {
-    let timeout = serde_json::from_slice::<Timeout>(&body)
-        .ok()
-        .and_then(|t| t.timeout)
-        .unwrap_or(DEFAULT_TIMEOUT_SECS);
-    if timeout <= 0 {
-        return error(StatusCode::BAD_REQUEST, "Timeout must be greater than 0");
-    }
-    let s = {
-        let mut table = fake.table.lock().expect("sandbox table");
-        let Some(s) = table.get_mut(&id) else {
-            return not_found(&id);
-        };
-        if !s.paused {
-            return error(
-                StatusCode::CONFLICT,
-                &format!("Sandbox {id} is already running"),
-            );
-        }
-        s.paused = false;
-        s.end_at = SystemTime::now() + Duration::from_secs(timeout as u64);
-        s.clone()
-    };
-    (StatusCode::CREATED, Json(sandbox_json(&fake, &id, &s))).into_response()
-}
-
-/// `POST /sandboxes/{id}/pause`: 409 when already paused.
-async fn pause(State(fake): State<Arc<E2b>>, Path(id): Path<String>) -> Response {
-    let mut table = fake.table.lock().expect("sandbox table");
-    let Some(s) = table.get_mut(&id) else {
-        return not_found(&id);
-    };
-    if s.paused {
-        return error(
-            StatusCode::CONFLICT,
-            &format!("Sandbox {id} is already paused"),
-        );
-    }
-    s.paused = true;
-    StatusCode::NO_CONTENT.into_response()
-}
-
-fn not_found(id: &str) -> Response {
+pub(super) fn not_found(id: &str) -> Response {
     error(
         StatusCode::NOT_FOUND,
-        &format!("sandbox \"{id}\" doesn't exist or you don't have access to it"),
+        &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it"),
     )
 }

@@ -45,7 +45,9 @@ struct ProcessConfig {
 
 /// A request to envd in sandbox `id`.
 pub(super) async fn serve(fake: Arc<E2b>, id: String, req: Request) -> Response {
-    let Some(sandbox) = fake.sandbox(&id) else {
+    // A paused sandbox is not routable: E2B's edge answers as for a missing one (it resumes
+    // on traffic only with auto-resume, which the fake does not offer).
+    let Some(sandbox) = fake.sandbox(&id).filter(|s| !s.paused) else {
         let body = json!({ "sandboxId": id, "message": "The sandbox was not found", "code": 502 });
         return (StatusCode::BAD_GATEWAY, axum::Json(body)).into_response();
     };

@@ -10,12 +10,16 @@
 //!
 //! Sandboxes are local sandboxes ([`crate::sandboxes`]): a built template's sandboxes run its
 //! image; any other template name is accepted as is and runs on the host-like default root
-//! file system. Timeouts are enforced: a sandbox is killed when its `endAt` passes.
+//! file system. Timeouts are enforced: a running sandbox is killed when its `endAt` passes.
+//! A paused sandbox answers nothing (envd and the edge answer 502, as E2B's proxy does for a
+//! sandbox it cannot route to) and its processes are frozen with their memory and files (the
+//! local sandbox's pause), until a connect or resume thaws it.
 
 mod api;
 mod builder;
 mod egress;
 mod envd;
+mod pause;
 mod ready;
 mod storage;
 mod template_api;
@@ -184,12 +188,10 @@ async fn edge_request(fake: &E2b, id: &str, port: u16, req: Request) -> Response
         let body = json!({ "sandboxId": id, "message": message, "port": port, "code": 502 });
         (StatusCode::BAD_GATEWAY, Json(body)).into_response()
     };
-    let Some(sandbox) = fake.sandbox(id) else {
+    // Paused: not routable, and E2B's edge says so as for a missing sandbox.
+    let Some(sandbox) = fake.sandbox(id).filter(|s| !s.paused) else {
         return proxy_error("The sandbox was not found");
     };
-    if sandbox.paused {
-        return proxy_error("The sandbox is paused");
-    }
     if let Some(expected) = &sandbox.traffic_access_token {
         let given = req
             .headers()
@@ -248,7 +250,9 @@ async fn reap(fake: std::sync::Weak<E2b>) {
             let mut table = fake.table.lock().expect("sandbox table");
             let ids: Vec<String> = table
                 .iter()
-                .filter(|(_, s)| s.end_at <= now)
+                // A paused sandbox is a snapshot, kept until resumed or killed: its
+                // timeout starts again on resume.
+                .filter(|(_, s)| !s.paused && s.end_at <= now)
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in &ids {

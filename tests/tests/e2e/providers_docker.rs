@@ -485,3 +485,41 @@ async fn docker_containers_of_a_lost_registry_are_orphans() {
     tether(&other, &["rm", &theirs]);
     assert_eq!(podman.inventory(), before);
 }
+
+/// Pause and resume through the relay, as the engine does them (`pause`, `unpause`): the
+/// container's own state follows, its processes freeze and come back with their files; one
+/// paused with the engine's CLI behind the relay's back reads as paused.
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_pause_and_resume_through_the_relay() {
+    let podman = Podman::start();
+    let work = tempfile::tempdir().unwrap();
+    load_image(&podman, work.path());
+    let relay = relay_for(&podman);
+    let id = tether(
+        &relay,
+        &["create", "--provider", "docker", "--image", IMAGE],
+    )
+    .trim()
+    .to_string();
+    let path = format!("/containers/tether-{id}/json");
+    let at_engine = || {
+        let state = &podman.get(&path)["State"];
+        let status = state["Status"].as_str().expect("a status").to_string();
+        assert_eq!(state["Paused"], status == "paused", "{state}");
+        status
+    };
+    tether_e2e::cloud::exercise_pause(&relay, &id, at_engine).await;
+
+    podman.cli(&["pause", &format!("tether-{id}")]);
+    let info: Value =
+        serde_json::from_str(&tether(&relay, &["info", &id, "--json"])).expect("info --json");
+    assert_eq!(info["state"], "paused", "{info}");
+    tether(&relay, &["resume", &id]);
+    assert_eq!(at_engine(), "running");
+
+    // Stopped (not paused): neither pause nor resume applies, and the refusal says so.
+    podman.cli(&["stop", "--time", "1", &format!("tether-{id}")]);
+    let err = tether_fails(&relay, &["pause", &id]);
+    assert!(err.contains("not running"), "{err}");
+    tether(&relay, &["rm", &id]);
+}

@@ -335,6 +335,20 @@ async fn e2b_without_v2_routes_falls_back_and_never_forgets_the_sandbox() {
     let ls = tether(&relay, &["ls"]);
     assert!(ls.contains(&id) && ls.contains("running"), "{ls}");
 
+    // Pause and resume through the relay: without `connect`, resume is the older call, and
+    // a running sandbox is still a conflict.
+    tether(&relay, &["pause", &id]);
+    let (_, detail) =
+        tether_e2e::cloud::http(&fake.url, "GET", &format!("/sandboxes/{e2b_id}"), &key, "");
+    assert!(detail.contains("\"state\":\"paused\""), "{detail}");
+    tether(&relay, &["resume", &id]);
+    let err = tether_fails(&relay, &["resume", &id]);
+    assert!(err.contains("not paused"), "{err}");
+    assert_eq!(
+        tether(&relay, &["exec", &id, "--", "echo", "three"]),
+        "three\n"
+    );
+
     tether(&relay, &["rm", &id]);
     let (code, _) =
         tether_e2e::cloud::http(&fake.url, "GET", &format!("/sandboxes/{e2b_id}"), &key, "");
@@ -379,4 +393,147 @@ async fn e2b_sessions_longer_than_the_timeout_keep_the_sandbox_alive() {
         assert!(Instant::now() < deadline, "E2B never timed the sandbox out");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Pause and resume through the relay, as E2B does them: E2B's own state follows
+/// (`GET /sandboxes/{id}`), nothing inside answers while it is paused, and its files and
+/// processes come back with it; one paused at E2B behind the relay's back reads as paused.
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_pause_and_resume_through_the_relay() {
+    let fake = Fake::start("e2b", &["--api-key", KEY]);
+    let relay = relay_for(&fake, KEY);
+    let id = create(&relay);
+    let e2b_id = tether_e2e::cloud::listed(&relay, &id)["provider_ref"]
+        .as_str()
+        .expect("the E2B id")
+        .to_string();
+    let key = [("X-API-Key", KEY)];
+    let at_e2b = || {
+        let (code, detail) =
+            tether_e2e::cloud::http(&fake.url, "GET", &format!("/sandboxes/{e2b_id}"), &key, "");
+        assert_eq!(code, 200, "{detail}");
+        let detail: serde_json::Value = serde_json::from_str(&detail).expect("detail");
+        detail["state"].as_str().expect("a state").to_string()
+    };
+    tether_e2e::cloud::exercise_pause(&relay, &id, at_e2b).await;
+
+    // Paused at E2B itself: envd answers nothing, and the relay reads E2B's `paused`.
+    let (code, body) = tether_e2e::cloud::http(
+        &fake.url,
+        "POST",
+        &format!("/sandboxes/{e2b_id}/pause"),
+        &key,
+        "",
+    );
+    assert_eq!(code, 204, "{body}");
+    let envd = [
+        ("E2b-Sandbox-Id", e2b_id.as_str()),
+        ("E2b-Sandbox-Port", "49983"),
+    ];
+    let (code, body) = tether_e2e::cloud::http(&fake.url, "GET", "/health", &envd, "");
+    assert_eq!(code, 502, "{body}");
+    let info: serde_json::Value =
+        serde_json::from_str(&tether(&relay, &["info", &id, "--json"])).expect("info --json");
+    assert_eq!(info["state"], "paused", "{info}");
+    tether(&relay, &["resume", &id]);
+    assert_eq!(at_e2b(), "running");
+    assert_eq!(
+        tether(&relay, &["exec", &id, "--", "echo", "back"]),
+        "back\n"
+    );
+
+    // Killed at E2B: pausing it says it is gone (or, when the reaper saw it gone first, that
+    // the relay has no such sandbox any more), never that it paused.
+    let (code, _) = tether_e2e::cloud::http(
+        &fake.url,
+        "DELETE",
+        &format!("/sandboxes/{e2b_id}"),
+        &key,
+        "",
+    );
+    assert_eq!(code, 204);
+    let err = tether_fails(&relay, &["pause", &id]);
+    assert!(
+        ["no longer exists", "was deleted by the relay", "no sandbox"]
+            .iter()
+            .any(|gone| err.contains(gone)),
+        "{err}"
+    );
+}
+
+/// A sandbox created without auto-resume stays paused at E2B when a session asks for it,
+/// and the refusal says how to resume it.
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_without_auto_resume_a_session_does_not_wake_the_sandbox() {
+    let fake = Fake::start("e2b", &["--api-key", KEY]);
+    let relay = relay_for(&fake, KEY);
+    let id = tether(
+        &relay,
+        &[
+            "create",
+            "--provider",
+            "e2b",
+            "--image",
+            TEMPLATE,
+            "--no-auto-resume",
+        ],
+    )
+    .trim()
+    .to_string();
+    tether(&relay, &["pause", &id]);
+    let err = tether_fails(&relay, &["exec", &id, "--", "true"]);
+    assert!(
+        err.contains("paused") && err.contains("tether resume"),
+        "{err}"
+    );
+    let e2b_id = tether_e2e::cloud::listed(&relay, &id)["provider_ref"]
+        .as_str()
+        .expect("the E2B id")
+        .to_string();
+    let (_, detail) = tether_e2e::cloud::http(
+        &fake.url,
+        "GET",
+        &format!("/sandboxes/{e2b_id}"),
+        &[("X-API-Key", KEY)],
+        "",
+    );
+    assert!(detail.contains("\"state\":\"paused\""), "{detail}");
+    tether(&relay, &["resume", &id]);
+    assert_eq!(tether(&relay, &["exec", &id, "--", "echo", "ok"]), "ok\n");
+}
+
+/// A session left open keeps pushing E2B's timeout ahead (every half timeout, here 1.5 s);
+/// once the sandbox is paused under it, those keep-alives must not resume it (E2B's connect
+/// would), and after a resume they keep it alive again.
+#[tokio::test(flavor = "multi_thread")]
+async fn e2b_an_open_session_does_not_resume_a_paused_sandbox() {
+    let fake = Fake::start("e2b", &["--api-key", KEY]);
+    let relay = Relay::start_with_env(&[
+        ("E2B_API_KEY", KEY),
+        ("E2B_API_URL", &fake.url),
+        ("E2B_SANDBOX_URL", &fake.url),
+        ("E2B_TIMEOUT", "3"),
+    ]);
+    let id = create(&relay);
+    let e2b_id = tether_e2e::cloud::listed(&relay, &id)["provider_ref"]
+        .as_str()
+        .expect("the E2B id")
+        .to_string();
+    let key = [("X-API-Key", KEY)];
+    let at_e2b = || {
+        let (_, detail) =
+            tether_e2e::cloud::http(&fake.url, "GET", &format!("/sandboxes/{e2b_id}"), &key, "");
+        detail
+    };
+    let client = relay.client();
+    let _session = client.connect(&id).await.expect("a session");
+    client.pause(&id).await.expect("pause");
+    // Four keep-alive periods, and longer than E2B's timeout.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(at_e2b().contains("\"state\":\"paused\""), "{}", at_e2b());
+    assert_eq!(tether_e2e::cloud::listed(&relay, &id)["state"], "paused");
+    client.resume(&id).await.expect("resume");
+    // Running again, it outlives its 3 s timeout while the session stays open.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(at_e2b().contains("\"state\":\"running\""), "{}", at_e2b());
 }

@@ -1,7 +1,8 @@
 //! Each fake checked against its provider's official Python SDK: the SDK's own create, list
-//! (over several pages) and kill, env, lifetimes, traffic to a sandbox's port through the
-//! provider's edge, tunnel or preview, and image builds (E2B's `Template`, Daytona's `Image`
-//! snapshots, Modal's images with a file through blob storage) must succeed against
+//! (over several pages) and kill, env, lifetimes, E2B's pause and resume, traffic to a
+//! sandbox's port through the provider's edge, tunnel or preview, and image builds (E2B's
+//! `Template`, Daytona's `Image` snapshots, Modal's images with a file through blob
+//! storage) must succeed against
 //! `tether-fake`, the builds pulling their base from a registry the test starts. The SDKs
 //! are pinned in `fakes/fidelity/requirements.txt`, which `./test` installs into the venv
 //! `fakes/fidelity/.venv`; these tests fail, saying so, when Python or an SDK is missing.

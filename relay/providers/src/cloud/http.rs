@@ -36,6 +36,9 @@ pub(crate) struct ControlPlane {
 /// A successful answer.
 #[derive(Debug)]
 pub(crate) struct Answer {
+    /// Its status (2xx): some calls tell outcomes apart by it (E2B's connect answers 201
+    /// when it resumed the sandbox, 200 when it was running).
+    pub status: u16,
     /// Its body.
     pub body: Bytes,
     /// Its headers (a list's next-page token, for one).
@@ -224,6 +227,7 @@ impl ControlPlane {
             };
             if (200..300).contains(&status) {
                 return Ok(Answer {
+                    status,
                     body: bytes,
                     headers: answer_headers,
                 });

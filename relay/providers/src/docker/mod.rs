@@ -10,6 +10,8 @@
 //!   sizes as engine limits ([`config`]).
 //! - Connect: inside the container's network namespace ([`reach`]), so a sandbox needs no
 //!   network of its own and publishes no port.
+//! - Pause and resume: the engine's `pause` and `unpause` ([`pause`]); a paused container is
+//!   [`SandboxState::Paused`], and a connect unpauses it.
 //! - Delete: the container with its anonymous volumes (`v=true`); Tether makes no network,
 //!   named volume or image per sandbox.
 //! - Image builds: [`build`].
@@ -18,6 +20,7 @@ pub(crate) mod build;
 mod config;
 mod constants;
 pub(crate) mod engine;
+mod pause;
 mod reach;
 
 use std::collections::HashMap;
@@ -42,8 +45,8 @@ use self::engine::Host;
 use self::reach::ReachError;
 use tether_relay_core::provider::network::{self, Guarantees};
 use tether_relay_core::provider::{
-    AgentSocket, Created, Labelled, NetworkInfo, NetworkPolicy, Provider, ProviderContext,
-    ProviderError, SandboxHandle, SandboxSpec, SandboxState,
+    AgentSocket, Capabilities, Created, Labelled, NetworkInfo, NetworkPolicy, Provider,
+    ProviderContext, ProviderError, SandboxHandle, SandboxSpec, SandboxState,
 };
 
 /// Runs sandboxes as containers of the local engine.
@@ -333,11 +336,10 @@ impl Provider for DockerProvider {
         let status = found.state.and_then(|s| s.status);
         Ok(match status {
             Some(ContainerStateStatusEnum::RUNNING) => SandboxState::Running,
-            Some(
-                ContainerStateStatusEnum::PAUSED
-                | ContainerStateStatusEnum::CREATED
-                | ContainerStateStatusEnum::EXITED,
-            ) => SandboxState::Stopped,
+            Some(ContainerStateStatusEnum::PAUSED) => SandboxState::Paused,
+            Some(ContainerStateStatusEnum::CREATED | ContainerStateStatusEnum::EXITED) => {
+                SandboxState::Stopped
+            }
             Some(ContainerStateStatusEnum::DEAD | ContainerStateStatusEnum::REMOVING) => {
                 SandboxState::Gone
             }
@@ -386,6 +388,21 @@ impl Provider for DockerProvider {
             return Ok(());
         }
         self.remove(&docker, &sandbox.provider_ref).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            pause: true,
+            ..Capabilities::default()
+        }
+    }
+
+    async fn pause(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        self.pause_container(sandbox).await
+    }
+
+    async fn resume(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        self.unpause_container(sandbox).await
     }
 
     async fn renew(&self, _sandbox: &SandboxHandle, _ttl: Duration) -> Result<(), ProviderError> {

@@ -10,6 +10,9 @@
 //!   when the sandbox has one. A paused sandbox is resumed (`/connect`), and an agent that is
 //!   not listening (after a reboot) is started again. A sandbox without a TTL has its timeout
 //!   pushed ahead at every connect and, every half timeout, while a session stays open.
+//! - Pause and resume: E2B's pause (memory and processes kept, the agent with them) and its
+//!   connect, which resumes ([`pause`]); E2B's `paused` is [`SandboxState::Paused`]. While
+//!   paused, E2B's edge answers nothing inside the sandbox.
 //! - Network: `--network` and allowlists as E2B's `allow_internet_access`, `allowOut` and
 //!   `denyOut` ([`egress`]); what E2B cannot express is refused.
 //! - Settings: `E2B_API_KEY`; `E2B_TIMEOUT` (seconds, E2B's timeout of a sandbox without a
@@ -20,6 +23,7 @@
 mod api;
 mod egress;
 mod envd;
+mod pause;
 pub(crate) mod template;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,8 +39,8 @@ use super::cloud::http::{self, ControlPlane};
 use super::cloud::settings::Settings;
 use super::cloud::websocket::{self, EdgeError};
 use tether_relay_core::provider::{
-    AgentSocket, Created, Labelled, NetworkInfo, Provider, ProviderError, SandboxHandle,
-    SandboxSpec, SandboxState,
+    AgentSocket, Capabilities, Created, Labelled, NetworkInfo, Provider, ProviderError,
+    SandboxHandle, SandboxSpec, SandboxState,
 };
 
 /// E2B's default domain.
@@ -291,9 +295,24 @@ impl Provider for E2bProvider {
         let e2b = self.ready()?;
         Ok(match api::get(&e2b.api, &sandbox.provider_ref).await? {
             None => SandboxState::Gone,
-            Some(detail) if detail.state == "paused" => SandboxState::Stopped,
+            Some(detail) if detail.state == "paused" => SandboxState::Paused,
             Some(_) => SandboxState::Running,
         })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            pause: true,
+            ..Capabilities::default()
+        }
+    }
+
+    async fn pause(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        self.pause_sandbox(sandbox).await
+    }
+
+    async fn resume(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
+        self.resume_sandbox(sandbox).await
     }
 
     async fn delete(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
@@ -357,6 +376,13 @@ impl Provider for E2bProvider {
     async fn keep_alive(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
         let e2b = self.ready()?;
         let meta = load_meta(sandbox)?;
+        // A connect would resume a sandbox paused under an open session; paused, E2B's
+        // timeout does not run, so there is nothing to extend.
+        match api::get(&e2b.api, &sandbox.provider_ref).await? {
+            None => return Err(ProviderError::Gone(sandbox.id.clone())),
+            Some(detail) if detail.state == "paused" => return Ok(()),
+            Some(_) => {}
+        }
         match api::connect(&e2b.api, &sandbox.provider_ref, meta.timeout_secs).await? {
             true => Ok(()),
             false => Err(ProviderError::Gone(sandbox.id.clone())),
