@@ -20,6 +20,8 @@ const FIGURES: &[&str] = &[
     "upload",
     "download",
     "create",
+    "pause",
+    "resume",
     "sessions_keystroke",
     "sessions_relay_rss",
     "sessions_relay_each",

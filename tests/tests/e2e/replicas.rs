@@ -158,6 +158,18 @@ async fn three_relays_serve_every_sandbox_and_lose_none_when_one_dies() {
     cluster.relay(3).client().resume(&id).await.unwrap();
     let owner = cluster.relay(1).client().get(&id).await.unwrap();
     assert_eq!(owner.state, "running");
+    // Stopped and started the same way: the owner boots it again and records its new first
+    // process in the shared database, through which relay 2 then reaches it.
+    assert_eq!(
+        cluster.relay(3).client().stop(&id).await.unwrap().state,
+        "stopped"
+    );
+    assert_eq!(
+        cluster.relay(2).client().start(&id).await.unwrap().state,
+        "running"
+    );
+    let out = cluster.relay(2).sh(&id, "echo up again");
+    assert_eq!(stdout(&out), "up again\n", "{}", stderr(&out));
 
     // A background process started through relay 2, which is killed mid-stream; the client
     // re-attaches through relay 3 from its offsets and gets every byte exactly once.
