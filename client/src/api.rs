@@ -151,6 +151,31 @@ pub struct Capabilities {
     pub stop: bool,
 }
 
+/// A change of a sandbox's power state: `POST /v1/sandboxes/{id}/{action}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Power {
+    /// Freeze its processes, memory kept.
+    Pause,
+    /// Continue a paused sandbox.
+    Resume,
+    /// End its processes, disk kept.
+    Stop,
+    /// Boot a stopped sandbox again.
+    Start,
+}
+
+impl Power {
+    /// The action's name, as in its route and the CLI's command.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Power::Pause => "pause",
+            Power::Resume => "resume",
+            Power::Stop => "stop",
+            Power::Start => "start",
+        }
+    }
+}
+
 /// What a sandbox's idle timeout does when it runs out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

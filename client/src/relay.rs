@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::api::{
-    CreateRequest, PreviewInfo, RenewRequest, SandboxInfo, SecretInfo, SecretRequest, SecretValue,
-    TokenRequest, TokenResponse,
+    CreateRequest, Power, PreviewInfo, RenewRequest, SandboxInfo, SecretInfo, SecretRequest,
+    SecretValue, TokenRequest, TokenResponse,
 };
 
 use super::session::Session;
@@ -122,43 +122,33 @@ impl RelayClient {
         .await
     }
 
+    /// Pauses, resumes, stops or starts a sandbox (see [`Power`]); answers it in its new
+    /// state. One already in the state asked for (or, to resume or start, not paused or
+    /// stopped) is a 409 (`conflict`); a provider without the feature, a 501 (`unsupported`).
+    pub async fn power(&self, id: &str, action: Power) -> Result<SandboxInfo, ClientError> {
+        let path = format!("/v1/sandboxes/{id}/{}", action.as_str());
+        self.send(self.http.post(self.url(&path))).await
+    }
+
     /// Pauses a sandbox: its processes freeze with their memory kept, and attached sessions
-    /// stay open. A paused sandbox is a 409 (`conflict`); a provider that cannot pause, a 501.
+    /// stay open.
     pub async fn pause(&self, id: &str) -> Result<SandboxInfo, ClientError> {
-        self.send(
-            self.http
-                .post(self.url(&format!("/v1/sandboxes/{id}/pause"))),
-        )
-        .await
+        self.power(id, Power::Pause).await
     }
 
-    /// Resumes a paused sandbox where it was. One that is not paused is a 409 (`conflict`).
+    /// Resumes a paused sandbox where it was.
     pub async fn resume(&self, id: &str) -> Result<SandboxInfo, ClientError> {
-        self.send(
-            self.http
-                .post(self.url(&format!("/v1/sandboxes/{id}/resume"))),
-        )
-        .await
+        self.power(id, Power::Resume).await
     }
 
-    /// Stops a sandbox: every process ends, its disk is kept. A stopped sandbox is a 409
-    /// (`conflict`); a provider that cannot stop, a 501.
+    /// Stops a sandbox: every process ends, its disk is kept.
     pub async fn stop(&self, id: &str) -> Result<SandboxInfo, ClientError> {
-        self.send(
-            self.http
-                .post(self.url(&format!("/v1/sandboxes/{id}/stop"))),
-        )
-        .await
+        self.power(id, Power::Stop).await
     }
 
-    /// Starts a stopped sandbox again, its files as they were. One that is not stopped is a
-    /// 409 (`conflict`).
+    /// Starts a stopped sandbox again, its files as they were.
     pub async fn start(&self, id: &str) -> Result<SandboxInfo, ClientError> {
-        self.send(
-            self.http
-                .post(self.url(&format!("/v1/sandboxes/{id}/start"))),
-        )
-        .await
+        self.power(id, Power::Start).await
     }
 
     /// How a browser reaches the sandbox's ports: its preview URLs and token.

@@ -24,6 +24,10 @@ GOOD_ARGS: dict[str, dict[str, Any]] = {
     "sandbox_list": {},
     "sandbox_delete": {"sandbox_id": "sb-1"},
     "sandbox_info": {"sandbox_id": "sb-1"},
+    "sandbox_pause": {"sandbox_id": "sb-1"},
+    "sandbox_resume": {"sandbox_id": "sb-1"},
+    "sandbox_stop": {"sandbox_id": "sb-1"},
+    "sandbox_start": {"sandbox_id": "sb-1"},
     "exec": {"sandbox_id": "sb-1", "command": "ls", "cwd": "/tmp", "timeout_seconds": 5},
     "exec_start": {"sandbox_id": "sb-1", "command": "cat", "pty": True},
     "exec_poll": {"session_id": "es-1", "cursor": 0, "wait_ms": 10, "max_bytes": 100},
@@ -46,6 +50,10 @@ BAD_ARGS: dict[str, dict[str, Any]] = {
     "sandbox_list": {"unknown": 1},
     "sandbox_delete": {},
     "sandbox_info": {"sandbox_id": 7},
+    "sandbox_pause": {},
+    "sandbox_resume": {"sandbox_id": 7},
+    "sandbox_stop": {"sandbox_id": "sb-1", "force": True},
+    "sandbox_start": {},
     "exec": {"sandbox_id": "sb-1"},
     "exec_start": {"command": "ls"},
     "exec_poll": {"session_id": "es-1", "cursor": -1},
@@ -164,6 +172,32 @@ async def test_the_lifecycle_tools(session: ClientSession, sandbox: str) -> None
     assert error["code"] == "invalid_argument"
     error = await fail(session, "sandbox_create", provider="no-such-provider")
     assert error["code"] in {"invalid_argument", "forbidden", "not_found"}, error
+
+
+async def test_pause_resume_stop_and_start(session: ClientSession, sandbox: str) -> None:
+    await call(session, "write_file", sandbox_id=sandbox, path="/workspace/kept", content="kept")
+    assert (await call(session, "sandbox_pause", sandbox_id=sandbox))["state"] == "paused"
+    # Looking does not wake it.
+    info = await call(session, "sandbox_info", sandbox_id=sandbox)
+    assert info["sandbox"]["state"] == "paused", info
+    error = await fail(session, "sandbox_pause", sandbox_id=sandbox)
+    assert error["code"] == "conflict" and "tether resume" in error["message"], error
+    # The next tool that reaches it resumes it.
+    out = await call(session, "exec", sandbox_id=sandbox, command="cat /workspace/kept")
+    assert out["output"] == "kept", out
+    info = await call(session, "sandbox_info", sandbox_id=sandbox)
+    assert info["sandbox"]["state"] == "running", info
+
+    assert (await call(session, "sandbox_stop", sandbox_id=sandbox))["state"] == "stopped"
+    error = await fail(session, "sandbox_resume", sandbox_id=sandbox)
+    assert error["code"] == "conflict", error
+    # The next tool that reaches it starts it, its files as they were.
+    out = await call(session, "exec", sandbox_id=sandbox, command="cat /workspace/kept")
+    assert out["output"] == "kept", out
+    error = await fail(session, "sandbox_start", sandbox_id=sandbox)
+    assert error["code"] == "conflict", error
+    await call(session, "sandbox_stop", sandbox_id=sandbox)
+    assert (await call(session, "sandbox_start", sandbox_id=sandbox))["state"] == "running"
 
 
 async def test_exec(session: ClientSession, sandbox: str) -> None:

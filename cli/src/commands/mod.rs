@@ -30,7 +30,7 @@ mod location;
 mod output;
 mod power;
 
-use power::Power;
+use tether_client::api::Power;
 mod remote;
 mod run;
 mod secret;

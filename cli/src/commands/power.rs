@@ -5,6 +5,7 @@ use clap::Args;
 
 use super::output;
 use super::remote::Remote;
+use tether_client::api::Power;
 
 /// The sandboxes to act on.
 #[derive(Debug, Args)]
@@ -17,26 +18,14 @@ pub(super) struct PowerArgs {
     json: bool,
 }
 
-/// What to do to each sandbox.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Power {
-    Pause,
-    Resume,
-    Stop,
-    Start,
-}
-
-/// Acts on each sandbox in turn; stops at the first failure.
-pub(super) async fn run(remote: Remote, args: PowerArgs, power: Power) -> anyhow::Result<()> {
+/// Changes each sandbox's power state (`action`) in turn; stops at the first failure.
+pub(super) async fn run(remote: Remote, args: PowerArgs, action: Power) -> anyhow::Result<()> {
     let rest = remote.rest()?;
     for id in &args.ids {
-        let done = match power {
-            Power::Pause => rest.pause(id).await,
-            Power::Resume => rest.resume(id).await,
-            Power::Stop => rest.stop(id).await,
-            Power::Start => rest.start(id).await,
-        };
-        let sandbox = done.map_err(|e| remote.explain(e, Some(id)))?;
+        let sandbox = rest
+            .power(id, action)
+            .await
+            .map_err(|e| remote.explain(e, Some(id)))?;
         if args.json {
             output::json_line(&sandbox)?;
         } else {

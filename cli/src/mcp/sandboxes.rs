@@ -3,13 +3,14 @@
 //! provider the relay serves.
 
 use std::collections::BTreeMap;
+
 use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use tether_client::api::CreateRequest;
+use tether_client::api::{CreateRequest, Power};
 use tether_client::ClientError;
 
 use super::connections::check_id;
@@ -114,15 +115,6 @@ pub(super) async fn delete(server: &Server, args: SandboxArgs) -> Result<Value, 
     Ok(json!({ "deleted": args.sandbox_id, "exec_sessions_ended": ended }))
 }
 
-/// What a power tool does to a sandbox.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Power {
-    Pause,
-    Resume,
-    Stop,
-    Start,
-}
-
 /// Pauses, resumes, stops or starts a sandbox; answers it as the relay now has it.
 pub(super) async fn power(
     server: &Server,
@@ -132,17 +124,13 @@ pub(super) async fn power(
     check_id(&args.sandbox_id)?;
     let relay = server.connections.relay();
     let id = &args.sandbox_id;
-    let info = match power {
-        Power::Pause => relay.pause(id).await?,
-        Power::Resume => relay.resume(id).await?,
-        Power::Stop => {
-            // Its agent ends: a cached session to it is of no more use.
-            let info = relay.stop(id).await?;
-            server.connections.forget(id);
-            info
-        }
-        Power::Start => relay.start(id).await?,
-    };
+    let info = relay.power(id, power).await?;
+    if matches!(power, Power::Pause | Power::Stop) {
+        // The next tool call opens a new session, which wakes the sandbox: the cached one
+        // would not (a session open across a pause is no wake trigger, and a stop ends it).
+        // Exec sessions keep theirs, so their output goes on after a resume.
+        server.connections.forget(id);
+    }
     Ok(serde_json::to_value(info).expect("sandbox info serializes"))
 }
 

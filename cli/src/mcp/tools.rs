@@ -13,10 +13,11 @@ use super::args::Parameters;
 use super::error::ToolError;
 use super::exec::ExecArgs;
 use super::files::{EditArgs, GlobArgs, GrepArgs, LsArgs, ReadArgs, WriteArgs};
-use super::sandboxes::{CreateArgs, ListArgs, Power, SandboxArgs};
+use super::sandboxes::{CreateArgs, ListArgs, SandboxArgs};
 use super::sessions::{PollArgs, SignalArgs, StartArgs, WriteStdinArgs};
 use super::transfer::{DownloadArgs, UploadArgs};
 use super::{exec, files, sandboxes, transfer, Server};
+use tether_client::api::Power;
 
 /// What the server tells an MCP host about itself.
 const INSTRUCTIONS: &str = "Tether runs commands and edits files in isolated sandboxes \

@@ -43,19 +43,11 @@ fn tether(relay: &Relay, args: &[&str]) -> Output {
 
 /// Runs `tether ARGS`, asserts it succeeded, and returns its stdout.
 fn ok(relay: &Relay, args: &[&str]) -> String {
-    let out = tether(relay, args);
-    assert!(
-        out.status.success(),
-        "tether {args:?} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
+    relay.tether_ok(args)
 }
 
 fn json(relay: &Relay, args: &[&str]) -> Value {
-    let out = ok(relay, args);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("tether {args:?}: {e}: {out}"))
+    relay.tether_json(args)
 }
 
 fn create(relay: &Relay) -> String {

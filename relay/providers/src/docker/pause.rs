@@ -4,6 +4,7 @@
 //! resumes, and anything else is a conflict that says what to do.
 
 use bollard::models::ContainerStateStatusEnum;
+use bollard::models::ContainerStateStatusEnum::{PAUSED, RUNNING};
 use bollard::Docker;
 
 use super::{engine, DockerProvider};
@@ -15,27 +16,7 @@ impl DockerProvider {
         &self,
         sandbox: &SandboxHandle,
     ) -> Result<(), ProviderError> {
-        let host = self.host()?;
-        let docker = host.client()?;
-        let id = &sandbox.id;
-        match self.status(&docker, sandbox).await? {
-            Some(ContainerStateStatusEnum::RUNNING) => {}
-            Some(ContainerStateStatusEnum::PAUSED) => {
-                return Err(ProviderError::Conflict(format!(
-                    "sandbox {id} is already paused; resume it with `tether resume {id}`"
-                )))
-            }
-            other => return Err(not_running(id, other)),
-        }
-        match docker.pause_container(&sandbox.provider_ref).await {
-            Ok(()) => Ok(()),
-            // Paused or stopped meanwhile, by someone else.
-            Err(e) if engine::status(&e) == Some(409) => Err(ProviderError::Conflict(format!(
-                "sandbox {id} cannot be paused now ({}); `tether info {id}` shows its state",
-                host.error("pausing the container", e)
-            ))),
-            Err(e) => Err(host.error("pausing the container", e)),
-        }
+        self.set_paused(sandbox, true).await
     }
 
     /// Thaws `sandbox`'s container; [`ProviderError::Conflict`] unless it is paused.
@@ -43,25 +24,44 @@ impl DockerProvider {
         &self,
         sandbox: &SandboxHandle,
     ) -> Result<(), ProviderError> {
+        self.set_paused(sandbox, false).await
+    }
+
+    /// Pauses (`pause`) or unpauses `sandbox`'s container, from the one state that allows it.
+    async fn set_paused(&self, sandbox: &SandboxHandle, pause: bool) -> Result<(), ProviderError> {
         let host = self.host()?;
         let docker = host.client()?;
         let id = &sandbox.id;
+        let (from, to, verb, doing) = match pause {
+            true => (RUNNING, PAUSED, "paused", "pausing the container"),
+            false => (PAUSED, RUNNING, "resumed", "resuming the container"),
+        };
         match self.status(&docker, sandbox).await? {
-            Some(ContainerStateStatusEnum::PAUSED) => {}
-            Some(ContainerStateStatusEnum::RUNNING) => {
+            Some(status) if status == from => {}
+            Some(status) if status == to && pause => {
+                return Err(ProviderError::Conflict(format!(
+                    "sandbox {id} is already paused; resume it with `tether resume {id}`"
+                )))
+            }
+            Some(status) if status == to => {
                 return Err(ProviderError::Conflict(format!(
                     "sandbox {id} is not paused: it is running (`tether pause {id}` pauses it)"
                 )))
             }
             other => return Err(not_running(id, other)),
         }
-        match docker.unpause_container(&sandbox.provider_ref).await {
+        let done = match pause {
+            true => docker.pause_container(&sandbox.provider_ref).await,
+            false => docker.unpause_container(&sandbox.provider_ref).await,
+        };
+        match done {
             Ok(()) => Ok(()),
+            // Paused, resumed or stopped meanwhile, by someone else.
             Err(e) if engine::status(&e) == Some(409) => Err(ProviderError::Conflict(format!(
-                "sandbox {id} cannot be resumed now ({}); `tether info {id}` shows its state",
-                host.error("resuming the container", e)
+                "sandbox {id} cannot be {verb} now ({}); `tether info {id}` shows its state",
+                host.error(doing, e)
             ))),
-            Err(e) => Err(host.error("resuming the container", e)),
+            Err(e) => Err(host.error(doing, e)),
         }
     }
 
