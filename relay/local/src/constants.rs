@@ -106,7 +106,12 @@ pub(super) const FREEZE_TIMEOUT: Duration = Duration::from_millis(100);
 pub(super) const PAUSED_CGROUP: &str = "paused";
 /// How long a pause keeps moving processes that fork while they are moved, and waits for the
 /// kernel to report them frozen, before it gives up and thaws them again.
-pub(super) const PAUSE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one attempt at freezing waits for every task to be frozen before it thaws them
+/// and tries again (a vfork's parent cannot freeze while its child froze before its exec).
+pub(super) const FREEZE_ATTEMPT: Duration = Duration::from_millis(20);
+/// How long the tasks run between two attempts at freezing them.
+pub(super) const FREEZE_RETRY_PAUSE: Duration = Duration::from_millis(2);
 /// The pause between two polls of a freezing cgroup: short, as a pause should take a few
 /// milliseconds.
 pub(super) const FREEZE_POLL_INTERVAL: Duration = Duration::from_micros(100);

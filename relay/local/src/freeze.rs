@@ -14,12 +14,16 @@
 //! because only processes still outside can fork (the pids limit bounds a fork bomb) and
 //! is bounded by [`PAUSE_TIMEOUT`] regardless. Processes stay in the child after a resume;
 //! the next pause moves only those started since.
+//!
+//! A freeze that does not settle within [`FREEZE_ATTEMPT`] is thawed and tried again, as
+//! runc does: a shell waiting in `vfork` for a child that froze before its `exec` cannot
+//! freeze until that child runs on, so the cgroup would stay FREEZING for good.
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::cgroup::{read, read_pids, write, SandboxCgroup};
-use super::constants::{FREEZE_POLL_INTERVAL, PAUSE_TIMEOUT};
+use super::constants::{FREEZE_ATTEMPT, FREEZE_POLL_INTERVAL, FREEZE_RETRY_PAUSE, PAUSE_TIMEOUT};
 use super::error::{IoContext, LocalError};
 
 /// Whether the sandbox is paused: its paused child is frozen (or freezing).
@@ -60,14 +64,34 @@ pub(super) fn pause(id: &str, cgroup: &SandboxCgroup, agent: i32) -> Result<(), 
             })
             .context(|| format!("create cgroup {}", paused.display()))?;
     }
-    set_frozen(cgroup, &paused, true)?;
-    if let Err(e) = move_all_but(parent, &paused, agent).and_then(|()| wait_frozen(cgroup, &paused))
-    {
-        // Half a pause is worse than none: whatever moved runs again.
-        let _ = set_frozen(cgroup, &paused, false);
-        return Err(e);
+    let start = Instant::now();
+    loop {
+        set_frozen(cgroup, &paused, true)?;
+        let attempt = move_all_but(parent, &paused, agent, start)
+            .map(|()| wait_frozen(cgroup, &paused, FREEZE_ATTEMPT));
+        match attempt {
+            Ok(true) => return Ok(()),
+            // Some task cannot freeze right now, typically a shell waiting in vfork for a
+            // child that froze before its exec: thawed for a moment, they get past it.
+            Ok(false) if start.elapsed() < PAUSE_TIMEOUT => {
+                set_frozen(cgroup, &paused, false)?;
+                std::thread::sleep(FREEZE_RETRY_PAUSE);
+            }
+            failed => {
+                // Half a pause is worse than none: whatever moved runs again.
+                let _ = set_frozen(cgroup, &paused, false);
+                return Err(failed.err().unwrap_or_else(|| {
+                    LocalError::io(
+                        format!("freeze {}", paused.display()),
+                        std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("its processes were not all frozen within {PAUSE_TIMEOUT:?}"),
+                        ),
+                    )
+                }));
+            }
+        }
     }
-    Ok(())
 }
 
 /// Thaws sandbox `id`'s paused processes.
@@ -95,9 +119,14 @@ fn set_frozen(cgroup: &SandboxCgroup, paused: &Path, frozen: bool) -> Result<(),
     }
 }
 
-/// Moves every process in `parent` but `agent` into `paused`, until none is left.
-fn move_all_but(parent: &Path, paused: &Path, agent: i32) -> Result<(), LocalError> {
-    let start = Instant::now();
+/// Moves every process in `parent` but `agent` into `paused`, until none is left (or the
+/// pause that began at `start` runs out of time).
+fn move_all_but(
+    parent: &Path,
+    paused: &Path,
+    agent: i32,
+    start: Instant,
+) -> Result<(), LocalError> {
     let target = paused.join("cgroup.procs");
     loop {
         let left: Vec<i32> = read_pids(&parent.join("cgroup.procs"))
@@ -128,26 +157,22 @@ fn move_all_but(parent: &Path, paused: &Path, agent: i32) -> Result<(), LocalErr
     }
 }
 
-/// Waits until the kernel reports every task of `paused` frozen.
-fn wait_frozen(cgroup: &SandboxCgroup, paused: &Path) -> Result<(), LocalError> {
+/// Whether the kernel reports every task of `paused` frozen within `within`.
+fn wait_frozen(cgroup: &SandboxCgroup, paused: &Path, within: Duration) -> bool {
     let start = Instant::now();
     let frozen = || match cgroup {
         SandboxCgroup::V1 { .. } => read(&paused.join("freezer.state")).trim() == "FROZEN",
         SandboxCgroup::V2 { .. } => read(&paused.join("cgroup.events")).contains("frozen 1"),
     };
-    while !frozen() {
-        if start.elapsed() > PAUSE_TIMEOUT {
-            return Err(LocalError::io(
-                format!("freeze {}", paused.display()),
-                std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("its processes were not all frozen within {PAUSE_TIMEOUT:?}"),
-                ),
-            ));
+    loop {
+        if frozen() {
+            return true;
+        }
+        if start.elapsed() > within {
+            return false;
         }
         std::thread::sleep(FREEZE_POLL_INTERVAL);
     }
-    Ok(())
 }
 
 /// Kills every paused process, then thaws them, so they die without running another

@@ -282,3 +282,21 @@ async fn the_idle_timeout_can_stop_instead_of_deleting() {
     let out = relay.sh(&id, "cat /workspace/f");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "kept\n", "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shell_forking_without_pause_is_paused_every_time() {
+    require::root("local sandboxes");
+    let relay = Relay::start();
+    let id = relay.create(&[]);
+    let client = relay.client();
+    let session = client.connect(&id).await.unwrap();
+    // dash starts each external command with vfork: a child frozen before its exec leaves
+    // its parent unfreezable until it runs on, which a pause must get past.
+    let busy = ExecSpec::argv(["sh", "-c", "while :; do /bin/true; done"]);
+    let process = session.exec(busy).await.unwrap();
+    for _ in 0..30 {
+        client.pause(&id).await.unwrap();
+        client.resume(&id).await.unwrap();
+    }
+    process.signal("KILL", true).await.unwrap();
+}
