@@ -20,10 +20,16 @@ fn relay_for(fake: &Fake, key: &str) -> Relay {
     ])
 }
 
+/// A new sandbox's id.
 fn create(relay: &Relay) -> String {
-    tether(relay, &["create", "--provider", "e2b", "--image", TEMPLATE])
-        .trim()
-        .to_string()
+    create_with(relay, &[]).trim().to_string()
+}
+
+/// `tether create --provider e2b --image TEMPLATE EXTRA...` through `relay`; its stdout.
+fn create_with(relay: &Relay, extra: &[&str]) -> String {
+    let mut args = vec!["create", "--provider", "e2b", "--image", TEMPLATE];
+    args.extend_from_slice(extra);
+    tether(relay, &args)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -86,19 +92,7 @@ async fn e2b_paused_sandboxes_are_resumed_by_a_session() {
     let fake = Fake::start("e2b", &["--api-key", KEY]);
     let relay = relay_for(&fake, KEY);
     // With a TTL the provider connects straight to the agent, and resumes only on failure.
-    let out = tether(
-        &relay,
-        &[
-            "create",
-            "--provider",
-            "e2b",
-            "--image",
-            TEMPLATE,
-            "--ttl",
-            "10m",
-            "--json",
-        ],
-    );
+    let out = create_with(&relay, &["--ttl", "10m", "--json"]);
     let info: serde_json::Value = serde_json::from_str(&out).expect("create --json");
     let (id, e2b_id) = (
         info["id"].as_str().unwrap(),
@@ -178,10 +172,7 @@ async fn e2b_permanent_failures_and_wrong_keys_are_explained() {
 async fn e2b_outage_makes_a_sandbox_unknown_never_deleted() {
     let fake = Fake::start("e2b", &["--api-key", KEY]);
     let relay = relay_for(&fake, KEY);
-    let out = tether(
-        &relay,
-        &["create", "--provider", "e2b", "--image", TEMPLATE, "--json"],
-    );
+    let out = create_with(&relay, &["--json"]);
     let info: serde_json::Value = serde_json::from_str(&out).expect("create --json");
     let (id, e2b_id) = (
         info["id"].as_str().unwrap().to_string(),
@@ -219,14 +210,9 @@ async fn e2b_outage_makes_a_sandbox_unknown_never_deleted() {
 async fn e2b_allowlists_reach_e2b_and_secrets_are_refused() {
     let fake = Fake::start("e2b", &["--api-key", KEY]);
     let relay = relay_for(&fake, KEY);
-    let id = tether(
+    let id = create_with(
         &relay,
         &[
-            "create",
-            "--provider",
-            "e2b",
-            "--image",
-            TEMPLATE,
             "--allow-host",
             "api.openai.com",
             "--allow-cidr",
@@ -301,10 +287,7 @@ async fn e2b_allowlists_reach_e2b_and_secrets_are_refused() {
 async fn e2b_without_v2_routes_falls_back_and_never_forgets_the_sandbox() {
     let fake = Fake::start("e2b", &["--api-key", KEY, "--legacy-routes"]);
     let relay = relay_for(&fake, KEY);
-    let out = tether(
-        &relay,
-        &["create", "--provider", "e2b", "--image", TEMPLATE, "--json"],
-    );
+    let out = create_with(&relay, &["--json"]);
     let info: serde_json::Value = serde_json::from_str(&out).expect("create --json");
     let (id, e2b_id) = (
         info["id"].as_str().unwrap().to_string(),
@@ -467,19 +450,9 @@ async fn e2b_pause_and_resume_through_the_relay() {
 async fn e2b_without_auto_resume_a_session_does_not_wake_the_sandbox() {
     let fake = Fake::start("e2b", &["--api-key", KEY]);
     let relay = relay_for(&fake, KEY);
-    let id = tether(
-        &relay,
-        &[
-            "create",
-            "--provider",
-            "e2b",
-            "--image",
-            TEMPLATE,
-            "--no-auto-resume",
-        ],
-    )
-    .trim()
-    .to_string();
+    let id = create_with(&relay, &["--no-auto-resume"])
+        .trim()
+        .to_string();
     tether(&relay, &["pause", &id]);
     let err = tether_fails(&relay, &["exec", &id, "--", "true"]);
     assert!(
