@@ -56,13 +56,10 @@ pub(super) fn pause(id: &str, cgroup: &SandboxCgroup, agent: i32) -> Result<(), 
             "sandbox {id} is already paused; `tether resume {id}` resumes it"
         )));
     }
-    if !paused.exists() {
-        std::fs::create_dir(&paused)
-            .or_else(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => Ok(()),
-                _ => Err(e),
-            })
-            .context(|| format!("create cgroup {}", paused.display()))?;
+    // Made by the first pause, kept until the sandbox's cgroup goes.
+    match std::fs::create_dir(&paused) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        made => made.context(|| format!("create cgroup {}", paused.display()))?,
     }
     let start = Instant::now();
     loop {

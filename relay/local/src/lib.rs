@@ -13,8 +13,8 @@
 //!   It keeps `Meta` (`meta`) in the store, answers `state` from it (`process`), connects
 //!   to the agent (`connect`), pauses and resumes every process but the agent (`freeze`),
 //!   stops and starts it with its disk kept (`stop`) and removes everything on delete
-//!   (`teardown`). At relay start
-//!   it removes what a crash left: interrupted creates and orphaned sandboxes (`recovery`).
+//!   (`teardown`). At relay start it removes what a crash left: interrupted creates and
+//!   orphaned sandboxes (`recovery`).
 //! - The relay's binary is pinned by a descriptor when the provider is made (`own_binary`),
 //!   so an upgrade in place does not stop creates.
 //! - Sandbox side: the relay binary re-executed as `tether __sandbox-init` (`init`) creates
@@ -97,7 +97,7 @@ pub struct LocalProvider {
 impl LocalProvider {
     /// Fails unless the sandbox's agent runs: a stopped or dead sandbox can be neither
     /// paused nor resumed.
-    fn alive_or_dead(
+    fn refuse_unless_running(
         &self,
         sandbox: &SandboxHandle,
         meta: &Meta,
@@ -385,7 +385,7 @@ impl Provider for LocalProvider {
     async fn stop(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
         let (meta, layout) = Meta::load(sandbox, &self.data_dir())?;
         if !stop::is_stopped(&layout) {
-            self.alive_or_dead(sandbox, &meta, &layout)?;
+            self.refuse_unless_running(sandbox, &meta, &layout)?;
         }
         let id = sandbox.id.clone();
         tokio::task::spawn_blocking(move || stop::stop(&id, &meta, &layout))
@@ -407,7 +407,7 @@ impl Provider for LocalProvider {
 
     async fn pause(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
         let (meta, layout) = Meta::load(sandbox, &self.data_dir())?;
-        self.alive_or_dead(sandbox, &meta, &layout)?;
+        self.refuse_unless_running(sandbox, &meta, &layout)?;
         let id = sandbox.id.clone();
         tokio::task::spawn_blocking(move || freeze::pause(&id, &meta.cgroup, meta.process.pid))
             .await
@@ -417,7 +417,7 @@ impl Provider for LocalProvider {
 
     async fn resume(&self, sandbox: &SandboxHandle) -> Result<(), ProviderError> {
         let (meta, layout) = Meta::load(sandbox, &self.data_dir())?;
-        self.alive_or_dead(sandbox, &meta, &layout)?;
+        self.refuse_unless_running(sandbox, &meta, &layout)?;
         freeze::resume(&sandbox.id, &meta.cgroup)?;
         Ok(())
     }

@@ -21,7 +21,7 @@ use crate::caller::Caller;
 use crate::cluster::grant::Op;
 use tether_client::api::{NetworkPolicy, SandboxInfo};
 use tether_relay_core::provider::{Provider, ProviderError, SandboxState};
-use tether_store::SandboxRecord;
+use tether_store::{state_name, SandboxRecord};
 
 /// `POST /v1/sandboxes/{id}/pause`: freezes the sandbox's processes, keeping their memory.
 pub(super) async fn pause(
@@ -76,7 +76,7 @@ async fn route(
 }
 
 /// The state `op` leaves a sandbox in.
-fn state_after(op: Op) -> SandboxState {
+pub(crate) fn state_after(op: Op) -> SandboxState {
     match op {
         Op::Pause => SandboxState::Paused,
         Op::Stop => SandboxState::Stopped,
@@ -158,14 +158,12 @@ impl Relay {
             _ => return Ok(()),
         };
         if sandbox.spec.auto_resume == Some(false) {
-            let (state, verb) = match op {
-                Op::Resume => ("paused", "resume"),
-                _ => ("stopped", "start"),
-            };
             return Err(ApiError::Conflict(format!(
-                "sandbox {} is {state}, and was created without auto-resume; `tether {verb} {}` \
-                 wakes it",
-                sandbox.id, sandbox.id
+                "sandbox {} is {}, and was created without auto-resume; `tether {} {}` wakes it",
+                sandbox.id,
+                state_name(sandbox.state),
+                op.name(),
+                sandbox.id
             )));
         }
         match self.act_at_provider(op, provider, sandbox).await {

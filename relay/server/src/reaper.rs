@@ -1,7 +1,7 @@
 //! The reaper: at startup, forgets sandboxes their provider no longer has; then, every tick,
 //! deletes sandboxes whose TTL ran out or that sat idle (no tunnel open) past their idle
-//! timeout (or pauses or stops those created with `on_idle: pause` or `stop`), asks again about sandboxes whose state is unknown, and records open tunnels as
-//! activity.
+//! timeout (or pauses or stops those created with `on_idle: pause` or `stop`), asks again
+//! about sandboxes whose state is unknown, and records open tunnels as activity.
 //!
 //! Relays sharing a database reap one at a time: each tick, a relay takes or renews the
 //! reaper's lease (`leases` table, [`REAPER_LEASE_TTL`]), and only the holder reaps; another
@@ -35,6 +35,7 @@ use super::constants::{
     REAPER_LEASE_MARGIN, REAPER_LEASE_TTL, UNKNOWN_RECHECK_INTERVAL,
 };
 use super::error::ApiError;
+use super::power::state_after;
 use super::state::{now_ms, Relay};
 use tether_client::api::IdleAction;
 use tether_relay_core::provider::{Provider, ProviderError, SandboxState};
@@ -266,17 +267,14 @@ async fn quiet_idle(
         IdleAction::Pause => Op::Pause,
         _ => Op::Stop,
     };
-    let done = match op {
-        Op::Pause => SandboxState::Paused,
-        _ => SandboxState::Stopped,
-    };
-    if sandbox.state == done || sandbox.state == SandboxState::Dead {
+    if sandbox.state == state_after(op) || sandbox.state == SandboxState::Dead {
         return None;
     }
     let id = sandbox.id.clone();
     let idle = sandbox.idle_timeout.unwrap_or_default();
     let result = relay.change_power(op, sandbox).await.map(|_| {
-        info!(sandbox = %id, "{op:?} sandbox {id}: no client for its idle timeout of {idle:?}");
+        let verb = op.name();
+        info!(sandbox = %id, "{verb} sandbox {id}: no client for its idle timeout of {idle:?}");
     });
     Some((id, result.map_err(|e| e.to_string())))
 }

@@ -20,6 +20,14 @@ fn relay_for(fake: &Fake, key: &str) -> Relay {
     ])
 }
 
+/// The E2B id of the relay's sandbox `id`.
+fn e2b_id(relay: &Relay, id: &str) -> String {
+    tether_e2e::cloud::listed(relay, id)["provider_ref"]
+        .as_str()
+        .expect("the E2B id")
+        .to_string()
+}
+
 /// A new sandbox's id.
 fn create(relay: &Relay) -> String {
     create_with(relay, &[]).trim().to_string()
@@ -50,10 +58,7 @@ async fn e2b_create_exec_cp_shell_forward_and_rm() {
     );
 
     // No network: E2B's internet access off, and the relay says E2B enforces it.
-    let e2b_id = tether_e2e::cloud::listed(&relay, &id)["provider_ref"]
-        .as_str()
-        .expect("the E2B id")
-        .to_string();
+    let e2b_id = e2b_id(&relay, &id);
     let (_, detail) = tether_e2e::cloud::http(
         &fake.url,
         "GET",
@@ -223,10 +228,7 @@ async fn e2b_allowlists_reach_e2b_and_secrets_are_refused() {
     .to_string();
 
     // The relay's create went through the relay to E2B's own egress controls.
-    let e2b_id = tether_e2e::cloud::listed(&relay, &id)["provider_ref"]
-        .as_str()
-        .expect("the E2B id")
-        .to_string();
+    let e2b_id = e2b_id(&relay, &id);
     let (_, detail) = tether_e2e::cloud::http(
         &fake.url,
         "GET",
@@ -357,10 +359,7 @@ async fn e2b_sessions_longer_than_the_timeout_keep_the_sandbox_alive() {
     );
     assert_eq!(out, "still-alive\n");
     // Once no session is open, E2B's timeout applies again.
-    let e2b_id = tether_e2e::cloud::listed(&relay, &id)["provider_ref"]
-        .as_str()
-        .expect("the E2B id")
-        .to_string();
+    let e2b_id = e2b_id(&relay, &id);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (code, _) = tether_e2e::cloud::http(
@@ -386,10 +385,7 @@ async fn e2b_pause_and_resume_through_the_relay() {
     let fake = Fake::start("e2b", &["--api-key", KEY]);
     let relay = relay_for(&fake, KEY);
     let id = create(&relay);
-    let e2b_id = tether_e2e::cloud::listed(&relay, &id)["provider_ref"]
-        .as_str()
-        .expect("the E2B id")
-        .to_string();
+    let e2b_id = e2b_id(&relay, &id);
     let key = [("X-API-Key", KEY)];
     let at_e2b = || {
         let (code, detail) =
@@ -459,10 +455,7 @@ async fn e2b_without_auto_resume_a_session_does_not_wake_the_sandbox() {
         err.contains("paused") && err.contains("tether resume"),
         "{err}"
     );
-    let e2b_id = tether_e2e::cloud::listed(&relay, &id)["provider_ref"]
-        .as_str()
-        .expect("the E2B id")
-        .to_string();
+    let e2b_id = e2b_id(&relay, &id);
     let (_, detail) = tether_e2e::cloud::http(
         &fake.url,
         "GET",
@@ -488,10 +481,7 @@ async fn e2b_an_open_session_does_not_resume_a_paused_sandbox() {
         ("E2B_TIMEOUT", "3"),
     ]);
     let id = create(&relay);
-    let e2b_id = tether_e2e::cloud::listed(&relay, &id)["provider_ref"]
-        .as_str()
-        .expect("the E2B id")
-        .to_string();
+    let e2b_id = e2b_id(&relay, &id);
     let key = [("X-API-Key", KEY)];
     let at_e2b = || {
         let (_, detail) =

@@ -46,6 +46,20 @@ pub(crate) enum Op {
     Start,
 }
 
+impl Op {
+    /// The operation's name, as in its grant, the last segment of its route and messages.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Op::Session => "session",
+            Op::Delete => "delete",
+            Op::Pause => "pause",
+            Op::Resume => "resume",
+            Op::Stop => "stop",
+            Op::Start => "start",
+        }
+    }
+}
+
 /// The signed statement.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Grant {

@@ -88,8 +88,8 @@ pub(super) async fn session(
     }
 }
 
-/// Deletes, pauses, resumes, stops or starts (`op`) `sandbox` at its provider through its owner `node` at
-/// `address`.
+/// Deletes, pauses, resumes, stops or starts (`op`) `sandbox` at its provider through its
+/// owner `node` at `address`.
 pub(super) async fn act(
     relay: &Relay,
     op: Op,
@@ -106,14 +106,12 @@ pub(super) async fn act(
         now_ms(),
     );
     let url = format!("{address}/v1/cluster/sandboxes/{}", sandbox.id);
-    let (request, verb) = match op {
-        Op::Delete => (relay.cluster.http.delete(&url), "delete"),
-        Op::Pause => (relay.cluster.http.post(format!("{url}/pause")), "pause"),
-        Op::Resume => (relay.cluster.http.post(format!("{url}/resume")), "resume"),
-        Op::Stop => (relay.cluster.http.post(format!("{url}/stop")), "stop"),
-        Op::Start => (relay.cluster.http.post(format!("{url}/start")), "start"),
+    let request = match op {
+        Op::Delete => relay.cluster.http.delete(&url),
         Op::Session => unreachable!("a session is a WebSocket: `session` opens it"),
+        _ => relay.cluster.http.post(format!("{url}/{}", op.name())),
     };
+    let verb = op.name();
     let sent = request.header(GRANT_HEADER, grant).send().await;
     let response = sent.map_err(|e| {
         ProviderError::Unavailable(format!(

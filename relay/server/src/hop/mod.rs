@@ -1,7 +1,8 @@
 //! The relay-to-relay hop, and what keeps this relay known to its peers: where a sandbox is
 //! reached from and reaching it there (`impl Relay` here), the heartbeat task, the entry
-//! relay's side of the hop (`client`: a WebSocket, or a delete, pause or resume, to the owner) and the owner's
-//! (`routes`: `/v1/cluster/...`, which reuses the tunnel's forwarding). Who the peers are and
+//! relay's side of the hop (`client`: a WebSocket, or a delete, pause, resume, stop or start,
+//! to the owner) and the owner's (`routes`: `/v1/cluster/...`, which reuses the tunnel's
+//! forwarding). Who the peers are and
 //! what they trust is [`crate::cluster`]'s.
 
 mod client;

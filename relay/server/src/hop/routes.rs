@@ -2,8 +2,9 @@
 //! peer's WebSocket to the sandbox's agent (carried as the tunnel carries a client's, spliced
 //! or forwarded, so flow control stays end to end); `DELETE /v1/cluster/sandboxes/{id}`
 //! deletes the sandbox at its provider (the peer then forgets it in the database), and
-//! `POST .../pause`, `.../resume`, `.../stop` and `.../start` change its state there. Both take a grant only, never an API
-//! token: a request without a valid one is a 401, whatever it carries.
+//! `POST .../pause`, `.../resume`, `.../stop` and `.../start` change its state there. Each
+//! takes a grant only, never an API token: a request without a valid one is a 401, whatever
+//! it carries.
 
 use std::sync::Arc;
 
